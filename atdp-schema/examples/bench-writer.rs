@@ -1,0 +1,117 @@
+//! Benchmark of the lake writer: append (write-ahead log, group-commit fsync) and then
+//! roll + Parquet + commit of realistic steps. Prints figures; see docs/benchmarks.md.
+//!
+//! `cargo run --release -p atdp-schema --example bench-writer -- --steps 50000`
+
+use std::time::{Duration, Instant};
+
+use atdp_schema::synth::{SynthConfig, generate};
+use atdp_schema::{LakeWriter, Record, WriterConfig, maintenance};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Steps to append.
+    #[arg(long, default_value_t = 50_000)]
+    steps: usize,
+    /// Disable fsync of the write-ahead log (to see its cost).
+    #[arg(long)]
+    no_fsync: bool,
+    /// Segment size in MiB.
+    #[arg(long, default_value_t = 64)]
+    segment_mib: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut steps = Vec::with_capacity(args.steps);
+    generate(
+        &SynthConfig {
+            steps: args.steps,
+            ..SynthConfig::default()
+        },
+        |record| {
+            if matches!(record, Record::Step(_)) {
+                steps.push(record);
+            }
+            Ok(())
+        },
+    )?;
+    let json_bytes: usize = steps
+        .iter()
+        .map(|r| match r {
+            Record::Step(s) => serde_json::to_vec(s).map(|v| v.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum();
+    let n = steps.len();
+
+    let dir = tempfile::tempdir()?;
+    let mut config = WriterConfig::new(
+        dir.path().join("lake").to_string_lossy(),
+        dir.path().join("wal"),
+    );
+    config.fsync = !args.no_fsync;
+    config.segment_max_bytes = args.segment_mib << 20;
+    config.segment_max_age = Duration::from_secs(3600);
+    let writer = LakeWriter::open(config).await?;
+
+    let started = Instant::now();
+    let mut last = None;
+    for record in steps {
+        last = Some(writer.append(record)?);
+    }
+    if let Some(last) = last {
+        writer.durable(last).await?;
+    }
+    let appended = started.elapsed();
+    writer.flush().await?;
+    let total = started.elapsed();
+    writer.shutdown(Duration::from_secs(60)).await?;
+
+    let stats = maintenance::stats(writer.lake()).await?;
+    let lake_bytes: u64 = stats
+        .iter()
+        .filter(|s| s.table == "steps")
+        .map(|s| s.bytes)
+        .sum();
+    let files: usize = stats
+        .iter()
+        .filter(|s| s.table == "steps")
+        .map(|s| s.files)
+        .sum();
+    let mb = json_bytes as f64 / 1e6;
+    println!("steps                      {n}");
+    println!(
+        "mean step size (JSON)      {:.1} KB",
+        json_bytes as f64 / n as f64 / 1e3
+    );
+    println!("fsync                      {}", !args.no_fsync);
+    println!(
+        "append + fsync             {:.2} s  {:.0} steps/s  {:.0} MB/s",
+        appended.as_secs_f64(),
+        n as f64 / appended.as_secs_f64(),
+        mb / appended.as_secs_f64()
+    );
+    println!(
+        "append + roll + commit     {:.2} s  {:.0} steps/s  {:.0} MB/s",
+        total.as_secs_f64(),
+        n as f64 / total.as_secs_f64(),
+        mb / total.as_secs_f64()
+    );
+    println!("parquet files              {files}");
+    println!(
+        "lake bytes per step        {:.0}",
+        lake_bytes as f64 / n as f64
+    );
+    println!(
+        "JSON bytes per step        {:.0}",
+        json_bytes as f64 / n as f64
+    );
+    println!(
+        "JSON / Parquet size        {:.1}x",
+        json_bytes as f64 / lake_bytes.max(1) as f64
+    );
+    Ok(())
+}

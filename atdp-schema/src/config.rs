@@ -1,0 +1,95 @@
+//! Settings of the lake writer.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Settings of a [`LakeWriter`](crate::LakeWriter).
+#[derive(Clone)]
+pub struct WriterConfig {
+    /// The lake: a local directory, or a `file://`, `s3://`, `gs://` or `az://` URL.
+    pub lake: String,
+    /// Object-store options (endpoint, region, credentials, `allow_http`, timeouts …);
+    /// see `docs/lake.md`. Values are secrets and are never printed.
+    pub storage_options: HashMap<String, String>,
+    /// Directory of this writer instance's write-ahead log. Each writer process needs its
+    /// own: its id (the Delta transaction app id) is kept there.
+    pub wal_dir: PathBuf,
+    /// A segment is sealed and committed once it holds this many bytes.
+    pub segment_max_bytes: u64,
+    /// … or once its first record is this old.
+    pub segment_max_age: Duration,
+    /// Most bytes the log may hold while object storage is slow or down; past this,
+    /// appends fail with back-pressure.
+    pub budget_bytes: u64,
+    /// fsync each group commit (on by default; off only for benchmarks of the rest).
+    pub fsync: bool,
+    /// First pause before retrying a failed upload; doubles up to `retry_max`.
+    pub retry_initial: Duration,
+    /// Longest pause between upload retries.
+    pub retry_max: Duration,
+}
+
+impl std::fmt::Debug for WriterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut option_names: Vec<&String> = self.storage_options.keys().collect();
+        option_names.sort();
+        f.debug_struct("WriterConfig")
+            .field("lake", &self.lake)
+            .field("storage_options", &option_names)
+            .field("wal_dir", &self.wal_dir)
+            .field("segment_max_bytes", &self.segment_max_bytes)
+            .field("segment_max_age", &self.segment_max_age)
+            .field("budget_bytes", &self.budget_bytes)
+            .field("fsync", &self.fsync)
+            .field("retry_initial", &self.retry_initial)
+            .field("retry_max", &self.retry_max)
+            .finish()
+    }
+}
+
+impl WriterConfig {
+    /// Defaults: 64 MiB or 10 s segments, an 8 GiB disk budget, fsync on, retries from
+    /// 200 ms up to 30 s.
+    pub fn new(lake: impl Into<String>, wal_dir: impl Into<PathBuf>) -> Self {
+        WriterConfig {
+            lake: lake.into(),
+            storage_options: HashMap::new(),
+            wal_dir: wal_dir.into(),
+            segment_max_bytes: 64 << 20,
+            segment_max_age: Duration::from_secs(10),
+            budget_bytes: 8 << 30,
+            fsync: true,
+            retry_initial: Duration::from_millis(200),
+            retry_max: Duration::from_secs(30),
+        }
+    }
+
+    /// Checks the settings for values that cannot work.
+    pub fn validate(&self) -> Result<()> {
+        if self.lake.trim().is_empty() {
+            return Err(Error::Config("`lake` is empty".into()));
+        }
+        if self.segment_max_bytes < 4096 {
+            return Err(Error::Config(
+                "`segment_max_bytes` must be at least 4096".into(),
+            ));
+        }
+        if self.budget_bytes < self.segment_max_bytes {
+            return Err(Error::Config(
+                "`budget_bytes` must be at least `segment_max_bytes`".into(),
+            ));
+        }
+        if self.segment_max_age.is_zero() {
+            return Err(Error::Config("`segment_max_age` must be above zero".into()));
+        }
+        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
+            return Err(Error::Config(
+                "`retry_initial` must be above zero and at most `retry_max`".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,331 @@
+//! Where the lake is, and committing batches to its Delta tables idempotently.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Once;
+
+use arrow::array::RecordBatch;
+use deltalake::kernel::Transaction;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::parquet::basic::{Compression, ZstdLevel};
+use deltalake::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use deltalake::parquet::schema::types::ColumnPath;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, DeltaTableError};
+use url::Url;
+
+use deltalake::kernel::StructType;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+
+use crate::batch::{PARTITION_COLUMNS, arrow_schema};
+use crate::error::{Error, Result};
+use crate::record::{PROTOCOL_VERSION, Table};
+
+/// The table configuration key holding the ATDP protocol version.
+pub const PROTOCOL_VERSION_KEY: &str = "atdp.protocolVersion";
+
+/// Path of the tables under the lake root.
+const TABLES_PREFIX: &str = "atdp/v1";
+
+/// Columns whose min/max statistics Delta keeps in its log, for file skipping (the
+/// message text columns would only bloat the log).
+fn stats_columns(table: Table) -> &'static str {
+    match table {
+        Table::Steps => {
+            "step_id,trajectory_id,parent_step_id,turn_index,agent_id,started_at,ended_at,api,upstream,model_requested,model_served,policy_version,finish_reason,status,prompt_tokens,completion_tokens"
+        }
+        Table::Rewards => {
+            "reward_id,trajectory_id,step_id,name,value,source,reward_fn_version,terminal,created_at"
+        }
+        Table::Audit => "event_id,chain_id,chain_seq,occurred_at,kind,actor,subject,decision",
+        Table::PiiVault => "token,entity,key_id,created_at",
+    }
+}
+
+static REGISTER_STORES: Once = Once::new();
+
+fn register_object_stores() {
+    REGISTER_STORES.call_once(|| {
+        deltalake::aws::register_handlers(None);
+        deltalake::gcp::register_handlers(None);
+        deltalake::azure::register_handlers(None);
+    });
+}
+
+/// A lake location: a root URL (`file://`, `s3://`, `gs://`, `az://`/`abfss://`) or a local
+/// path, and the object-store options it needs (endpoint, region, credentials, …).
+#[derive(Clone)]
+pub struct Lake {
+    root: Url,
+    options: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for Lake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Options hold credentials: print only their names.
+        let mut keys: Vec<&String> = self.options.keys().collect();
+        keys.sort();
+        f.debug_struct("Lake")
+            .field("root", &self.root.as_str())
+            .field("options", &keys)
+            .finish()
+    }
+}
+
+impl Lake {
+    /// A lake at `location` (a URL, or a local directory that is created if missing).
+    pub fn new(location: &str, options: HashMap<String, String>) -> Result<Lake> {
+        register_object_stores();
+        let bad = |message: String| Error::Location {
+            url: location.to_owned(),
+            message,
+        };
+        let root = match Url::parse(location) {
+            Ok(url) if url.scheme().len() > 1 => url,
+            _ => {
+                let path = Path::new(location);
+                std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
+                let absolute = path.canonicalize().map_err(|e| Error::io(path, e))?;
+                Url::from_directory_path(&absolute)
+                    .map_err(|()| bad("not an absolute local path".into()))?
+            }
+        };
+        if root.scheme() == "file" {
+            let path = root
+                .to_file_path()
+                .map_err(|()| bad("not a local path".into()))?;
+            std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+        }
+        let mut root = root;
+        if !root.path().ends_with('/') {
+            let path = format!("{}/", root.path());
+            root.set_path(&path);
+        }
+        Ok(Lake { root, options })
+    }
+
+    /// The root URL.
+    pub fn root(&self) -> &Url {
+        &self.root
+    }
+
+    /// The object-store options.
+    pub fn options(&self) -> &HashMap<String, String> {
+        &self.options
+    }
+
+    /// The URL of a table: `<root>/atdp/v1/<table>/`.
+    pub fn table_url(&self, table: Table) -> Result<Url> {
+        self.root
+            .join(&format!("{TABLES_PREFIX}/{}/", table.name()))
+            .map_err(|e| Error::Location {
+                url: self.root.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    /// The table as it is now; `Ok(None)` when it has not been created yet.
+    pub async fn open_table(&self, table: Table) -> Result<Option<DeltaTable>> {
+        let url = self.table_url(table)?;
+        if let Ok(path) = url.to_file_path()
+            && !path.exists()
+        {
+            return Ok(None);
+        }
+        let delta = self.load(table).await?;
+        Ok(delta.version().is_some().then_some(delta))
+    }
+
+    /// Creates a local table's directory (delta-rs needs it to exist); object stores have
+    /// no directories.
+    pub(crate) fn prepare(&self, table: Table) -> Result<()> {
+        if let Ok(path) = self.table_url(table)?.to_file_path() {
+            std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+        }
+        Ok(())
+    }
+
+    /// The table handle, loaded when the table exists (a write creates it otherwise).
+    pub(crate) async fn load(&self, table: Table) -> Result<DeltaTable> {
+        let url = self.table_url(table)?;
+        DeltaTable::try_from_url_with_storage_options(url, self.options.clone())
+            .await
+            .map_err(|e| Error::delta(table.name(), e))
+    }
+
+    /// The table at a given version, for repeatable reads.
+    pub async fn open_table_at(&self, table: Table, version: u64) -> Result<DeltaTable> {
+        let mut delta = self.load(table).await?;
+        delta
+            .load_version(version)
+            .await
+            .map_err(|e| Error::delta(table.name(), e))?;
+        Ok(delta)
+    }
+}
+
+/// Parquet settings of the lake's data files.
+pub(crate) fn writer_properties(table: Table) -> WriterProperties {
+    let mut builder = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(true)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_statistics_truncate_length(Some(64))
+        .set_column_index_truncate_length(Some(64))
+        .set_max_row_group_row_count(Some(match table {
+            Table::Steps => 16_384,
+            _ => 131_072,
+        }));
+    // Ids are looked up one at a time: a Bloom filter lets readers skip row groups.
+    let lookups: &[&str] = match table {
+        Table::Steps => &["step_id", "trajectory_id"],
+        Table::Rewards => &["trajectory_id"],
+        Table::Audit => &[],
+        Table::PiiVault => &["token"],
+    };
+    for column in lookups {
+        builder = builder
+            .set_column_bloom_filter_enabled(ColumnPath::from(*column), true)
+            .set_column_bloom_filter_fpp(ColumnPath::from(*column), 0.01);
+    }
+    builder.build()
+}
+
+/// What a commit attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Committed {
+    /// This call committed the batch at the given table version.
+    Now(u64),
+    /// The table already holds this transaction (a replay): nothing was written.
+    Already,
+}
+
+/// Commits batches of one table, each under a Delta application transaction
+/// `(app_id, seq)`, so that a replayed sequence number is never committed twice.
+#[derive(Debug)]
+pub(crate) struct Committer {
+    table: Table,
+    lake: Lake,
+    app_id: String,
+    delta: Option<DeltaTable>,
+    /// The last sequence number known committed for `app_id`, valid while `delta` is.
+    committed_seq: Option<i64>,
+}
+
+/// How many times a commit is retried at once after a conflict, before the error goes to the
+/// caller (which backs off).
+const CONFLICT_RETRIES: usize = 8;
+
+impl Committer {
+    pub(crate) fn new(lake: Lake, table: Table, app_id: impl Into<String>) -> Self {
+        Committer {
+            table,
+            lake,
+            app_id: app_id.into(),
+            delta: None,
+            committed_seq: None,
+        }
+    }
+
+    async fn fresh(&mut self) -> Result<&DeltaTable> {
+        self.lake.prepare(self.table)?;
+        let delta = self.lake.load(self.table).await?;
+        self.committed_seq = match delta.version() {
+            Some(_) => delta
+                .snapshot()
+                .map_err(|e| Error::delta(self.table.name(), e))?
+                .transaction_version(delta.log_store().as_ref(), &self.app_id)
+                .await
+                .map_err(|e| Error::delta(self.table.name(), e))?,
+            None => None,
+        };
+        Ok(self.delta.insert(delta))
+    }
+
+    /// Commits `batch` as transaction `seq`, unless the table already has it.
+    pub(crate) async fn commit(&mut self, seq: i64, batch: RecordBatch) -> Result<Committed> {
+        let mut last_error = None;
+        for attempt in 0..CONFLICT_RETRIES {
+            if self.delta.is_none() {
+                self.fresh().await?;
+            }
+            if self.committed_seq.is_some_and(|done| done >= seq) {
+                return Ok(Committed::Already);
+            }
+            let Some(delta) = self.delta.clone() else {
+                continue;
+            };
+            let delta = match delta.version() {
+                Some(_) => Ok(delta),
+                None => self.create(delta).await,
+            };
+            let written = match delta {
+                Ok(delta) => self.write(delta, seq, batch.clone()).await,
+                Err(error) => Err(error),
+            };
+            match written {
+                Ok(delta) => {
+                    let version = delta.version().unwrap_or_default();
+                    self.delta = Some(delta);
+                    self.committed_seq = Some(seq);
+                    return Ok(Committed::Now(version));
+                }
+                Err(error) => {
+                    // The commit may or may not have landed (a timeout after the put, a
+                    // conflict): forget what we knew and read the table again.
+                    tracing::debug!(table = %self.table, seq, attempt, error = %error, "Commit attempt failed; reloading the table.");
+                    self.delta = None;
+                    self.committed_seq = None;
+                    last_error = Some(error);
+                }
+            }
+        }
+        Err(Error::delta(
+            self.table.name(),
+            last_error.unwrap_or_else(|| DeltaTableError::Generic("commit not attempted".into())),
+        ))
+    }
+
+    /// Creates the table with the protocol's schema, partitioning and metadata (a writer
+    /// that races another to create it finds the table there and reloads).
+    async fn create(&self, delta: DeltaTable) -> std::result::Result<DeltaTable, DeltaTableError> {
+        let schema: StructType = arrow_schema(self.table).as_ref().try_into_kernel()?;
+        delta
+            .create()
+            .with_columns(schema.fields().cloned())
+            .with_partition_columns(PARTITION_COLUMNS)
+            .with_configuration([
+                (PROTOCOL_VERSION_KEY, Some(PROTOCOL_VERSION)),
+                (
+                    "delta.dataSkippingStatsColumns",
+                    Some(stats_columns(self.table)),
+                ),
+            ])
+            // `atdp.*` is not a Delta key; Delta keeps unknown keys when told to.
+            .with_raise_if_key_not_exists(false)
+            .with_table_name(self.table.name())
+            .with_comment(format!(
+                "ATDP v{PROTOCOL_VERSION} {} table",
+                self.table.name()
+            ))
+            .with_save_mode(SaveMode::ErrorIfExists)
+            .await
+    }
+
+    async fn write(
+        &self,
+        delta: DeltaTable,
+        seq: i64,
+        batch: RecordBatch,
+    ) -> std::result::Result<DeltaTable, DeltaTableError> {
+        let commit = CommitProperties::default()
+            .with_application_transaction(Transaction::new(&self.app_id, seq));
+        delta
+            .write(vec![batch])
+            .with_save_mode(SaveMode::Append)
+            .with_partition_columns(PARTITION_COLUMNS)
+            .with_writer_properties(writer_properties(self.table))
+            .with_commit_properties(commit)
+            .await
+    }
+}

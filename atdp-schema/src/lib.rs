@@ -1,0 +1,58 @@
+//! ATDP v1, the Agent Trajectory Data Protocol: its records, their Arrow schema, and the lake
+//! that stores them as Delta Lake tables on object storage (`docs/atdp-v1.md`).
+//!
+//! The writer is what the proxy calls on its hot path: [`LakeWriter::append`] puts a record
+//! into a local write-ahead log and returns at once; the log is group-committed to disk,
+//! rolled into Parquet files, and committed to the Delta tables idempotently.
+//!
+//! ```no_run
+//! # async fn demo() -> atdp_schema::Result<()> {
+//! use atdp_schema::{Filter, LakeReader, LakeWriter, Reward, WriterConfig, new_id, now_micros};
+//!
+//! let writer = LakeWriter::open(WriterConfig::new("./lake", "./wal")).await?;
+//! let appended = writer.append(Reward {
+//!     reward_id: new_id(),
+//!     trajectory_id: new_id(),
+//!     tenant_id: "acme".into(),
+//!     name: "task_success".into(),
+//!     value: 1.0,
+//!     source: "api".into(),
+//!     created_at: now_micros(),
+//!     ..Reward::default()
+//! })?;
+//! writer.durable(appended).await?; // on local disk: a crash cannot lose it
+//! writer.flush().await?;           // committed to the lake
+//!
+//! let reader = LakeReader::new(writer.lake().clone());
+//! let rewards = reader.rewards(&Filter { tenant_id: Some("acme".into()), ..Filter::default() }).await?;
+//! assert_eq!(rewards.rows.len(), 1);
+//! # Ok(()) }
+//! ```
+
+mod batch;
+mod chain;
+mod config;
+mod error;
+mod lake;
+pub mod maintenance;
+mod reader;
+mod record;
+pub mod synth;
+mod wal;
+mod writer;
+
+pub use batch::{
+    PARTITION_COLUMNS, arrow_schema, audit_from_batch, audit_to_batch, rewards_from_batch,
+    rewards_to_batch, steps_from_batch, steps_to_batch, vault_from_batch, vault_to_batch,
+};
+pub use chain::{ChainBreak, ChainHead, GENESIS_HASH, event_hash, verify_chain};
+pub use config::WriterConfig;
+pub use error::{Error, Result};
+pub use lake::{Lake, PROTOCOL_VERSION_KEY};
+pub use reader::{Filter, LakeReader, Read};
+pub use record::{
+    AuditEvent, Message, PROTOCOL_VERSION, PiiSpan, Record, Reward, Step, Table, Tool, ToolCall,
+    VaultEntry, date_of_micros, new_id, now_micros,
+};
+pub use wal::{DAMAGED_DIR, Damage, DamageKind};
+pub use writer::{Appended, LakeWriter, WriterStats};

@@ -1,0 +1,426 @@
+//! The lake writer: the component the proxy calls on its hot path.
+//!
+//! `append` frames the record into the write-ahead log's memory buffer and returns at once;
+//! a sync thread group-commits the buffer to the current segment with one fsync; sealed
+//! segments are converted to Arrow and committed to the Delta tables by an uploader task,
+//! each under the transaction `(writer id, segment number)`, and deleted only after the
+//! commit is confirmed. Object storage being slow or down never blocks `append`: records
+//! accumulate on disk up to the budget, then `append` reports back-pressure.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::batch;
+use crate::config::WriterConfig;
+use crate::error::{Error, Result};
+use crate::lake::{Committed, Committer, Lake};
+use crate::record::{AuditEvent, Record, Table};
+use crate::wal::{Damage, DamageKind, Sealed, Wal, WalConfig, scan_segment};
+
+/// Proof that a record was appended; await [`LakeWriter::durable`] for it to be on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Appended(u64);
+
+/// A snapshot of the writer's counters, for metrics and health checks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriterStats {
+    /// Records appended since open.
+    pub appended_records: u64,
+    /// Records on local disk (fsynced) since open.
+    pub durable_records: u64,
+    /// Bytes held in the write-ahead log (not yet committed to the lake).
+    pub held_bytes: u64,
+    /// The disk budget.
+    pub budget_bytes: u64,
+    /// Segments committed to the lake (or found already committed) since open.
+    pub committed_segments: u64,
+    /// Rows committed to the lake since open.
+    pub committed_rows: u64,
+    /// Upload attempts that failed since open.
+    pub upload_failures: u64,
+    /// Whether the last upload attempt failed (object storage unreachable or refusing).
+    pub store_down: bool,
+    /// The last upload error.
+    pub last_error: Option<String>,
+    /// Damaged segments found since open.
+    pub damage: Vec<Damage>,
+    /// Segments set aside because their records can never be committed (they do not
+    /// convert to the table's schema); kept under `<wal>/damaged/`.
+    pub rejected_segments: u64,
+}
+
+#[derive(Debug, Default)]
+struct UploadStats {
+    rejected_segments: u64,
+    committed_segments: u64,
+    committed_rows: u64,
+    upload_failures: u64,
+    store_down: bool,
+    last_error: Option<String>,
+    damage: Vec<Damage>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    stats: Mutex<UploadStats>,
+    /// The highest segment number whose commits are confirmed (all lower ones are too).
+    committed_tx: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn stats(&self) -> std::sync::MutexGuard<'_, UploadStats> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Appends ATDP records to the lake through a local write-ahead log.
+#[derive(Debug)]
+pub struct LakeWriter {
+    wal: Arc<Wal>,
+    lake: Lake,
+    config: WriterConfig,
+    shared: Arc<Shared>,
+    sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    uploader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl LakeWriter {
+    /// Opens the writer: recovers the log (segments left by an earlier run are committed
+    /// first, skipping those the lake already holds) and starts the sync thread and the
+    /// uploader task. Must be called inside a Tokio runtime.
+    pub async fn open(config: WriterConfig) -> Result<LakeWriter> {
+        config.validate()?;
+        let lake = Lake::new(&config.lake, config.storage_options.clone())?;
+        let wal_config = WalConfig {
+            segment_max_bytes: config.segment_max_bytes,
+            segment_max_age: config.segment_max_age,
+            budget_bytes: config.budget_bytes,
+            fsync: config.fsync,
+        };
+        let dir = config.wal_dir.clone();
+        let opened = tokio::task::spawn_blocking(move || Wal::open(&dir, wal_config))
+            .await
+            .map_err(|e| Error::Config(format!("log recovery task failed: {e}")))??;
+        if !opened.recovered.is_empty() {
+            tracing::info!(
+                segments = opened.recovered.len(),
+                wal_dir = %config.wal_dir.display(),
+                "Recovering write-ahead log segments left by an earlier run."
+            );
+        }
+        let wal = opened.wal;
+        let start = opened
+            .recovered
+            .first()
+            .map_or(0, |s| s.seq.saturating_sub(1));
+        let (committed_tx, _) = watch::channel(start);
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(UploadStats::default()),
+            committed_tx,
+        });
+        let sync_wal = wal.clone();
+        let sync_thread = std::thread::Builder::new()
+            .name("atdp-wal-sync".into())
+            .spawn(move || sync_wal.run_sync())
+            .map_err(|e| Error::io(&config.wal_dir, e))?;
+        let uploader = tokio::spawn(upload_loop(
+            wal.clone(),
+            lake.clone(),
+            opened.sealed_rx,
+            shared.clone(),
+            config.retry_initial,
+            config.retry_max,
+        ));
+        Ok(LakeWriter {
+            wal,
+            lake,
+            config,
+            shared,
+            sync_thread: Mutex::new(Some(sync_thread)),
+            uploader: Mutex::new(Some(uploader)),
+        })
+    }
+
+    /// This writer instance's id: the Delta transaction app id of its commits and the id of
+    /// its audit chain.
+    pub fn writer_id(&self) -> &str {
+        self.wal.writer_id()
+    }
+
+    /// The lake written to.
+    pub fn lake(&self) -> &Lake {
+        &self.lake
+    }
+
+    /// Appends a record. Never waits on disk or object storage; fails with
+    /// [`Error::Backpressure`] when the log is over its budget.
+    pub fn append(&self, record: impl Into<Record>) -> Result<Appended> {
+        let record = record.into();
+        if let Record::Audit(event) = record {
+            return self.append_audit(event).map(|(appended, _)| appended);
+        }
+        self.wal.append(&record).map(Appended)
+    }
+
+    /// Appends an audit event, linking it into this writer's hash chain; returns the event
+    /// as stored (with `chain_id`, `chain_seq`, `prev_hash` and `hash` set).
+    pub fn append_audit(&self, event: AuditEvent) -> Result<(Appended, AuditEvent)> {
+        self.wal
+            .append_audit(event)
+            .map(|(ticket, event)| (Appended(ticket), event))
+    }
+
+    /// Waits until the record is on local disk (fsynced): from then on a crash cannot lose it.
+    pub async fn durable(&self, appended: Appended) -> Result<()> {
+        let mut progress = self.wal.synced();
+        loop {
+            let now = *progress.borrow_and_update();
+            if now.synced >= appended.0 {
+                return Ok(());
+            }
+            if now.failed {
+                return Err(Error::io(
+                    self.wal.dir(),
+                    std::io::Error::other("the write-ahead log failed to write"),
+                ));
+            }
+            progress.changed().await.map_err(|_| Error::Closed)?;
+        }
+    }
+
+    /// Blocking form of [`LakeWriter::durable`], for threads outside the runtime.
+    pub fn durable_blocking(&self, appended: Appended) -> Result<()> {
+        self.wal.wait_durable(appended.0)
+    }
+
+    /// Seals the current segment and waits until everything appended before the call is
+    /// committed to the lake. Waits through outages; wrap it in a timeout if needed.
+    pub async fn flush(&self) -> Result<()> {
+        let wal = self.wal.clone();
+        let sealed = tokio::task::spawn_blocking(move || wal.roll())
+            .await
+            .map_err(|_| Error::Closed)??;
+        let mut committed = self.shared.committed_tx.subscribe();
+        committed
+            .wait_for(|done| *done >= sealed)
+            .await
+            .map_err(|_| Error::Closed)?;
+        Ok(())
+    }
+
+    /// Counters for metrics and health checks.
+    pub fn stats(&self) -> WriterStats {
+        let (appended, durable) = self.wal.counts();
+        let uploads = self.shared.stats();
+        WriterStats {
+            appended_records: appended,
+            durable_records: durable,
+            held_bytes: self.wal.held_bytes(),
+            budget_bytes: self.config.budget_bytes,
+            committed_segments: uploads.committed_segments,
+            committed_rows: uploads.committed_rows,
+            upload_failures: uploads.upload_failures,
+            store_down: uploads.store_down,
+            last_error: uploads.last_error.clone(),
+            damage: uploads.damage.clone(),
+            rejected_segments: uploads.rejected_segments,
+        }
+    }
+
+    /// Graceful shutdown: stops accepting records (appends fail with [`Error::Closed`]),
+    /// writes and seals what is pending, and waits up to `grace` for the lake to confirm.
+    /// Returns whether everything was committed; what was not stays in the log, durable,
+    /// and is committed by the next start.
+    pub async fn shutdown(&self, grace: Duration) -> Result<bool> {
+        self.wal.close();
+        let thread = self
+            .sync_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .map_err(|_| Error::Closed)?
+                .map_err(|_| Error::Closed)?;
+        }
+        let last = self.wal.last_sealed();
+        let mut committed = self.shared.committed_tx.subscribe();
+        let confirmed = tokio::time::timeout(grace, committed.wait_for(|done| *done >= last)).await;
+        let uploader = self
+            .uploader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(uploader) = uploader {
+            uploader.abort();
+            let _ = uploader.await;
+        }
+        match confirmed {
+            Ok(result) => result.map(|_| true).map_err(|_| Error::Closed),
+            Err(_) => {
+                tracing::warn!(
+                    held_bytes = self.wal.held_bytes(),
+                    "Shutdown grace period ended before the lake confirmed every commit; the rest stays in the write-ahead log."
+                );
+                Ok(false)
+            }
+        }
+    }
+}
+
+impl Drop for LakeWriter {
+    fn drop(&mut self) {
+        self.wal.close();
+        if let Some(uploader) = self.uploader.get_mut().ok().and_then(Option::take) {
+            uploader.abort();
+        }
+    }
+}
+
+async fn upload_loop(
+    wal: Arc<Wal>,
+    lake: Lake,
+    mut sealed_rx: mpsc::UnboundedReceiver<Sealed>,
+    shared: Arc<Shared>,
+    retry_initial: Duration,
+    retry_max: Duration,
+) {
+    let mut committers: BTreeMap<Table, Committer> = BTreeMap::new();
+    while let Some(sealed) = sealed_rx.recv().await {
+        let mut backoff = retry_initial;
+        loop {
+            match upload_segment(&wal, &lake, &mut committers, &sealed).await {
+                Ok((rows, damage)) => {
+                    let mut stats = shared.stats();
+                    stats.damage.extend(damage);
+                    if stats.store_down {
+                        tracing::info!(
+                            failures = stats.upload_failures,
+                            "Object storage accepts commits again; catching up."
+                        );
+                    }
+                    stats.store_down = false;
+                    stats.committed_segments += 1;
+                    stats.committed_rows += rows;
+                    break;
+                }
+                Err(error) if error.is_permanent() => {
+                    // Retrying cannot help; set the segment aside so the ones behind it flow.
+                    let kept = wal.quarantine(&sealed);
+                    tracing::error!(
+                        segment = sealed.seq,
+                        error = %error,
+                        kept = ?kept.as_ref().map(|p| p.display().to_string()),
+                        "Write-ahead log segment can never be committed; it is set aside for inspection."
+                    );
+                    shared.stats().rejected_segments += 1;
+                    break;
+                }
+                Err(error) => {
+                    let held = wal.held_bytes();
+                    {
+                        let mut stats = shared.stats();
+                        stats.upload_failures += 1;
+                        stats.last_error = Some(error.to_string());
+                        if !stats.store_down {
+                            tracing::warn!(
+                                segment = sealed.seq,
+                                held_bytes = held,
+                                error = %error,
+                                "Lake commit failed; records stay in the write-ahead log and the upload is retried with backoff."
+                            );
+                        }
+                        stats.store_down = true;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(retry_max);
+                }
+            }
+        }
+        shared.committed_tx.send_replace(sealed.seq);
+    }
+}
+
+/// Commits one segment's records, one Delta commit per table, then releases the segment.
+/// Returns the rows committed by this call and the damage found in the segment, if any.
+async fn upload_segment(
+    wal: &Arc<Wal>,
+    lake: &Lake,
+    committers: &mut BTreeMap<Table, Committer>,
+    sealed: &Sealed,
+) -> Result<(u64, Option<Damage>)> {
+    let path = sealed.path.clone();
+    let scan = tokio::task::spawn_blocking(move || scan_segment(&path))
+        .await
+        .map_err(|e| Error::Config(format!("segment read task failed: {e}")))??;
+    let mut rows = 0;
+    let seq = i64::try_from(sealed.seq)
+        .map_err(|_| Error::Config(format!("segment number {} is out of range", sealed.seq)))?;
+    for (table, batch) in batches_by_table(scan.records)? {
+        let count = batch.num_rows() as u64;
+        let committer = committers
+            .entry(table)
+            .or_insert_with(|| Committer::new(lake.clone(), table, wal.writer_id()));
+        if let Committed::Now(version) = committer.commit(seq, batch).await? {
+            tracing::debug!(table = %table, segment = sealed.seq, version, rows = count, "Committed segment.");
+            rows += count;
+        }
+    }
+    match scan.damage {
+        Some(damage) if damage.kind == DamageKind::Corrupt => {
+            let kept = wal.quarantine(sealed)?;
+            tracing::error!(
+                damage = %damage,
+                kept = %kept.display(),
+                "Write-ahead log segment is corrupt: its intact records were committed, the rest is lost; the file is kept for inspection."
+            );
+            Ok((rows, Some(damage)))
+        }
+        Some(damage) => {
+            tracing::warn!(damage = %damage, "Write-ahead log segment ends inside a record (a write cut by a crash); the intact records were committed.");
+            wal.release(sealed)?;
+            Ok((rows, Some(damage)))
+        }
+        None => {
+            wal.release(sealed)?;
+            Ok((rows, None))
+        }
+    }
+}
+
+/// Splits records into one Arrow batch per table.
+pub(crate) fn batches_by_table(
+    records: Vec<Record>,
+) -> Result<Vec<(Table, arrow::array::RecordBatch)>> {
+    let mut steps = Vec::new();
+    let mut rewards = Vec::new();
+    let mut audit = Vec::new();
+    let mut vault = Vec::new();
+    for record in records {
+        match record {
+            Record::Step(step) => steps.push(*step),
+            Record::Reward(reward) => rewards.push(reward),
+            Record::Audit(event) => audit.push(event),
+            Record::Vault(entry) => vault.push(entry),
+        }
+    }
+    let mut batches = Vec::new();
+    if !steps.is_empty() {
+        batches.push((Table::Steps, batch::steps_to_batch(&steps)?));
+    }
+    if !rewards.is_empty() {
+        batches.push((Table::Rewards, batch::rewards_to_batch(&rewards)?));
+    }
+    if !audit.is_empty() {
+        batches.push((Table::Audit, batch::audit_to_batch(&audit)?));
+    }
+    if !vault.is_empty() {
+        batches.push((Table::PiiVault, batch::vault_to_batch(&vault)?));
+    }
+    Ok(batches)
+}
