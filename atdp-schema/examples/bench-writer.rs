@@ -59,8 +59,24 @@ async fn main() -> anyhow::Result<()> {
 
     let started = Instant::now();
     let mut last = None;
-    for record in steps {
-        last = Some(writer.append(record)?);
+    let mut waits = 0u64;
+    for record in &steps {
+        loop {
+            match writer.append_record(record) {
+                Ok(appended) => {
+                    last = Some(appended);
+                    break;
+                }
+                // The disk is behind: wait for it as a proxy would, then go on.
+                Err(atdp_schema::Error::Backpressure { .. }) => {
+                    waits += 1;
+                    if let Some(last) = last {
+                        writer.durable(last).await?;
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
     if let Some(last) = last {
         writer.durable(last).await?;
@@ -88,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
         json_bytes as f64 / n as f64 / 1e3
     );
     println!("fsync                      {}", !args.no_fsync);
+    println!("back-pressure waits        {waits}");
     println!(
         "append + fsync             {:.2} s  {:.0} steps/s  {:.0} MB/s",
         appended.as_secs_f64(),

@@ -55,12 +55,12 @@ pub enum Error {
     /// The local write-ahead log has reached its disk budget because object storage has not
     /// accepted uploads; the caller must refuse traffic or pass it unrecorded, and say so.
     #[error(
-        "back-pressure: the write-ahead log holds {pending_bytes} bytes, over its budget of {budget_bytes}; object storage is not keeping up or is down"
+        "back-pressure: {pending_bytes} bytes wait in the write-ahead log, over its limit of {budget_bytes}; the local disk or object storage is not keeping up, or is down"
     )]
     Backpressure {
-        /// Bytes waiting in the log.
+        /// Bytes waiting (on disk for the disk budget, in memory for the memory cap).
         pending_bytes: u64,
-        /// The configured budget.
+        /// The limit that was reached.
         budget_bytes: u64,
     },
     /// The writer has been shut down or its background task has stopped.

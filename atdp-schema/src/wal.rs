@@ -107,8 +107,14 @@ pub(crate) struct SegmentScan {
 
 /// Frames one record: header then payload.
 pub(crate) fn frame(record: &Record) -> Result<Vec<u8>> {
-    let framed = postcard::to_extend(record, vec![0u8; FRAME_HEADER])
-        .map_err(|e| Error::Encode(e.to_string()))?;
+    frame_into(record, Vec::new())
+}
+
+/// Frames one record into `buf` (cleared first), reusing its allocation.
+fn frame_into(record: &Record, mut buf: Vec<u8>) -> Result<Vec<u8>> {
+    buf.clear();
+    buf.extend_from_slice(&[0u8; FRAME_HEADER]);
+    let framed = postcard::to_extend(record, buf).map_err(|e| Error::Encode(e.to_string()))?;
     let payload_len = framed.len() - FRAME_HEADER;
     if payload_len > MAX_RECORD_BYTES {
         return Err(Error::Encode(format!(
@@ -184,8 +190,15 @@ fn scan_bytes(path: &Path, data: &[u8]) -> SegmentScan {
         match decoded {
             Some(record) => records.push(record),
             None => {
+                // File systems may leave a crashed write's tail zero-filled: a torn write,
+                // not corruption.
+                let kind = if rest.iter().all(|b| *b == 0) {
+                    DamageKind::TornTail
+                } else {
+                    DamageKind::Corrupt
+                };
                 return SegmentScan {
-                    damage: Some(damage(offset, DamageKind::Corrupt, records.len())),
+                    damage: Some(damage(offset, kind, records.len())),
                     records,
                 };
             }
@@ -214,7 +227,11 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
     file.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
     file.sync_all().map_err(|e| Error::io(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+    match path.parent() {
+        Some(dir) => sync_dir(dir),
+        None => Ok(()),
+    }
 }
 
 struct Active {
@@ -249,6 +266,9 @@ impl Active {
 struct State {
     /// Framed records not yet written.
     pending: Vec<u8>,
+    /// The buffer the sync thread last wrote, cleared, kept to become the next `pending`
+    /// (reusing its memory spares the page faults of a fresh allocation every round).
+    spare: Vec<u8>,
     pending_records: u64,
     /// When the oldest record not yet in a sealed segment was appended (segment age).
     oldest_unsealed: Option<Instant>,
@@ -354,6 +374,7 @@ fn recover_chain(dir: &Path, writer_id: &str, newest: Option<&Path>) -> Result<C
         Err(e) => return Err(Error::io(&path, e)),
     };
     if let Some(newest) = newest {
+        let from_file = head.seq;
         for record in scan_segment(newest)?.records {
             if let Record::Audit(event) = record
                 && event.chain_id == head.chain_id
@@ -362,6 +383,11 @@ fn recover_chain(dir: &Path, writer_id: &str, newest: Option<&Path>) -> Result<C
                 head.seq = event.chain_seq;
                 head.hash = event.hash;
             }
+        }
+        if head.seq > from_file {
+            // Write it back now: the segment it came from is deleted once committed.
+            let bytes = serde_json::to_vec(&head).map_err(|e| Error::Encode(e.to_string()))?;
+            write_atomic(&path, &bytes)?;
         }
     }
     Ok(head)
@@ -382,6 +408,21 @@ impl Wal {
         })?;
         let writer_id = read_or_create_writer_id(dir)?;
         let found = list_segments(dir)?;
+        if let Some((seq, path)) = found.last()
+            && *seq >= i64::MAX as u64
+        {
+            return Err(Error::Config(format!(
+                "segment number of {} is out of range; the log directory is not one of ours",
+                path.display()
+            )));
+        }
+        // What a crashed run wrote may still be only in the page cache: make it durable
+        // before anything is built on it (commits, the chain head).
+        for (_, path) in &found {
+            File::open(path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io(path, e))?;
+        }
         let chain = recover_chain(dir, &writer_id, found.last().map(|(_, p)| p.as_path()))?;
         let (sealed_tx, sealed_rx) = mpsc::unbounded_channel();
         let mut recovered = Vec::new();
@@ -409,6 +450,7 @@ impl Wal {
             writer_id,
             state: Mutex::new(State {
                 pending: Vec::new(),
+                spare: Vec::new(),
                 pending_records: 0,
                 oldest_unsealed: None,
                 appended: 0,
@@ -460,6 +502,15 @@ impl Wal {
         if let Some(failure) = &state.failed {
             return Err(Error::io(&self.dir, std::io::Error::other(failure.clone())));
         }
+        // Unwritten records live in memory: a stalled disk must not grow it without bound.
+        let pending_cap = (2 * self.config.segment_max_bytes).max(1 << 20);
+        let in_memory = (state.pending.len() + len) as u64;
+        if in_memory > pending_cap {
+            return Err(Error::Backpressure {
+                pending_bytes: state.pending.len() as u64,
+                budget_bytes: pending_cap,
+            });
+        }
         let needed = state.held_bytes + len as u64;
         if needed > self.config.budget_bytes {
             return Err(Error::Backpressure {
@@ -484,10 +535,17 @@ impl Wal {
 
     /// Appends a record; returns its ticket (durable once [`Wal::synced`] reaches it).
     pub(crate) fn append(&self, record: &Record) -> Result<u64> {
-        let framed = frame(record)?;
+        thread_local! {
+            // Encoding happens outside the lock, into a buffer each thread reuses.
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let framed = frame_into(record, SCRATCH.with_borrow_mut(std::mem::take))?;
         let state = self.lock();
-        self.admit(&state, framed.len())?;
-        Ok(self.push(state, &framed))
+        let ticket = self
+            .admit(&state, framed.len())
+            .map(|()| self.push(state, &framed));
+        SCRATCH.with_borrow_mut(|scratch| *scratch = framed);
+        ticket
     }
 
     /// Appends an audit event linked into this writer's chain, in log order.
@@ -582,6 +640,16 @@ impl Wal {
         self.lock().held_bytes
     }
 
+    /// Why the log stopped writing, if it did.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
+    /// Whether the active segment holds records (none are left behind after a clean close).
+    pub(crate) fn active_has_records(&self) -> bool {
+        self.lock().active.as_ref().is_some_and(|a| a.records > 0)
+    }
+
     /// Records appended and made durable since open.
     pub(crate) fn counts(&self) -> (u64, u64) {
         let state = self.lock();
@@ -646,7 +714,8 @@ impl Wal {
                 }
             }
         }
-        let buf = std::mem::take(&mut state.pending);
+        let spare = std::mem::take(&mut state.spare);
+        let mut buf = std::mem::replace(&mut state.pending, spare);
         let records = std::mem::take(&mut state.pending_records);
         let upto = state.appended;
         // Under a steady stream the loop breaks on pending records before it looks at the
@@ -682,6 +751,8 @@ impl Wal {
         });
 
         let mut state = self.lock();
+        buf.clear();
+        state.spare = buf;
         let failed = outcome.is_err();
         let keep_going = match outcome {
             Ok(sealed) => {
@@ -807,6 +878,16 @@ mod tests {
         assert_eq!(damage.kind, DamageKind::Corrupt);
         assert_eq!(damage.offset, second as u64);
         assert_eq!(damage.intact_records, 1);
+    }
+
+    #[test]
+    fn zero_filled_tail_is_a_torn_write() {
+        let records: Vec<Record> = (0..2).map(reward).collect();
+        let mut data = segment(&records);
+        data.extend([0u8; 64]);
+        let scan = scan_bytes(Path::new("x"), &data);
+        assert_eq!(scan.records, records);
+        assert_eq!(scan.damage.map(|d| d.kind), Some(DamageKind::TornTail));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! accumulate on disk up to the budget, then `append` reports back-pressure.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,6 +52,8 @@ pub struct WriterStats {
     /// Segments set aside because their records can never be committed (they do not
     /// convert to the table's schema); kept under `<wal>/damaged/`.
     pub rejected_segments: u64,
+    /// Why the write-ahead log stopped writing (disk full, I/O error): appends are refused.
+    pub log_failure: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -69,11 +72,33 @@ struct Shared {
     stats: Mutex<UploadStats>,
     /// The highest segment number whose commits are confirmed (all lower ones are too).
     committed_tx: watch::Sender<u64>,
+    /// The uploader has been stopped: nothing more will be confirmed.
+    stopped: AtomicBool,
 }
 
 impl Shared {
     fn stats(&self) -> std::sync::MutexGuard<'_, UploadStats> {
         self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until segment `seq` is confirmed; `Err(Closed)` once the uploader is stopped.
+    async fn confirmed(&self, seq: u64) -> Result<()> {
+        let mut committed = self.committed_tx.subscribe();
+        committed
+            .wait_for(|done| *done >= seq || self.stopped.load(Ordering::Acquire))
+            .await
+            .map_err(|_| Error::Closed)?;
+        if *committed.borrow() >= seq {
+            Ok(())
+        } else {
+            Err(Error::Closed)
+        }
+    }
+
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        // Wake the waiters so that they see `stopped`.
+        self.committed_tx.send_modify(|_| {});
     }
 }
 
@@ -121,7 +146,11 @@ impl LakeWriter {
         let shared = Arc::new(Shared {
             stats: Mutex::new(UploadStats::default()),
             committed_tx,
+            stopped: AtomicBool::new(false),
         });
+        // Only the segment that was being written when the last run stopped can end inside
+        // a record; a cut anywhere else is corruption.
+        let torn_allowed = opened.recovered.last().map(|s| s.seq);
         let sync_wal = wal.clone();
         let sync_thread = std::thread::Builder::new()
             .name("atdp-wal-sync".into())
@@ -132,8 +161,11 @@ impl LakeWriter {
             lake.clone(),
             opened.sealed_rx,
             shared.clone(),
-            config.retry_initial,
-            config.retry_max,
+            Retry {
+                initial: config.retry_initial,
+                max: config.retry_max,
+            },
+            torn_allowed,
         ));
         Ok(LakeWriter {
             wal,
@@ -164,6 +196,17 @@ impl LakeWriter {
             return self.append_audit(event).map(|(appended, _)| appended);
         }
         self.wal.append(&record).map(Appended)
+    }
+
+    /// [`LakeWriter::append`] without giving up the record, so that a caller can retry it
+    /// after back-pressure.
+    pub fn append_record(&self, record: &Record) -> Result<Appended> {
+        if let Record::Audit(event) = record {
+            return self
+                .append_audit(event.clone())
+                .map(|(appended, _)| appended);
+        }
+        self.wal.append(record).map(Appended)
     }
 
     /// Appends an audit event, linking it into this writer's hash chain; returns the event
@@ -204,12 +247,7 @@ impl LakeWriter {
         let sealed = tokio::task::spawn_blocking(move || wal.roll())
             .await
             .map_err(|_| Error::Closed)??;
-        let mut committed = self.shared.committed_tx.subscribe();
-        committed
-            .wait_for(|done| *done >= sealed)
-            .await
-            .map_err(|_| Error::Closed)?;
-        Ok(())
+        self.shared.confirmed(sealed).await
     }
 
     /// Counters for metrics and health checks.
@@ -228,6 +266,7 @@ impl LakeWriter {
             last_error: uploads.last_error.clone(),
             damage: uploads.damage.clone(),
             rejected_segments: uploads.rejected_segments,
+            log_failure: self.wal.failure(),
         }
     }
 
@@ -249,8 +288,7 @@ impl LakeWriter {
                 .map_err(|_| Error::Closed)?;
         }
         let last = self.wal.last_sealed();
-        let mut committed = self.shared.committed_tx.subscribe();
-        let confirmed = tokio::time::timeout(grace, committed.wait_for(|done| *done >= last)).await;
+        let confirmed = tokio::time::timeout(grace, self.shared.confirmed(last)).await;
         let uploader = self
             .uploader
             .lock()
@@ -260,8 +298,18 @@ impl LakeWriter {
             uploader.abort();
             let _ = uploader.await;
         }
+        self.shared.stop();
+        if let Some(failure) = self.wal.failure() {
+            // Records acknowledged before the failure may sit in a segment that was never
+            // sealed: they are on disk and the next start commits them, but not now.
+            tracing::error!(failure = %failure, "Shutdown after a write-ahead log failure; records stay in the log for the next start.");
+            return Ok(false);
+        }
+        if self.wal.active_has_records() {
+            return Ok(false);
+        }
         match confirmed {
-            Ok(result) => result.map(|_| true).map_err(|_| Error::Closed),
+            Ok(result) => result.map(|()| true),
             Err(_) => {
                 tracing::warn!(
                     held_bytes = self.wal.held_bytes(),
@@ -279,7 +327,15 @@ impl Drop for LakeWriter {
         if let Some(uploader) = self.uploader.get_mut().ok().and_then(Option::take) {
             uploader.abort();
         }
+        self.shared.stop();
     }
+}
+
+/// Backoff between upload attempts.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    initial: Duration,
+    max: Duration,
 }
 
 async fn upload_loop(
@@ -287,14 +343,15 @@ async fn upload_loop(
     lake: Lake,
     mut sealed_rx: mpsc::UnboundedReceiver<Sealed>,
     shared: Arc<Shared>,
-    retry_initial: Duration,
-    retry_max: Duration,
+    retry: Retry,
+    torn_allowed: Option<u64>,
 ) {
     let mut committers: BTreeMap<Table, Committer> = BTreeMap::new();
     while let Some(sealed) = sealed_rx.recv().await {
-        let mut backoff = retry_initial;
+        let mut backoff = retry.initial;
+        let torn_ok = torn_allowed == Some(sealed.seq);
         loop {
-            match upload_segment(&wal, &lake, &mut committers, &sealed).await {
+            match upload_segment(&wal, &lake, &mut committers, &sealed, torn_ok).await {
                 Ok((rows, damage)) => {
                     let mut stats = shared.stats();
                     stats.damage.extend(damage);
@@ -311,15 +368,23 @@ async fn upload_loop(
                 }
                 Err(error) if error.is_permanent() => {
                     // Retrying cannot help; set the segment aside so the ones behind it flow.
-                    let kept = wal.quarantine(&sealed);
-                    tracing::error!(
-                        segment = sealed.seq,
-                        error = %error,
-                        kept = ?kept.as_ref().map(|p| p.display().to_string()),
-                        "Write-ahead log segment can never be committed; it is set aside for inspection."
-                    );
-                    shared.stats().rejected_segments += 1;
-                    break;
+                    match wal.quarantine(&sealed) {
+                        Ok(kept) => {
+                            tracing::error!(
+                                segment = sealed.seq,
+                                error = %error,
+                                kept = %kept.display(),
+                                "Write-ahead log segment can never be committed; it is set aside for inspection."
+                            );
+                            shared.stats().rejected_segments += 1;
+                            break;
+                        }
+                        Err(move_error) => {
+                            tracing::error!(segment = sealed.seq, error = %error, move_error = %move_error, "Write-ahead log segment can never be committed and could not be set aside; retrying.");
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(retry.max);
+                        }
+                    }
                 }
                 Err(error) => {
                     let held = wal.held_bytes();
@@ -338,7 +403,7 @@ async fn upload_loop(
                         stats.store_down = true;
                     }
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(retry_max);
+                    backoff = (backoff * 2).min(retry.max);
                 }
             }
         }
@@ -348,20 +413,34 @@ async fn upload_loop(
 
 /// Commits one segment's records, one Delta commit per table, then releases the segment.
 /// Returns the rows committed by this call and the damage found in the segment, if any.
+/// `torn_ok`: the segment may end inside a record (it was being written when a run stopped).
 async fn upload_segment(
     wal: &Arc<Wal>,
     lake: &Lake,
     committers: &mut BTreeMap<Table, Committer>,
     sealed: &Sealed,
+    torn_ok: bool,
 ) -> Result<(u64, Option<Damage>)> {
     let path = sealed.path.clone();
-    let scan = tokio::task::spawn_blocking(move || scan_segment(&path))
-        .await
-        .map_err(|e| Error::Config(format!("segment read task failed: {e}")))??;
+    // Reading and converting up to a segment of records is CPU work: keep it off the
+    // runtime's workers, which serve the proxy.
+    let (batches, damage) = tokio::task::spawn_blocking(move || {
+        let scan = scan_segment(&path)?;
+        let batches = batches_by_table(scan.records)?;
+        Ok::<_, Error>((batches, scan.damage))
+    })
+    .await
+    .map_err(|e| Error::Config(format!("segment read task failed: {e}")))??;
+    let damage = damage.map(|mut damage| {
+        if !torn_ok {
+            damage.kind = DamageKind::Corrupt;
+        }
+        damage
+    });
     let mut rows = 0;
     let seq = i64::try_from(sealed.seq)
         .map_err(|_| Error::Config(format!("segment number {} is out of range", sealed.seq)))?;
-    for (table, batch) in batches_by_table(scan.records)? {
+    for (table, batch) in batches {
         let count = batch.num_rows() as u64;
         let committer = committers
             .entry(table)
@@ -371,7 +450,7 @@ async fn upload_segment(
             rows += count;
         }
     }
-    match scan.damage {
+    match damage {
         Some(damage) if damage.kind == DamageKind::Corrupt => {
             let kept = wal.quarantine(sealed)?;
             tracing::error!(

@@ -112,6 +112,11 @@ async fn main() -> anyhow::Result<()> {
             dry_run,
             force,
         } => {
+            if *retention_hours < 1 {
+                bail!(
+                    "--retention-hours must be at least 1: a writer's Parquet files exist for a moment before their commit, and a full vacuum would delete them"
+                );
+            }
             for table in tables(table.as_deref())? {
                 let retention = retention_hours
                     .checked_mul(3600)

@@ -105,17 +105,34 @@ async fn corrupt_record_keeps_the_prefix_and_quarantines_the_segment() {
     assert!(writer.shutdown(Duration::from_secs(10)).await.unwrap());
 }
 
-#[tokio::test]
-async fn truncated_segment_keeps_the_prefix() {
-    let dir = tempfile::tempdir().unwrap();
-    let (ids, segment) = stranded_segment(&dir.path().join("wal"), 40).await;
-    let len = std::fs::metadata(&segment).unwrap().len();
+/// The empty segments after `segment` (the one a clean shutdown leaves to carry the number).
+fn later_segments(segment: &Path) -> Vec<PathBuf> {
+    let dir = segment.parent().unwrap();
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg") && p.as_path() > segment)
+        .collect()
+}
+
+fn truncate(segment: &Path, by: u64) {
+    let len = std::fs::metadata(segment).unwrap().len();
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .open(&segment)
+        .open(segment)
         .unwrap();
-    file.set_len(len - 7).unwrap();
-    drop(file);
+    file.set_len(len - by).unwrap();
+}
+
+#[tokio::test]
+async fn torn_tail_of_the_last_segment_keeps_the_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, segment) = stranded_segment(&dir.path().join("wal"), 40).await;
+    // As if the run had been killed while writing this segment: it is the newest one.
+    for later in later_segments(&segment) {
+        std::fs::remove_file(later).unwrap();
+    }
+    truncate(&segment, 7);
 
     let (writer, found) = recover(dir.path()).await;
     let damage = writer.stats().damage;
@@ -126,6 +143,31 @@ async fn truncated_segment_keeps_the_prefix() {
     assert!(
         !segment.exists(),
         "a torn tail is not corruption: the segment is released"
+    );
+    assert!(writer.shutdown(Duration::from_secs(10)).await.unwrap());
+}
+
+#[tokio::test]
+async fn cut_in_an_older_segment_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, segment) = stranded_segment(&dir.path().join("wal"), 40).await;
+    assert!(!later_segments(&segment).is_empty());
+    // A sealed segment was complete when sealed: a cut end means damage, not a crash.
+    truncate(&segment, 7);
+
+    let (writer, found) = recover(dir.path()).await;
+    let damage = writer.stats().damage;
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert_eq!(damage[0].kind, DamageKind::Corrupt);
+    assert_eq!(found, ids[..ids.len() - 1].to_vec());
+    let quarantined = dir
+        .path()
+        .join("wal")
+        .join(DAMAGED_DIR)
+        .join(segment.file_name().unwrap());
+    assert!(
+        quarantined.is_file(),
+        "the damaged segment is kept for inspection"
     );
     assert!(writer.shutdown(Duration::from_secs(10)).await.unwrap());
 }
