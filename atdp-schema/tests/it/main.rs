@@ -4,6 +4,7 @@
 // Test code: a failed step should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod cli;
 mod common;
 mod crash;
 mod interop;
