@@ -2,13 +2,11 @@
 //!
 //! `cargo run --release -p atdp-schema --example synth-lake -- --steps 10000 --out ./demo-lake`
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use atdp_schema::synth::{SynthConfig, generate};
-use atdp_schema::{LakeWriter, WriterConfig};
+use atdp_schema::{LakeWriter, WriterConfig, parse_storage_options};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -49,15 +47,7 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| scratch.path().join("wal"));
     let mut config = WriterConfig::new(&args.out, wal_dir);
-    config.storage_options = args
-        .storage_options
-        .iter()
-        .map(|pair| {
-            pair.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .with_context(|| "storage options are KEY=VALUE")
-        })
-        .collect::<anyhow::Result<HashMap<_, _>>>()?;
+    config.storage_options = parse_storage_options(&args.storage_options)?;
     config.segment_max_bytes = 256 << 20;
     config.segment_max_age = Duration::from_secs(3600);
     let writer = LakeWriter::open(config).await?;
@@ -69,7 +59,17 @@ async fn main() -> anyhow::Result<()> {
         seed: args.seed,
         ..SynthConfig::default()
     };
-    let summary = generate(&synth, |record| writer.append(record).map(|_| ()))?;
+    let summary = generate(&synth, |record| {
+        // A bulk load outruns the disk at times: wait for the log as a proxy would not.
+        loop {
+            match writer.append_record(&record) {
+                Err(atdp_schema::Error::Backpressure { .. }) => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                other => return other.map(|_| ()),
+            }
+        }
+    })?;
     writer.flush().await?;
     writer.shutdown(Duration::from_secs(60)).await?;
     eprintln!(

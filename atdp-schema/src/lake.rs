@@ -164,6 +164,26 @@ impl Lake {
     }
 }
 
+/// Object-store options from `KEY=VALUE` pairs (command-line flags, or an environment
+/// variable split on commas). Errors name the pair's position, never its text: values are
+/// credentials.
+pub fn parse_storage_options<S: AsRef<str>>(
+    pairs: impl IntoIterator<Item = S>,
+) -> Result<HashMap<String, String>> {
+    let mut options = HashMap::new();
+    for (index, pair) in pairs.into_iter().enumerate() {
+        let pair = pair.as_ref();
+        if pair.trim().is_empty() {
+            continue;
+        }
+        let (key, value) = pair.split_once('=').ok_or_else(|| {
+            Error::Config(format!("storage option #{} is not KEY=VALUE", index + 1))
+        })?;
+        options.insert(key.trim().to_owned(), value.trim().to_owned());
+    }
+    Ok(options)
+}
+
 /// Parquet settings of the lake's data files.
 pub(crate) fn writer_properties(table: Table) -> WriterProperties {
     let mut builder = WriterProperties::builder()
@@ -327,5 +347,38 @@ impl Committer {
             .with_writer_properties(writer_properties(self.table))
             .with_commit_properties(commit)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_options_parse_without_leaking_values() {
+        let options = parse_storage_options(["aws_region=us-east-1", " ", "k = v=w"]).unwrap();
+        assert_eq!(
+            options.get("aws_region").map(String::as_str),
+            Some("us-east-1")
+        );
+        assert_eq!(options.get("k").map(String::as_str), Some("v=w"));
+        let error = parse_storage_options(["a=b", "sk-secret-without-equals"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("#2"), "{error}");
+        assert!(!error.contains("sk-secret"), "{error}");
+    }
+
+    #[test]
+    fn table_urls_are_under_atdp_v1() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().to_str().unwrap(), HashMap::new()).unwrap();
+        let url = lake.table_url(Table::PiiVault).unwrap();
+        assert!(url.as_str().ends_with("/atdp/v1/pii_vault/"), "{url}");
+        let s3 = Lake::new("s3://bucket/prefix", HashMap::new()).unwrap();
+        assert_eq!(
+            s3.table_url(Table::Steps).unwrap().as_str(),
+            "s3://bucket/prefix/atdp/v1/steps/"
+        );
     }
 }

@@ -48,7 +48,7 @@ pub use batch::{
 pub use chain::{ChainBreak, ChainHead, GENESIS_HASH, event_hash, verify_chain};
 pub use config::WriterConfig;
 pub use error::{Error, Result};
-pub use lake::{Lake, PROTOCOL_VERSION_KEY};
+pub use lake::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options};
 pub use reader::{Filter, LakeReader, Read};
 pub use record::{
     AuditEvent, Message, PROTOCOL_VERSION, PiiSpan, Record, Reward, Step, Table, Tool, ToolCall,

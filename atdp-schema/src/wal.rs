@@ -503,7 +503,7 @@ impl Wal {
             return Err(Error::io(&self.dir, std::io::Error::other(failure.clone())));
         }
         // Unwritten records live in memory: a stalled disk must not grow it without bound.
-        let pending_cap = (2 * self.config.segment_max_bytes).max(1 << 20);
+        let pending_cap = (2 * self.config.segment_max_bytes).max(64 << 20);
         let in_memory = (state.pending.len() + len) as u64;
         if in_memory > pending_cap {
             return Err(Error::Backpressure {

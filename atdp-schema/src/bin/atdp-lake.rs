@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use atdp_schema::{Lake, Table, maintenance};
+use atdp_schema::{Lake, Table, maintenance, parse_storage_options};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -57,22 +57,11 @@ enum Command {
 
 fn storage_options(cli: &Cli) -> anyhow::Result<HashMap<String, String>> {
     let from_env = std::env::var("ATDP_STORAGE_OPTIONS").unwrap_or_default();
-    let mut options = HashMap::new();
     let pairs = from_env
         .split(',')
-        .filter(|p| !p.trim().is_empty())
         .map(str::to_owned)
         .chain(cli.storage_options.iter().cloned());
-    for pair in pairs {
-        let Some((key, value)) = pair.split_once('=') else {
-            bail!(
-                "storage option {key:?} is not KEY=VALUE",
-                key = pair.split('=').next().unwrap_or_default()
-            );
-        };
-        options.insert(key.trim().to_owned(), value.trim().to_owned());
-    }
-    Ok(options)
+    Ok(parse_storage_options(pairs)?)
 }
 
 fn tables(name: Option<&str>) -> anyhow::Result<Vec<Table>> {

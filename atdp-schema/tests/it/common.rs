@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use atdp_schema::{LakeWriter, Reward, WriterConfig, new_id, now_micros};
+use atdp_schema::{Filter, Lake, LakeReader, LakeWriter, Reward, WriterConfig, new_id, now_micros};
 
 /// Logs to the test's captured output (shown when a test fails); `RUST_LOG` filters.
 fn init_tracing() {
@@ -72,6 +72,18 @@ pub async fn append_rewards(writer: &LakeWriter, tenant: &str, n: usize) -> Vec<
         writer.durable(last).await.unwrap();
     }
     ids
+}
+
+/// Every reward id in the lake, in event-time order.
+pub async fn reward_ids(lake: &Lake) -> Vec<String> {
+    LakeReader::new(lake.clone())
+        .rewards(&Filter::default())
+        .await
+        .unwrap()
+        .rows
+        .into_iter()
+        .map(|r| r.reward_id)
+        .collect()
 }
 
 /// Asserts that `found` holds every id of `expected` exactly once, and nothing else.

@@ -114,15 +114,7 @@ async fn sigkill_loses_nothing_and_duplicates_nothing() {
     .await
     .unwrap();
     writer.flush().await.unwrap();
-    let reader = LakeReader::new(writer.lake().clone());
-    let found: Vec<String> = reader
-        .rewards(&Filter::default())
-        .await
-        .unwrap()
-        .rows
-        .into_iter()
-        .map(|r| r.reward_id)
-        .collect();
+    let found = reward_ids(writer.lake()).await;
     assert_exactly_once(&found, &acked);
     // Records appended but not yet acknowledged when the child died may be there too
     // (they reached the disk), but never twice; everything acknowledged is there.

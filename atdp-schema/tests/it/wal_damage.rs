@@ -43,15 +43,7 @@ async fn recover(dir: &Path) -> (LakeWriter, Vec<String>) {
     .await
     .unwrap();
     writer.flush().await.unwrap();
-    let reader = LakeReader::new(writer.lake().clone());
-    let found = reader
-        .rewards(&Filter::default())
-        .await
-        .unwrap()
-        .rows
-        .into_iter()
-        .map(|r| r.reward_id)
-        .collect();
+    let found = reward_ids(writer.lake()).await;
     (writer, found)
 }
 
@@ -90,15 +82,7 @@ async fn corrupt_record_keeps_the_prefix_and_quarantines_the_segment() {
     // The writer carries on.
     let more = append_rewards(&writer, "acme", 5).await;
     writer.flush().await.unwrap();
-    let reader = LakeReader::new(writer.lake().clone());
-    let all: Vec<String> = reader
-        .rewards(&Filter::default())
-        .await
-        .unwrap()
-        .rows
-        .into_iter()
-        .map(|r| r.reward_id)
-        .collect();
+    let all = reward_ids(writer.lake()).await;
     let expected: Vec<String> = ids[..kept].iter().chain(&more).cloned().collect();
     assert_exactly_once(&all, &expected);
     assert_eq!(all.len(), expected.len());
@@ -205,14 +189,7 @@ async fn replaying_a_committed_segment_writes_nothing() {
         stats.committed_segments >= 1,
         "the replayed segment was processed"
     );
-    let again: Vec<String> = LakeReader::new(replay.lake().clone())
-        .rewards(&Filter::default())
-        .await
-        .unwrap()
-        .rows
-        .into_iter()
-        .map(|r| r.reward_id)
-        .collect();
+    let again = reward_ids(replay.lake()).await;
     assert_exactly_once(&again, &ids);
     assert_eq!(again.len(), ids.len());
     assert!(replay.shutdown(Duration::from_secs(10)).await.unwrap());
