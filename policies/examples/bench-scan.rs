@@ -1,0 +1,119 @@
+//! Scan throughput of the built-in detectors on generated agent traffic.
+//!
+//! `cargo run --release -p policies --example bench-scan`
+
+use std::time::{Duration, Instant};
+
+use policies::Scanner;
+
+const WORDS: &[&str] = &[
+    "the",
+    "customer",
+    "asked",
+    "about",
+    "their",
+    "invoice",
+    "and",
+    "the",
+    "delivery",
+    "date",
+    "please",
+    "check",
+    "order",
+    "status",
+    "for",
+    "account",
+    "renewal",
+    "contract",
+    "was",
+    "signed",
+    "last",
+    "week",
+    "summary",
+    "of",
+    "ticket",
+    "escalated",
+    "to",
+    "billing",
+    "team",
+];
+const PII: &[&str] = &[
+    "jane.doe@example.com",
+    "+44 20 7946 0958",
+    "4111 1111 1111 1111",
+    "536-22-1234",
+    "DE89 3704 0044 0532 0130 00",
+    "203.0.113.42",
+];
+
+/// About `bytes` of text: English-like sentences with a JSON tool call now and then, and
+/// `pii_per_kb` personal values per KB.
+fn corpus(bytes: usize, pii_per_kb: usize, seed: &mut u64) -> String {
+    let mut next = || {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    };
+    let mut out = String::with_capacity(bytes + 256);
+    let mut since_pii = 0usize;
+    while out.len() < bytes {
+        if next() % 20 == 0 {
+            out.push_str(r#"{"name":"lookup_order","arguments":"{\"order_ref\":\"SO-10482\",\"limit\":25}"} "#);
+        }
+        for _ in 0..12 {
+            out.push_str(WORDS[(next() % WORDS.len() as u64) as usize]);
+            out.push(' ');
+        }
+        out.push_str(". ");
+        since_pii += 100;
+        if pii_per_kb > 0 && since_pii >= 1000 / pii_per_kb {
+            out.push_str(PII[(next() % PII.len() as u64) as usize]);
+            out.push_str(". ");
+            since_pii = 0;
+        }
+    }
+    out
+}
+
+fn throughput(scanner: &Scanner, text: &str, rounds: usize) -> (f64, usize) {
+    let started = Instant::now();
+    let mut spans = 0;
+    for _ in 0..rounds {
+        spans += scanner.scan(text).len();
+    }
+    let mb = (text.len() * rounds) as f64 / 1e6;
+    (mb / started.elapsed().as_secs_f64(), spans / rounds)
+}
+
+fn latency(scanner: &Scanner, text: &str) -> Duration {
+    let mut samples: Vec<Duration> = (0..51)
+        .map(|_| {
+            let started = Instant::now();
+            std::hint::black_box(scanner.scan(text));
+            started.elapsed()
+        })
+        .collect();
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn main() -> anyhow::Result<()> {
+    let scanner = Scanner::new(None)?;
+    let mut seed = 0x9e37_79b9_7f4a_7c15;
+    let clean = corpus(4 << 20, 0, &mut seed);
+    let with_pii = corpus(4 << 20, 2, &mut seed);
+    let (mbps, _) = throughput(&scanner, &clean, 3);
+    println!("clean text, 4 MiB             {mbps:>8.1} MB/s (one core)");
+    let (mbps, spans) = throughput(&scanner, &with_pii, 3);
+    println!("2 PII values per KB, 4 MiB    {mbps:>8.1} MB/s (one core), {spans} spans");
+    for size in [2 << 10, 200 << 10] {
+        let text = corpus(size, 2, &mut seed);
+        println!(
+            "latency, {:>3} KB message       {:>8.1} µs (median of 51)",
+            size >> 10,
+            latency(&scanner, &text).as_secs_f64() * 1e6
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! Validators that turn a pattern match into a detection, or reject a look-alike.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+fn digits(text: &str) -> Vec<u32> {
+    text.chars().filter_map(|c| c.to_digit(10)).collect()
+}
+
+/// Luhn checksum over the digits of `text` (separators ignored).
+pub(crate) fn luhn(text: &str) -> bool {
+    let digits = digits(text);
+    if !(13..=19).contains(&digits.len()) {
+        return false;
+    }
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, d)| {
+            if i % 2 == 1 {
+                let doubled = d * 2;
+                if doubled > 9 { doubled - 9 } else { doubled }
+            } else {
+                *d
+            }
+        })
+        .sum();
+    sum.is_multiple_of(10) && digits.iter().any(|d| *d != digits[0])
+}
+
+/// US SSN rules: area not 000, 666 or 900–999; group not 00; serial not 0000; and not one of
+/// the numbers published in advertising (078-05-1120, 219-09-9999).
+pub(crate) fn us_ssn(text: &str) -> bool {
+    let digits = digits(text);
+    if digits.len() != 9 {
+        return false;
+    }
+    let number = |range: std::ops::Range<usize>| digits[range].iter().fold(0, |n, d| n * 10 + d);
+    let (area, group, serial) = (number(0..3), number(3..5), number(5..9));
+    let all_same = digits.iter().all(|d| *d == digits[0]);
+    area != 0
+        && area != 666
+        && area < 900
+        && group != 0
+        && serial != 0
+        && !all_same
+        && !matches!(
+            (area, group, serial),
+            (78, 5, 1120) | (219, 9, 9999) | (123, 45, 6789)
+        )
+}
+
+/// IBAN: known country, the country's length, and the ISO 7064 mod-97 check.
+pub(crate) fn iban(text: &str) -> bool {
+    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(country) = compact.get(0..2) else {
+        return false;
+    };
+    if iban_length(country) != Some(compact.len()) {
+        return false;
+    }
+    let rearranged = compact[4..].chars().chain(compact[..4].chars());
+    let mut remainder: u32 = 0;
+    for c in rearranged {
+        let value = match c {
+            '0'..='9' => c as u32 - '0' as u32,
+            'A'..='Z' => c as u32 - 'A' as u32 + 10,
+            _ => return false,
+        };
+        remainder = if value >= 10 {
+            (remainder * 100 + value) % 97
+        } else {
+            (remainder * 10 + value) % 97
+        };
+    }
+    remainder == 1
+}
+
+/// IBAN lengths by country (SWIFT IBAN registry).
+fn iban_length(country: &str) -> Option<usize> {
+    Some(match country {
+        "AD" => 24,
+        "AE" => 23,
+        "AL" => 28,
+        "AT" => 20,
+        "AZ" => 28,
+        "BA" => 20,
+        "BE" => 16,
+        "BG" => 22,
+        "BH" => 22,
+        "BR" => 29,
+        "BY" => 28,
+        "CH" => 21,
+        "CR" => 22,
+        "CY" => 28,
+        "CZ" => 24,
+        "DE" => 22,
+        "DK" => 18,
+        "DO" => 28,
+        "EE" => 20,
+        "EG" => 29,
+        "ES" => 24,
+        "FI" => 18,
+        "FO" => 18,
+        "FR" => 27,
+        "GB" => 22,
+        "GE" => 22,
+        "GI" => 23,
+        "GL" => 18,
+        "GR" => 27,
+        "GT" => 28,
+        "HR" => 21,
+        "HU" => 28,
+        "IE" => 22,
+        "IL" => 23,
+        "IQ" => 23,
+        "IS" => 26,
+        "IT" => 27,
+        "JO" => 30,
+        "KW" => 30,
+        "KZ" => 20,
+        "LB" => 28,
+        "LC" => 32,
+        "LI" => 21,
+        "LT" => 20,
+        "LU" => 20,
+        "LV" => 21,
+        "MC" => 27,
+        "MD" => 24,
+        "ME" => 22,
+        "MK" => 19,
+        "MR" => 27,
+        "MT" => 31,
+        "MU" => 30,
+        "NL" => 18,
+        "NO" => 15,
+        "PK" => 24,
+        "PL" => 28,
+        "PS" => 29,
+        "PT" => 25,
+        "QA" => 29,
+        "RO" => 24,
+        "RS" => 22,
+        "SA" => 24,
+        "SC" => 31,
+        "SE" => 24,
+        "SI" => 19,
+        "SK" => 24,
+        "SM" => 27,
+        "ST" => 25,
+        "SV" => 28,
+        "TL" => 23,
+        "TN" => 24,
+        "TR" => 26,
+        "UA" => 29,
+        "VA" => 22,
+        "VG" => 24,
+        "XK" => 20,
+        _ => return None,
+    })
+}
+
+/// A dotted quad that parses, excluding forms that are almost always versions or OIDs
+/// (`1.2.3.4`-like runs are still addresses; leading zeros are not).
+pub(crate) fn ipv4(text: &str) -> bool {
+    text.parse::<Ipv4Addr>().is_ok()
+}
+
+/// An IPv6 address that parses and has at least two groups of hex (not a time like `12:30`).
+pub(crate) fn ipv6(text: &str) -> bool {
+    text.parse::<Ipv6Addr>().is_ok() && text.matches(':').count() >= 2
+}
+
+/// A phone number has 7 to 15 digits (E.164), not all the same.
+pub(crate) fn phone(text: &str) -> bool {
+    let digits = digits(text);
+    (7..=15).contains(&digits.len()) && digits.iter().any(|d| *d != digits[0])
+}
+
+/// Shannon entropy in bits per character.
+pub(crate) fn entropy(text: &str) -> f64 {
+    let mut counts = [0u32; 256];
+    let mut total = 0u32;
+    for byte in text.bytes() {
+        counts[byte as usize] += 1;
+        total += 1;
+    }
+    if total == 0 {
+        return 0.0;
+    }
+    counts
+        .iter()
+        .filter(|c| **c > 0)
+        .map(|c| {
+            let p = f64::from(*c) / f64::from(total);
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// A generic secret value: long, high entropy, with both letters and digits.
+pub(crate) fn generic_secret(text: &str) -> bool {
+    text.len() >= 12
+        && entropy(text) >= 3.3
+        && text.chars().any(|c| c.is_ascii_digit())
+        && text.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn luhn_accepts_test_cards_and_rejects_neighbours() {
+        for card in [
+            "4111 1111 1111 1111",
+            "5500-0000-0000-0004",
+            "340000000000009",
+            "6011000000000004",
+        ] {
+            assert!(luhn(card), "{card}");
+        }
+        for bad in [
+            "4111 1111 1111 1112",
+            "1234567812345678",
+            "0000000000000000",
+            "411111111111",
+        ] {
+            assert!(!luhn(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ssn_rules() {
+        assert!(us_ssn("536-22-1234"));
+        for bad in [
+            "000-12-3456",
+            "666-12-3456",
+            "912-12-3456",
+            "536-00-1234",
+            "536-22-0000",
+            "078-05-1120",
+            "111-11-1111",
+        ] {
+            assert!(!us_ssn(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn iban_checks() {
+        for good in [
+            "DE89 3704 0044 0532 0130 00",
+            "GB82WEST12345698765432",
+            "FR1420041010050500013M02606",
+            "NL91ABNA0417164300",
+        ] {
+            assert!(iban(good), "{good}");
+        }
+        for bad in [
+            "DE89 3704 0044 0532 0130 01",
+            "GB82WEST1234569876543",
+            "XX82WEST12345698765432",
+        ] {
+            assert!(!iban(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn addresses() {
+        assert!(ipv4("192.168.10.1"));
+        assert!(!ipv4("300.1.1.1"));
+        assert!(!ipv4("01.02.03.04"));
+        assert!(ipv6("2001:db8::8a2e:370:7334"));
+        assert!(ipv6("fe80::1"));
+        assert!(!ipv6("12:30"));
+    }
+
+    #[test]
+    fn entropy_separates_keys_from_words() {
+        assert!(generic_secret("q8Xz2LmP0vR7tK4wN9bY"));
+        assert!(!generic_secret("passwordpassword"));
+        assert!(!generic_secret("aaaaaaaaaaaaaaaa1"));
+    }
+}

@@ -1,0 +1,74 @@
+//! Integration tests of the policies crate: the `atdp-policy` command.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn run(args: &[&str], input: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_atdp-policy"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A command that refuses its arguments exits before reading: ignore a broken pipe.
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn scan_reports_byte_offsets_and_survives_bad_lines() {
+    let input = concat!(
+        r#"{"id": 1, "text": "é — mail jane@example.com"}"#,
+        "\n",
+        "{not json, secret sk-proj-should-not-echo}\n",
+        r#"{"id": "b", "text": "nothing here"}"#,
+        "\n",
+        r#"{"id": 3}"#,
+        "\n",
+    );
+    let output = run(&["scan"], input);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "malformed lines make the exit non-zero"
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["id"], 1);
+    let span = &lines[0]["spans"][0];
+    assert_eq!(span["entity"], "EMAIL_ADDRESS");
+    // "é — mail " is 2 + 1 + 3 + 1 + 5 bytes in UTF-8.
+    assert_eq!(span["start"], 12);
+    assert_eq!(span["end"], 12 + "jane@example.com".len());
+    assert_eq!(lines[1]["id"], "b");
+    assert_eq!(lines[1]["spans"].as_array().map(Vec::len), Some(0));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert!(stderr.contains("line 4"), "{stderr}");
+    assert!(
+        !stderr.contains("sk-proj"),
+        "input text must not be echoed: {stderr}"
+    );
+}
+
+#[test]
+fn scan_filters_entities_and_rejects_unknown_ones() {
+    let input = r#"{"id": 1, "text": "a@example.com 4111 1111 1111 1111"}"#;
+    let output = run(&["scan", "--entities", "CREDIT_CARD"], input);
+    assert!(output.status.success());
+    let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let spans = line["spans"].as_array().unwrap();
+    assert_eq!(spans.len(), 1);
+    assert_eq!(spans[0]["entity"], "CREDIT_CARD");
+
+    let output = run(&["scan", "--entities", "NOPE"], input);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown entity type"));
+}
