@@ -9,6 +9,22 @@ pub enum Error {
     /// An entity type was asked for that no detector reports.
     #[error("unknown entity type {0:?}; see `atdp-policy scan --help` for the list")]
     UnknownEntity(String),
+    /// The key file is unreadable or inconsistent.
+    #[error("key file: {0}")]
+    KeyFile(String),
+    /// No keys for this tenant (never configured, or erased).
+    #[error("no keys for tenant {0:?} (never configured, or erased)")]
+    UnknownTenant(String),
+    /// The key a vault entry names is not in the key file (erased, or from another file).
+    #[error("vault key {0:?} is not in the key file")]
+    UnknownKey(String),
+    /// Encryption or decryption failed: a tampered ciphertext, or one sealed for another
+    /// tenant, entity or key.
+    #[error("vault entry does not decrypt with this tenant's key (tampered, or not this tenant's)")]
+    Crypto,
+    /// Masking could not be completed; the text must not be used unmasked.
+    #[error("masking failed: {0}")]
+    Mask(String),
 }
 
 /// The crate's result type.
