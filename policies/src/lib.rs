@@ -1,8 +1,8 @@
 //! Compliance building blocks of atdp: detection of personal data and secrets in text
 //! ([`Scanner`]), masking actions ([`mask`]), the vault crypto that keeps tokenized originals
-//! revealable ([`KeyRing`]), and unmasking, also on a stream ([`StreamUnmasker`]). Not built
-//! yet (issue 3): masking of whole requests (JSON inside strings), custom entities from a
-//! policy file, and the Cedar access policy.
+//! revealable ([`KeyRing`]), masking of whole JSON documents including JSON inside strings
+//! ([`JsonMasker`]), and unmasking, also on a stream ([`StreamUnmasker`]). Not built yet
+//! (issue 3): custom entities from a policy file, and the Cedar access policy.
 //!
 //! ```
 //! let scanner = policies::Scanner::new(None)?;
@@ -14,10 +14,12 @@
 
 mod detect;
 mod error;
+mod json;
 mod mask;
 mod vault;
 
 pub use detect::{Scanner, Span, builtin_entities};
 pub use error::{Error, Result};
+pub use json::{JsonMasked, JsonMasker};
 pub use mask::{Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, unmask};
 pub use vault::{KeyRing, SealedValue, TOKEN_HEX_DIGITS};

@@ -1,14 +1,20 @@
-//! `atdp-policy`: command-line access to the detectors.
+//! `atdp-policy`: command-line access to the detectors, masking and keys.
 //!
 //! `atdp-policy scan` reads JSON Lines `{"id": …, "text": …}` on stdin and writes
-//! `{"id": …, "spans": [{"start", "end", "entity", "score"}]}` with UTF-8 byte offsets.
-//! A malformed line is reported on stderr with its line number and does not stop the rest.
+//! `{"id": …, "spans": [{"start", "end", "entity", "score"}]}` with UTF-8 byte offsets;
+//! `atdp-policy mask` writes `{"id", "text", "spans", "vault"}` with the masked text;
+//! `atdp-policy keygen` creates a key file. A malformed input line is reported on stderr
+//! with its line number (never its content) and does not stop the rest; the exit status is
+//! then 1. Other errors are one line on stderr and exit status 2.
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use policies::{Scanner, builtin_entities};
+use policies::{Action, KeyRing, MaskPolicy, Scanner, builtin_entities, mask};
 use serde::Deserialize;
 
 #[derive(Parser, Debug)]
@@ -30,6 +36,30 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         entities: Option<Vec<String>>,
     },
+    /// Mask JSON Lines {"id", "text"} from stdin; write {"id", "text", "spans", "vault"}.
+    Mask {
+        /// Key file (see `keygen`); or set ATDP_KEY_FILE, or ATDP_KEYS to the file's JSON.
+        #[arg(long, env = "ATDP_KEY_FILE")]
+        keys: Option<PathBuf>,
+        /// Tenant whose keys mask the values.
+        #[arg(long)]
+        tenant: String,
+        /// Action for every entity: redact, mask, hash, tokenize or allow.
+        #[arg(long, default_value = "tokenize")]
+        action: String,
+        /// Only these entity types (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        entities: Option<Vec<String>>,
+    },
+    /// Create a key file with fresh random keys for the given tenants.
+    Keygen {
+        /// Where to write it (mode 0600); an existing file is not overwritten.
+        #[arg(long)]
+        out: PathBuf,
+        /// Tenants (repeatable).
+        #[arg(long = "tenant", required = true)]
+        tenants: Vec<String>,
+    },
     /// List the entity types the detectors report.
     Entities,
 }
@@ -40,8 +70,10 @@ struct Input {
     text: String,
 }
 
-fn scan(entities: Option<&[String]>) -> anyhow::Result<usize> {
-    let scanner = Scanner::new(entities)?;
+/// Runs `handle` on each JSON Lines input; returns how many lines were malformed.
+fn each_line(
+    mut handle: impl FnMut(Input) -> anyhow::Result<serde_json::Value>,
+) -> anyhow::Result<usize> {
     let stdin = std::io::stdin().lock();
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let mut bad = 0;
@@ -52,11 +84,7 @@ fn scan(entities: Option<&[String]>) -> anyhow::Result<usize> {
         }
         match serde_json::from_str::<Input>(&line) {
             Ok(input) => {
-                let spans = scanner.scan(&input.text);
-                serde_json::to_writer(
-                    &mut stdout,
-                    &serde_json::json!({"id": input.id, "spans": spans}),
-                )?;
+                serde_json::to_writer(&mut stdout, &handle(input)?)?;
                 stdout.write_all(b"\n")?;
             }
             Err(error) => {
@@ -73,6 +101,96 @@ fn scan(entities: Option<&[String]>) -> anyhow::Result<usize> {
     }
     stdout.flush()?;
     Ok(bad)
+}
+
+fn scan(entities: Option<&[String]>) -> anyhow::Result<usize> {
+    let scanner = Scanner::new(entities)?;
+    each_line(|input| {
+        let spans = scanner.scan(&input.text);
+        Ok(serde_json::json!({"id": input.id, "spans": spans}))
+    })
+}
+
+fn load_keys(path: Option<&PathBuf>) -> anyhow::Result<KeyRing> {
+    if let Some(path) = path {
+        return Ok(KeyRing::load(path)?);
+    }
+    match std::env::var("ATDP_KEYS") {
+        Ok(json) => Ok(KeyRing::from_json(&json)?),
+        Err(_) => bail!("no keys: pass --keys FILE, or set ATDP_KEY_FILE or ATDP_KEYS"),
+    }
+}
+
+fn parse_action(name: &str) -> anyhow::Result<Action> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned())).with_context(|| {
+        format!("unknown action {name:?}: use redact, mask, hash, tokenize or allow")
+    })
+}
+
+fn mask_lines(
+    keys: Option<&PathBuf>,
+    tenant: &str,
+    action: &str,
+    entities: Option<&[String]>,
+) -> anyhow::Result<usize> {
+    let keys = load_keys(keys)?;
+    let policy = MaskPolicy::all(parse_action(action)?);
+    let scanner = Scanner::new(entities)?;
+    each_line(|input| {
+        let masked = mask(
+            &input.text,
+            &scanner.scan(&input.text),
+            &policy,
+            tenant,
+            &keys,
+        )?;
+        let vault: Vec<serde_json::Value> = masked
+            .vault
+            .iter()
+            .map(|v| {
+                serde_json::json!({
+                    "tenant_id": tenant,
+                    "token": v.token,
+                    "entity": v.entity,
+                    "key_id": v.sealed.key_id,
+                    "nonce": hex::encode(&v.sealed.nonce),
+                    "ciphertext": hex::encode(&v.sealed.ciphertext),
+                })
+            })
+            .collect();
+        Ok(
+            serde_json::json!({"id": input.id, "text": masked.text, "spans": masked.spans, "vault": vault}),
+        )
+    })
+}
+
+fn keygen(out: &PathBuf, tenants: &[String]) -> anyhow::Result<usize> {
+    let mut ring = KeyRing::default();
+    for tenant in tenants {
+        ring.generate(tenant);
+    }
+    let json = ring.to_json()?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(out).with_context(|| {
+        format!(
+            "cannot create {} (an existing key file is never overwritten)",
+            out.display()
+        )
+    })?;
+    file.write_all(json.as_bytes())?;
+    file.sync_all()?;
+    eprintln!(
+        "atdp-policy: wrote keys for {} tenant(s) to {}",
+        tenants.len(),
+        out.display()
+    );
+    Ok(0)
 }
 
 trait Classify {
@@ -94,6 +212,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Scan { entities } => scan(entities.as_deref()),
+        Command::Mask {
+            keys,
+            tenant,
+            action,
+            entities,
+        } => mask_lines(keys.as_ref(), &tenant, &action, entities.as_deref()),
+        Command::Keygen { out, tenants } => keygen(&out, &tenants),
         Command::Entities => {
             for entity in builtin_entities() {
                 println!("{entity}");

@@ -72,3 +72,93 @@ fn scan_filters_entities_and_rejects_unknown_ones() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown entity type"));
 }
+
+#[test]
+fn keygen_then_mask() {
+    let dir = std::env::temp_dir().join(format!("atdp-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.json");
+    let _ = std::fs::remove_file(&keys);
+    let out = run(
+        &[
+            "keygen",
+            "--out",
+            keys.to_str().unwrap(),
+            "--tenant",
+            "acme",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&keys).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    // Never overwritten.
+    let again = run(
+        &[
+            "keygen",
+            "--out",
+            keys.to_str().unwrap(),
+            "--tenant",
+            "acme",
+        ],
+        "",
+    );
+    assert_eq!(again.status.code(), Some(2));
+
+    let input = r#"{"id": 7, "text": "mail jane@example.com twice: jane@example.com"}"#;
+    let out = run(
+        &["mask", "--keys", keys.to_str().unwrap(), "--tenant", "acme"],
+        input,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = line["text"].as_str().unwrap();
+    assert!(!text.contains("jane@example.com"), "{text}");
+    let token = line["spans"][0]["token"].as_str().unwrap();
+    assert_eq!(text, format!("mail {token} twice: {token}"));
+    assert_eq!(line["vault"].as_array().map(Vec::len), Some(1));
+    assert_eq!(line["vault"][0]["key_id"], "k1");
+
+    let redacted = run(
+        &[
+            "mask",
+            "--keys",
+            keys.to_str().unwrap(),
+            "--tenant",
+            "acme",
+            "--action",
+            "redact",
+        ],
+        input,
+    );
+    let line: serde_json::Value = serde_json::from_slice(&redacted.stdout).unwrap();
+    assert_eq!(line["text"], "mail [EMAIL_ADDRESS] twice: [EMAIL_ADDRESS]");
+
+    // A tenant without keys: refused, nothing written unmasked.
+    let refused = run(
+        &[
+            "mask",
+            "--keys",
+            keys.to_str().unwrap(),
+            "--tenant",
+            "globex",
+        ],
+        input,
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(refused.stdout.is_empty());
+    assert!(!String::from_utf8_lossy(&refused.stderr).contains("jane@"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
