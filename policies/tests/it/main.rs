@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod robustness;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
