@@ -22,6 +22,9 @@ pub enum Error {
     /// tenant, entity or key.
     #[error("vault entry does not decrypt with this tenant's key (tampered, or not this tenant's)")]
     Crypto,
+    /// The access policy could not be loaded or a request not be formed.
+    #[error("access policy: {0}")]
+    Policy(String),
     /// Masking could not be completed; the text must not be used unmasked.
     #[error("masking failed: {0}")]
     Mask(String),

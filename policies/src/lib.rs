@@ -2,7 +2,8 @@
 //! ([`Scanner`]), masking actions ([`mask`]), the vault crypto that keeps tokenized originals
 //! revealable ([`KeyRing`]), masking of whole JSON documents including JSON inside strings
 //! ([`JsonMasker`]), and unmasking, also on a stream ([`StreamUnmasker`]). Not built yet
-//! (issue 3): custom entities from a policy file, and the Cedar access policy.
+//! (issue 3): custom entities from a policy file. Access policy is Cedar ([`AccessPolicy`],
+//! reloaded atomically by [`PolicyStore`]).
 //!
 //! ```
 //! let scanner = policies::Scanner::new(None)?;
@@ -12,12 +13,14 @@
 //! # Ok::<(), policies::Error>(())
 //! ```
 
+mod access;
 mod detect;
 mod error;
 mod json;
 mod mask;
 mod vault;
 
+pub use access::{AccessPolicy, NAMESPACE, PolicyStore, Verdict, hash_api_key};
 pub use detect::{Scanner, Span, builtin_entities};
 pub use error::{Error, Result};
 pub use json::{JsonMasked, JsonMasker};

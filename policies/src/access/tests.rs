@@ -1,0 +1,265 @@
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::*;
+
+fn quickstart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart")
+}
+
+fn policy() -> AccessPolicy {
+    AccessPolicy::load(&quickstart()).unwrap()
+}
+
+fn call(entities: &[&str], trust: &str, bytes: i64) -> serde_json::Value {
+    json!({"entities": entities, "upstream_trust": trust, "request_bytes": bytes})
+}
+
+const ROUTER: &str = "atdp-acme-router-key";
+const REPORTS: &str = "atdp-globex-reports-key";
+const REVOKED: &str = "atdp-acme-revoked-key";
+
+#[test]
+fn model_calls_by_key_pii_and_upstream() {
+    let p = policy();
+    let key = |k: &str| ("ApiKey", hash_api_key(k));
+    let decide = |k: &str, context| {
+        let (kind, id) = key(k);
+        p.decide(
+            (kind, &id),
+            "invoke_model",
+            ("Model", "gpt-4.1-mini"),
+            context,
+        )
+    };
+    let ok = decide(ROUTER, call(&["EMAIL_ADDRESS"], "external", 2_000));
+    assert!(ok.allowed, "{ok:?}");
+    assert_eq!(ok.policies, ["active-keys-invoke"]);
+
+    let ssn = decide(ROUTER, call(&["US_SSN"], "external", 2_000));
+    assert!(!ssn.allowed);
+    assert_eq!(ssn.policies, ["no-ssn-or-secrets-external"]);
+    // The same request to an internal upstream is fine.
+    assert!(decide(ROUTER, call(&["US_SSN"], "internal", 2_000)).allowed);
+
+    assert!(
+        !decide(ROUTER, call(&[], "internal", 2_000_000)).allowed,
+        "over 1 MiB"
+    );
+    assert!(
+        !decide(REVOKED, call(&[], "internal", 10)).allowed,
+        "revoked key"
+    );
+    // An unknown key: its attributes cannot be read, which is an error, which denies.
+    let unknown = decide("not-a-key", call(&[], "internal", 10));
+    assert!(!unknown.allowed);
+}
+
+#[test]
+fn tools_rewards_and_tenant_isolation() {
+    let p = policy();
+    let router = hash_api_key(ROUTER);
+    let reports = hash_api_key(REPORTS);
+    let ctx = || call(&[], "internal", 10);
+    assert!(
+        p.decide(("ApiKey", &router), "call_tool", ("Tool", "refund"), ctx())
+            .allowed
+    );
+    assert!(
+        !p.decide(
+            ("ApiKey", &router),
+            "call_tool",
+            ("Tool", "delete_account"),
+            ctx()
+        )
+        .allowed
+    );
+    assert!(
+        !p.decide(("ApiKey", &reports), "call_tool", ("Tool", "search"), ctx())
+            .allowed
+    );
+
+    // Trajectories are entities with their tenant; rewards stay within the tenant.
+    let with_trajectory = |tenant: &str| {
+        let entities = format!(
+            r#"[{{"uid": {{"type": "Atdp::Trajectory", "id": "t-1"}}, "attrs": {{"tenant": {{"__entity": {{"type": "Atdp::Tenant", "id": "{tenant}"}}}}}}, "parents": [{{"type": "Atdp::Tenant", "id": "{tenant}"}}]}}]"#
+        );
+        let mut all: Vec<serde_json::Value> = serde_json::from_str(
+            &std::fs::read_to_string(quickstart().join("entities.json")).unwrap(),
+        )
+        .unwrap();
+        all.extend(serde_json::from_str::<Vec<serde_json::Value>>(&entities).unwrap());
+        AccessPolicy::from_sources(
+            &std::fs::read_to_string(quickstart().join("schema.cedarschema")).unwrap(),
+            &std::fs::read_to_string(quickstart().join("policies.cedar")).unwrap(),
+            &serde_json::to_string(&all).unwrap(),
+        )
+        .unwrap()
+    };
+    let acme = with_trajectory("acme");
+    assert!(
+        acme.decide(
+            ("ApiKey", &router),
+            "write_reward",
+            ("Trajectory", "t-1"),
+            json!({})
+        )
+        .allowed
+    );
+    assert!(
+        !acme
+            .decide(
+                ("ApiKey", &reports),
+                "write_reward",
+                ("Trajectory", "t-1"),
+                json!({})
+            )
+            .allowed
+    );
+
+    // Auditors: read within their tenants; reveal only as an officer with a reason.
+    assert!(
+        acme.decide(
+            ("Auditor", "bob"),
+            "read_trajectory",
+            ("Trajectory", "t-1"),
+            json!({})
+        )
+        .allowed
+    );
+    assert!(
+        !acme
+            .decide(
+                ("Auditor", "bob"),
+                "reveal_pii",
+                ("Trajectory", "t-1"),
+                json!({"reason": "curious"})
+            )
+            .allowed
+    );
+    assert!(
+        acme.decide(
+            ("Auditor", "ana"),
+            "reveal_pii",
+            ("Trajectory", "t-1"),
+            json!({"reason": "DSAR #4411"})
+        )
+        .allowed
+    );
+    assert!(
+        !acme
+            .decide(
+                ("Auditor", "ana"),
+                "reveal_pii",
+                ("Trajectory", "t-1"),
+                json!({"reason": ""})
+            )
+            .allowed
+    );
+    let globex = with_trajectory("globex");
+    assert!(
+        !globex
+            .decide(
+                ("Auditor", "ana"),
+                "read_trajectory",
+                ("Trajectory", "t-1"),
+                json!({})
+            )
+            .allowed
+    );
+    assert!(
+        acme.decide(("Auditor", "ana"), "erase", ("Tenant", "acme"), json!({}))
+            .allowed
+    );
+    assert!(
+        !acme
+            .decide(("Auditor", "ana"), "erase", ("Tenant", "globex"), json!({}))
+            .allowed
+    );
+}
+
+#[test]
+fn malformed_requests_deny() {
+    let p = policy();
+    let router = hash_api_key(ROUTER);
+    // Missing context fields, wrong types, unknown actions: errors, so denials.
+    let missing = p.decide(
+        ("ApiKey", &router),
+        "invoke_model",
+        ("Model", "m"),
+        json!({"entities": []}),
+    );
+    assert!(!missing.allowed && !missing.errors.is_empty());
+    let wrong = p.decide(
+        ("ApiKey", &router),
+        "invoke_model",
+        ("Model", "m"),
+        json!({"entities": [], "upstream_trust": "internal", "request_bytes": "big"}),
+    );
+    assert!(!wrong.allowed);
+    assert!(
+        !p.decide(
+            ("ApiKey", &router),
+            "drop_tables",
+            ("Model", "m"),
+            json!({})
+        )
+        .allowed
+    );
+}
+
+#[test]
+fn invalid_reload_keeps_the_old_policy() {
+    let dir = std::env::temp_dir().join(format!("atdp-cedar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["schema.cedarschema", "policies.cedar", "entities.json"] {
+        std::fs::copy(quickstart().join(name), dir.join(name)).unwrap();
+    }
+    let store = PolicyStore::new(AccessPolicy::load(&dir).unwrap());
+    let router = hash_api_key(ROUTER);
+    let allowed = |store: &PolicyStore| {
+        store
+            .current()
+            .1
+            .decide(
+                ("ApiKey", &router),
+                "invoke_model",
+                ("Model", "m"),
+                call(&[], "internal", 10),
+            )
+            .allowed
+    };
+    assert!(allowed(&store));
+
+    // A typo (unknown attribute) fails validation: refused, old policy in force.
+    let policies = std::fs::read_to_string(dir.join("policies.cedar")).unwrap();
+    std::fs::write(
+        dir.join("policies.cedar"),
+        policies.replace("principal.active &&", "principal.activ &&"),
+    )
+    .unwrap();
+    let error = store.reload(&dir).unwrap_err().to_string();
+    assert!(error.contains("does not match the schema"), "{error}");
+    assert_eq!(store.current().0, 1);
+    assert!(allowed(&store));
+
+    // A syntax error: refused too.
+    std::fs::write(
+        dir.join("policies.cedar"),
+        "permit (principal, action, resource) when {",
+    )
+    .unwrap();
+    assert!(store.reload(&dir).is_err());
+    assert!(allowed(&store));
+
+    // A valid change takes effect: deny everything for this key.
+    std::fs::write(
+        dir.join("policies.cedar"),
+        format!("{policies}\n@id(\"freeze\")\nforbid (principal, action, resource);\n"),
+    )
+    .unwrap();
+    assert_eq!(store.reload(&dir).unwrap(), 2);
+    assert!(!allowed(&store));
+    let _ = std::fs::remove_dir_all(&dir);
+}
