@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use policies::Scanner;
+use policies::{AccessPolicy, Scanner, hash_api_key};
 
 const WORDS: &[&str] = &[
     "the",
@@ -115,5 +115,30 @@ fn main() -> anyhow::Result<()> {
             latency(&scanner, &text).as_secs_f64() * 1e6
         );
     }
+    let policy = AccessPolicy::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
+    )?;
+    let key = hash_api_key("atdp-acme-router-key");
+    let context = serde_json::json!({"entities": ["EMAIL_ADDRESS"], "upstream_trust": "external", "request_bytes": 2048});
+    let mut samples: Vec<Duration> = (0..2001)
+        .map(|_| {
+            let started = Instant::now();
+            let verdict = policy.decide(
+                ("ApiKey", &key),
+                "invoke_model",
+                ("Model", "gpt-4.1-mini"),
+                context.clone(),
+            );
+            let elapsed = started.elapsed();
+            std::hint::black_box(verdict);
+            elapsed
+        })
+        .collect();
+    samples.sort();
+    println!(
+        "Cedar decision (quickstart)   {:>8.1} µs median, {:.1} µs p99",
+        samples[samples.len() / 2].as_secs_f64() * 1e6,
+        samples[samples.len() * 99 / 100].as_secs_f64() * 1e6
+    );
     Ok(())
 }
