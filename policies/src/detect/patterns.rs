@@ -47,7 +47,8 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         context: PHONE_CONTEXT,
         group: 0,
     },
-    // European national formats with a trunk 0: 030 1234567, 020 7946 0958, 06 12 34 56 78.
+    // European national formats with a trunk 0 and at least two groups: 020 7946 0958,
+    // 06 12 34 56 78 (a single group such as 030 1234567 is too ambiguous without context).
     PatternSpec {
         entity: "PHONE_NUMBER",
         pattern: r"0\d{1,4}(?:[ ]\d{2,4}){2,4}",

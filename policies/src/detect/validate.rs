@@ -28,8 +28,9 @@ pub(crate) fn luhn(text: &str) -> bool {
     sum.is_multiple_of(10) && digits.iter().any(|d| *d != digits[0])
 }
 
-/// US SSN rules: area not 000, 666 or 900–999; group not 00; serial not 0000; and not one of
-/// the numbers published in advertising (078-05-1120, 219-09-9999).
+/// US SSN rules: area not 000, 666 or 900–999; group not 00; serial not 0000; not all one
+/// digit; and not one of the numbers published in advertising or used as examples
+/// (078-05-1120, 219-09-9999, 123-45-6789).
 pub(crate) fn us_ssn(text: &str) -> bool {
     let digits = digits(text);
     if digits.len() != 9 {
@@ -160,15 +161,17 @@ fn iban_length(country: &str) -> Option<usize> {
     })
 }
 
-/// A dotted quad that parses, excluding forms that are almost always versions or OIDs
-/// (`1.2.3.4`-like runs are still addresses; leading zeros are not).
+/// A dotted quad that parses as an IPv4 address (octets up to 255, no leading zeros).
 pub(crate) fn ipv4(text: &str) -> bool {
     text.parse::<Ipv4Addr>().is_ok()
 }
 
-/// An IPv6 address that parses and has at least two groups of hex (not a time like `12:30`).
+/// An IPv6 address that parses, with at least two colons and one hex digit (not a time like
+/// `12:30`, not a bare `::`).
 pub(crate) fn ipv6(text: &str) -> bool {
-    text.parse::<Ipv6Addr>().is_ok() && text.matches(':').count() >= 2
+    text.parse::<Ipv6Addr>().is_ok()
+        && text.matches(':').count() >= 2
+        && text.chars().any(|c| c.is_ascii_hexdigit())
 }
 
 /// A phone number has 7 to 15 digits (E.164), not all the same.
@@ -273,6 +276,8 @@ mod tests {
         assert!(ipv6("2001:db8::8a2e:370:7334"));
         assert!(ipv6("fe80::1"));
         assert!(!ipv6("12:30"));
+        assert!(!ipv6("::"));
+        assert!(ipv6("::1"));
     }
 
     #[test]
