@@ -30,5 +30,16 @@ pub enum Error {
     Mask(String),
 }
 
+/// What kind of JSON error `error` is, in words, without quoting the input (which may hold
+/// personal data).
+pub fn json_error_kind(error: &serde_json::Error) -> &'static str {
+    match error.classify() {
+        serde_json::error::Category::Io => "read error",
+        serde_json::error::Category::Syntax => "syntax error",
+        serde_json::error::Category::Data => "wrong fields",
+        serde_json::error::Category::Eof => "unexpected end",
+    }
+}
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -22,7 +22,7 @@ mod vault;
 
 pub use access::{AccessPolicy, NAMESPACE, PolicyStore, Verdict, hash_api_key};
 pub use detect::{Scanner, Span, builtin_entities};
-pub use error::{Error, Result};
+pub use error::{Error, Result, json_error_kind};
 pub use json::{JsonMasked, JsonMasker};
 pub use mask::{Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, unmask};
 pub use vault::{KeyRing, SealedValue, TOKEN_HEX_DIGITS};

@@ -19,7 +19,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, json_error_kind};
 
 /// Hex digits of a token's digest: 48 bits, so two values of one tenant and entity share a
 /// token with probability about n²/2⁴⁹ (under 10⁻⁴ for 100,000 values).
@@ -106,7 +106,7 @@ impl KeyRing {
         let file: KeyFile = serde_json::from_str(text).map_err(|e| {
             Error::KeyFile(format!(
                 "not a key file: {} at line {}",
-                e.classify_name(),
+                json_error_kind(&e),
                 e.line()
             ))
         })?;
@@ -279,21 +279,6 @@ impl KeyRing {
             )
             .map_err(|_| Error::Crypto)?;
         String::from_utf8(plain).map_err(|_| Error::Crypto)
-    }
-}
-
-trait Classify {
-    fn classify_name(&self) -> &'static str;
-}
-
-impl Classify for serde_json::Error {
-    fn classify_name(&self) -> &'static str {
-        match self.classify() {
-            serde_json::error::Category::Io => "read error",
-            serde_json::error::Category::Syntax => "syntax error",
-            serde_json::error::Category::Data => "wrong fields",
-            serde_json::error::Category::Eof => "unexpected end",
-        }
     }
 }
 

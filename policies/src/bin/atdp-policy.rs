@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use policies::{Action, KeyRing, MaskPolicy, Scanner, builtin_entities, mask};
+use policies::{Action, KeyRing, MaskPolicy, Scanner, builtin_entities, json_error_kind, mask};
 use serde::Deserialize;
 
 #[derive(Parser, Debug)]
@@ -93,7 +93,7 @@ fn each_line(
                 eprintln!(
                     "atdp-policy: line {}: not a JSON object with \"id\" and \"text\" ({} at column {})",
                     index + 1,
-                    error.classify_name(),
+                    json_error_kind(&error),
                     error.column()
                 );
             }
@@ -191,21 +191,6 @@ fn keygen(out: &PathBuf, tenants: &[String]) -> anyhow::Result<usize> {
         out.display()
     );
     Ok(0)
-}
-
-trait Classify {
-    fn classify_name(&self) -> &'static str;
-}
-
-impl Classify for serde_json::Error {
-    fn classify_name(&self) -> &'static str {
-        match self.classify() {
-            serde_json::error::Category::Io => "read error",
-            serde_json::error::Category::Syntax => "syntax error",
-            serde_json::error::Category::Data => "wrong fields",
-            serde_json::error::Category::Eof => "unexpected end",
-        }
-    }
 }
 
 fn main() -> ExitCode {
