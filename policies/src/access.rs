@@ -7,13 +7,14 @@
 //! [`PolicyStore`] swaps in a new policy atomically and keeps the old one in force when the
 //! new one is invalid. Every evaluation error is a denial: nothing fails open.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, EntityUid, PolicySet, Request, Schema, ValidationMode,
-    Validator,
+    Authorizer, Context, Decision, Entities, EntityId, EntityTypeName, EntityUid, PolicySet,
+    Request, Schema, ValidationMode, Validator,
 };
 use sha2::{Digest, Sha256};
 
@@ -56,6 +57,9 @@ pub struct AccessPolicy {
     policies: PolicySet,
     entities: Entities,
     authorizer: Authorizer,
+    /// The schema's entity types by base name (`ApiKey`), and its actions by id, parsed once.
+    types: HashMap<String, EntityTypeName>,
+    actions: HashMap<String, EntityUid>,
 }
 
 fn read(dir: &Path, name: &str) -> Result<String> {
@@ -91,11 +95,21 @@ impl AccessPolicy {
         }
         let entities = Entities::from_json_str(entities, Some(&schema))
             .map_err(|e| Error::Policy(format!("entities.json: {}", pretty(&e))))?;
+        let types = schema
+            .entity_types()
+            .map(|t| (t.basename().to_owned(), t.clone()))
+            .collect();
+        let actions = schema
+            .actions()
+            .map(|a| (a.id().unescaped().to_owned(), a.clone()))
+            .collect();
         Ok(AccessPolicy {
             schema,
             policies,
             entities,
             authorizer: Authorizer::new(),
+            types,
+            actions,
         })
     }
 
@@ -146,14 +160,17 @@ impl AccessPolicy {
         context: serde_json::Value,
     ) -> Result<Request> {
         let uid = |kind: &str, id: &str| {
-            let text = format!(
-                "{NAMESPACE}::{kind}::{}",
-                serde_json::Value::String(id.to_owned())
-            );
-            EntityUid::from_str(&text).map_err(|e| Error::Policy(format!("bad entity {kind}: {e}")))
+            self.types
+                .get(kind)
+                .map(|t| EntityUid::from_type_name_and_id(t.clone(), EntityId::new(id)))
+                .ok_or_else(|| Error::Policy(format!("the schema has no entity type {kind}")))
         };
         let principal = uid(principal.0, principal.1)?;
-        let action = uid("Action", action)?;
+        let action = self
+            .actions
+            .get(action)
+            .cloned()
+            .ok_or_else(|| Error::Policy(format!("the schema has no action {action}")))?;
         let resource = uid(resource.0, resource.1)?;
         let context = Context::from_json_value(context, Some((&self.schema, &action)))
             .map_err(|e| Error::Policy(format!("context: {}", pretty(&e))))?;
