@@ -35,6 +35,13 @@ async fn stranded_segment(wal: &Path, n: usize) -> (Vec<String>, PathBuf) {
     (ids, segments.remove(0))
 }
 
+/// The segment was moved to the log's `damaged/` folder, kept for inspection.
+fn assert_quarantined(segment: &Path) {
+    let wal = segment.parent().unwrap();
+    let kept = wal.join(DAMAGED_DIR).join(segment.file_name().unwrap());
+    assert!(kept.is_file(), "the damaged segment is kept for inspection");
+}
+
 async fn recover(dir: &Path) -> (LakeWriter, Vec<String>) {
     let writer = LakeWriter::open(test_config(
         dir.join("lake").to_str().unwrap(),
@@ -68,15 +75,7 @@ async fn corrupt_record_keeps_the_prefix_and_quarantines_the_segment() {
         ids[..kept].to_vec(),
         "exactly the records before the damage"
     );
-    let quarantined = dir
-        .path()
-        .join("wal")
-        .join(DAMAGED_DIR)
-        .join(segment.file_name().unwrap());
-    assert!(
-        quarantined.is_file(),
-        "the damaged segment is kept for inspection"
-    );
+    assert_quarantined(&segment);
     assert!(!segment.exists());
 
     // The writer carries on.
@@ -144,15 +143,7 @@ async fn cut_in_an_older_segment_is_corruption() {
     assert_eq!(damage.len(), 1, "{damage:?}");
     assert_eq!(damage[0].kind, DamageKind::Corrupt);
     assert_eq!(found, ids[..ids.len() - 1].to_vec());
-    let quarantined = dir
-        .path()
-        .join("wal")
-        .join(DAMAGED_DIR)
-        .join(segment.file_name().unwrap());
-    assert!(
-        quarantined.is_file(),
-        "the damaged segment is kept for inspection"
-    );
+    assert_quarantined(&segment);
     assert!(writer.shutdown(Duration::from_secs(10)).await.unwrap());
 }
 

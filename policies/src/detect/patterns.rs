@@ -16,6 +16,18 @@ pub(crate) struct PatternSpec {
     pub group: usize,
 }
 
+/// A secret with a known shape: the pattern alone identifies it.
+const fn secret(pattern: &'static str) -> PatternSpec {
+    PatternSpec {
+        entity: "SECRET",
+        pattern,
+        score: 1.0,
+        validate: None,
+        context: &[],
+        group: 0,
+    }
+}
+
 const PHONE_CONTEXT: &[&str] = &[
     "phone", "call", "tel", "mobile", "cell", "fax", "whatsapp", "sms",
 ];
@@ -106,86 +118,16 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         group: 0,
     },
     // Secrets with a known shape.
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"sk-ant-[a-z0-9]{2,10}-[A-Za-z0-9_-]{32,}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32,}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"(?:AKIA|ASIA)[0-9A-Z]{16}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{60,}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"glpat-[A-Za-z0-9_-]{20,}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"xox[abposr]-[A-Za-z0-9-]{10,}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{24,}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"AIza[0-9A-Za-z_-]{35}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----",
-        score: 1.0,
-        validate: None,
-        context: &[],
-        group: 0,
-    },
+    secret(r"sk-ant-[a-z0-9]{2,10}-[A-Za-z0-9_-]{32,}"),
+    secret(r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32,}"),
+    secret(r"(?:AKIA|ASIA)[0-9A-Z]{16}"),
+    secret(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{60,}"),
+    secret(r"glpat-[A-Za-z0-9_-]{20,}"),
+    secret(r"xox[abposr]-[A-Za-z0-9-]{10,}"),
+    secret(r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{24,}"),
+    secret(r"AIza[0-9A-Za-z_-]{35}"),
+    secret(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    secret(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----"),
     // Anything long and random right after a credential keyword.
     PatternSpec {
         entity: "SECRET",
