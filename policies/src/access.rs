@@ -3,25 +3,32 @@
 //!
 //! A policy directory holds `schema.cedarschema`, `policies.cedar` and `entities.json`
 //! (see `policies/examples/quickstart/`). Loading validates the policies and entities
-//! against the schema; a directory that does not validate is refused with its errors.
-//! [`PolicyStore`] swaps in a new policy atomically and keeps the old one in force when the
-//! new one is invalid. Every evaluation error is a denial: nothing fails open.
+//! against the schema; a directory that does not validate is refused with its errors, each
+//! with its file, line and column. Every evaluation error is a denial: nothing fails open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::{Arc, RwLock};
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, EntityId, EntityTypeName, EntityUid, PolicySet,
-    Request, Schema, ValidationMode, Validator,
+    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
+    PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
 };
+use miette::Diagnostic;
 use sha2::{Digest, Sha256};
 
+use crate::config::line_col;
 use crate::error::{Error, Result};
 
 /// The namespace of the schema's types.
 pub const NAMESPACE: &str = "Atdp";
+
+/// The Cedar schema's file name in a policy directory.
+pub const SCHEMA_FILE: &str = "schema.cedarschema";
+/// The policies' file name.
+pub const POLICIES_FILE: &str = "policies.cedar";
+/// The entities' file name.
+pub const ENTITIES_FILE: &str = "entities.json";
 
 /// The id under which an API key is stored: the SHA-256 (hex) of the key.
 pub fn hash_api_key(key: &str) -> String {
@@ -50,6 +57,17 @@ impl Verdict {
     }
 }
 
+/// Who an API key belongs to, from `entities.json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyIdentity {
+    /// The agent the key is a member of.
+    pub agent: String,
+    /// The agent's tenant (or the key's own, for a key directly in a tenant).
+    pub tenant: String,
+    /// The key's `active` attribute (false when absent).
+    pub active: bool,
+}
+
 /// A loaded, validated policy directory.
 #[derive(Debug)]
 pub struct AccessPolicy {
@@ -72,29 +90,22 @@ impl AccessPolicy {
     /// Loads and validates a policy directory.
     pub fn load(dir: &Path) -> Result<AccessPolicy> {
         AccessPolicy::from_sources(
-            &read(dir, "schema.cedarschema")?,
-            &read(dir, "policies.cedar")?,
-            &read(dir, "entities.json")?,
+            &read(dir, SCHEMA_FILE)?,
+            &read(dir, POLICIES_FILE)?,
+            &read(dir, ENTITIES_FILE)?,
         )
     }
 
     /// Builds a policy from the three sources, validating policies and entities against
-    /// the schema.
+    /// the schema. The error lists every problem found, with file, line and column.
     pub fn from_sources(schema: &str, policies: &str, entities: &str) -> Result<AccessPolicy> {
-        let (schema, _warnings) = Schema::from_cedarschema_str(schema)
-            .map_err(|e| Error::Policy(format!("schema.cedarschema: {}", pretty(&e))))?;
-        let policies = PolicySet::from_str(policies)
-            .map_err(|e| Error::Policy(format!("policies.cedar: {}", pretty(&e))))?;
-        let validation = Validator::new(schema.clone()).validate(&policies, ValidationMode::Strict);
-        if !validation.validation_passed() {
-            let errors: Vec<String> = validation.validation_errors().map(|e| pretty(e)).collect();
-            return Err(Error::Policy(format!(
-                "policies.cedar does not match the schema: {}",
-                errors.join("; ")
-            )));
-        }
-        let entities = Entities::from_json_str(entities, Some(&schema))
-            .map_err(|e| Error::Policy(format!("entities.json: {}", pretty(&e))))?;
+        let parsed = parse_schema(schema).and_then(|schema| {
+            let policies = parse_policies(policies, &schema)?;
+            let entities = parse_entities(entities, &schema)?;
+            Ok((schema, policies, entities))
+        });
+        let (schema, policies, entities) =
+            parsed.map_err(|problems| Error::Policy(problems.join("; ")))?;
         let types = schema
             .entity_types()
             .map(|t| (t.basename().to_owned(), t.clone()))
@@ -113,6 +124,46 @@ impl AccessPolicy {
         })
     }
 
+    /// The identity of the API key whose hash is `key_hash` ([`hash_api_key`]); `None` for a
+    /// key that is not in the entities, or that belongs to no tenant.
+    pub fn key_identity(&self, key_hash: &str) -> Option<KeyIdentity> {
+        let kind = self.types.get("ApiKey")?;
+        let uid = EntityUid::from_type_name_and_id(kind.clone(), EntityId::new(key_hash));
+        let entity = self.entities.get(&uid)?;
+        let active = matches!(
+            entity.attr("active"),
+            Some(Ok(cedar_policy::EvalResult::Bool(true)))
+        );
+        let mut agent = None;
+        let mut tenant = None;
+        for ancestor in self.entities.ancestors(&uid)? {
+            match ancestor.type_name().basename() {
+                "Agent" => agent = Some(ancestor.id().unescaped().to_owned()),
+                "Tenant" => tenant = Some(ancestor.id().unescaped().to_owned()),
+                _ => {}
+            }
+        }
+        let tenant = tenant?;
+        Some(KeyIdentity {
+            agent: agent.unwrap_or_else(|| tenant.clone()),
+            tenant,
+            active,
+        })
+    }
+
+    /// The ids of every `Tenant` entity.
+    pub fn tenants(&self) -> Vec<String> {
+        let mut tenants: Vec<String> = self
+            .entities
+            .iter()
+            .map(|e| e.uid())
+            .filter(|uid| uid.type_name().basename() == "Tenant")
+            .map(|uid| uid.id().unescaped().to_owned())
+            .collect();
+        tenants.sort();
+        tenants
+    }
+
     /// Decides whether `principal` may do `action` on `resource`, given `context` (a JSON
     /// object). Entity ids are given without their type's namespace: `("ApiKey", hash)`.
     pub fn decide(
@@ -123,32 +174,81 @@ impl AccessPolicy {
         context: serde_json::Value,
     ) -> Verdict {
         match self.request(principal, action, resource, context) {
-            Ok(request) => {
-                let response =
-                    self.authorizer
-                        .is_authorized(&request, &self.policies, &self.entities);
-                let errors: Vec<String> = response
-                    .diagnostics()
-                    .errors()
-                    .map(ToString::to_string)
-                    .collect();
-                let policies: Vec<String> = response
-                    .diagnostics()
-                    .reason()
-                    .map(|id| {
-                        self.policies
-                            .policy(id)
-                            .and_then(|p| p.annotation("id").map(str::to_owned))
-                            .unwrap_or_else(|| id.to_string())
-                    })
-                    .collect();
-                Verdict {
-                    allowed: response.decision() == Decision::Allow && errors.is_empty(),
-                    policies,
-                    errors,
-                }
-            }
+            Ok(request) => self.evaluate(&request, &self.entities),
             Err(error) => Verdict::deny(error.to_string()),
+        }
+    }
+
+    /// Like [`AccessPolicy::decide`] on the trajectory `trajectory_id` of `tenant`, which the
+    /// entities file does not list: the `Trajectory` entity (attribute `tenant`, member of
+    /// its tenant) is added for this one decision.
+    pub fn decide_on_trajectory(
+        &self,
+        principal: (&str, &str),
+        action: &str,
+        trajectory_id: &str,
+        tenant: &str,
+        context: serde_json::Value,
+    ) -> Verdict {
+        let entities = self
+            .trajectory_entity(trajectory_id, tenant)
+            .and_then(|entity| {
+                self.entities
+                    .clone()
+                    .add_entities([entity], Some(&self.schema))
+                    .map_err(|e| Error::Policy(format!("trajectory entity: {}", pretty(&e))))
+            });
+        let request = self.request(principal, action, ("Trajectory", trajectory_id), context);
+        match (entities, request) {
+            (Ok(entities), Ok(request)) => self.evaluate(&request, &entities),
+            (Err(error), _) | (_, Err(error)) => Verdict::deny(error.to_string()),
+        }
+    }
+
+    fn trajectory_entity(&self, trajectory_id: &str, tenant: &str) -> Result<Entity> {
+        let kind = |name: &str| {
+            self.types
+                .get(name)
+                .cloned()
+                .ok_or_else(|| Error::Policy(format!("the schema has no entity type {name}")))
+        };
+        let tenant = EntityUid::from_type_name_and_id(kind("Tenant")?, EntityId::new(tenant));
+        let uid =
+            EntityUid::from_type_name_and_id(kind("Trajectory")?, EntityId::new(trajectory_id));
+        Entity::new(
+            uid,
+            HashMap::from([(
+                "tenant".to_owned(),
+                RestrictedExpression::new_entity_uid(tenant.clone()),
+            )]),
+            HashSet::from([tenant]),
+        )
+        .map_err(|e| Error::Policy(format!("trajectory entity: {}", pretty(&e))))
+    }
+
+    fn evaluate(&self, request: &Request, entities: &Entities) -> Verdict {
+        let response = self
+            .authorizer
+            .is_authorized(request, &self.policies, entities);
+        let errors: Vec<String> = response
+            .diagnostics()
+            .errors()
+            .map(ToString::to_string)
+            .collect();
+        let policies: Vec<String> = response
+            .diagnostics()
+            .reason()
+            .map(|id| {
+                self.policies
+                    .policy(id)
+                    .and_then(|p| p.annotation("id").map(str::to_owned))
+                    .unwrap_or_else(|| id.to_string())
+            })
+            .collect();
+        Verdict {
+            allowed: response.decision() == Decision::Allow && errors.is_empty(),
+            policies,
+            errors,
         }
     }
 
@@ -172,11 +272,105 @@ impl AccessPolicy {
             .cloned()
             .ok_or_else(|| Error::Policy(format!("the schema has no action {action}")))?;
         let resource = uid(resource.0, resource.1)?;
-        let context = Context::from_json_value(context, Some((&self.schema, &action)))
+        // Built directly rather than through `Context::from_json_value`, which re-reads the
+        // schema on every call; `Request::new` still checks it against the schema.
+        let serde_json::Value::Object(fields) = context else {
+            return Err(Error::Policy("context: not a JSON object".into()));
+        };
+        let pairs = fields
+            .into_iter()
+            .map(|(name, value)| Ok((name, restricted(value)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let context = Context::from_pairs(pairs)
             .map_err(|e| Error::Policy(format!("context: {}", pretty(&e))))?;
         Request::new(principal, action, resource, context, Some(&self.schema))
             .map_err(|e| Error::Policy(format!("request: {}", pretty(&e))))
     }
+}
+
+/// A JSON context value as a Cedar value: strings, booleans, integers, arrays (sets) and
+/// objects (records); anything else is refused.
+fn restricted(value: serde_json::Value) -> Result<RestrictedExpression> {
+    use serde_json::Value;
+    Ok(match value {
+        Value::String(text) => RestrictedExpression::new_string(text),
+        Value::Bool(flag) => RestrictedExpression::new_bool(flag),
+        Value::Number(number) => {
+            RestrictedExpression::new_long(number.as_i64().ok_or_else(|| {
+                Error::Policy(format!("context: {number} is not a 64-bit integer"))
+            })?)
+        }
+        Value::Array(items) => RestrictedExpression::new_set(
+            items
+                .into_iter()
+                .map(restricted)
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        Value::Object(fields) => RestrictedExpression::new_record(
+            fields
+                .into_iter()
+                .map(|(name, value)| Ok((name, restricted(value)?)))
+                .collect::<Result<Vec<_>>>()?,
+        )
+        .map_err(|e| Error::Policy(format!("context: {e}")))?,
+        Value::Null => return Err(Error::Policy("context: null is not a Cedar value".into())),
+    })
+}
+
+/// Every problem a Cedar diagnostic reports, each as `file:line:column: message` when it
+/// points into the source.
+pub(crate) fn located(file: &str, source: &str, diagnostic: &dyn Diagnostic) -> Vec<String> {
+    let one = |d: &dyn Diagnostic| {
+        let mut message = d.to_string();
+        if let Some(help) = d.help() {
+            message.push_str(&format!(" (help: {help})"));
+        }
+        match d.labels().and_then(|mut labels| labels.next()) {
+            Some(label) => {
+                let (line, column) = line_col(source, label.offset());
+                format!("{file}:{line}:{column}: {message}")
+            }
+            None => format!("{file}: {message}"),
+        }
+    };
+    let mut problems = vec![one(diagnostic)];
+    if let Some(related) = diagnostic.related() {
+        problems.extend(related.map(one));
+    }
+    problems
+}
+
+/// Parses `schema.cedarschema`.
+pub(crate) fn parse_schema(source: &str) -> std::result::Result<Schema, Vec<String>> {
+    Schema::from_cedarschema_str(source)
+        .map(|(schema, _warnings)| schema)
+        .map_err(|e| located(SCHEMA_FILE, source, &e))
+}
+
+/// Parses `policies.cedar` and validates it against `schema`.
+pub(crate) fn parse_policies(
+    source: &str,
+    schema: &Schema,
+) -> std::result::Result<PolicySet, Vec<String>> {
+    let policies = PolicySet::from_str(source).map_err(|e| located(POLICIES_FILE, source, &e))?;
+    let validation = Validator::new(schema.clone()).validate(&policies, ValidationMode::Strict);
+    if validation.validation_passed() {
+        return Ok(policies);
+    }
+    Err(validation
+        .validation_errors()
+        .flat_map(|e| located(POLICIES_FILE, source, e))
+        .map(|p| format!("{p} (does not match the schema)"))
+        .collect())
+}
+
+/// Parses `entities.json` against `schema`.
+pub(crate) fn parse_entities(
+    source: &str,
+    schema: &Schema,
+) -> std::result::Result<Entities, Vec<String>> {
+    Entities::from_json_str(source, Some(schema))
+        .map_err(|e| vec![format!("{ENTITIES_FILE}: {}", pretty(&e))])
 }
 
 /// An error with its causes, on one line.
@@ -189,37 +383,6 @@ fn pretty(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The policy in force, replaced atomically on reload.
-#[derive(Debug)]
-pub struct PolicyStore {
-    current: RwLock<(u64, Arc<AccessPolicy>)>,
-}
-
-impl PolicyStore {
-    /// A store holding `policy` as version 1.
-    pub fn new(policy: AccessPolicy) -> PolicyStore {
-        PolicyStore {
-            current: RwLock::new((1, Arc::new(policy))),
-        }
-    }
-
-    /// The policy in force and its version.
-    pub fn current(&self) -> (u64, Arc<AccessPolicy>) {
-        let guard = self.current.read().unwrap_or_else(|p| p.into_inner());
-        (guard.0, guard.1.clone())
-    }
-
-    /// Loads `dir` and puts it in force; on any error the old policy stays in force and the
-    /// error is returned for the caller to report. Returns the new version.
-    pub fn reload(&self, dir: &Path) -> Result<u64> {
-        let policy = AccessPolicy::load(dir)?;
-        let mut guard = self.current.write().unwrap_or_else(|p| p.into_inner());
-        guard.0 += 1;
-        guard.1 = Arc::new(policy);
-        Ok(guard.0)
-    }
 }
 
 #[cfg(test)]

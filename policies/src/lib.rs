@@ -1,9 +1,11 @@
 //! Compliance building blocks of atdp: detection of personal data and secrets in text
 //! ([`Scanner`]), masking actions ([`mask`]), the vault crypto that keeps tokenized originals
 //! revealable ([`KeyRing`]), masking of whole JSON documents including JSON inside strings
-//! ([`JsonMasker`]), and unmasking, also on a stream ([`StreamUnmasker`]). Not built yet
-//! (issue 3): custom entities from a policy file. Access policy is Cedar ([`AccessPolicy`],
-//! reloaded atomically by [`PolicyStore`]).
+//! ([`JsonMasker`]), and unmasking, also on a stream ([`StreamUnmasker`]). Access policy is
+//! Cedar ([`AccessPolicy`]). A policy directory ([`Policy`]: the Cedar files plus
+//! `masking.toml` with custom entities, context words and masking actions per destination,
+//! [`MaskingConfig`]) is reloaded atomically by [`PolicyStore`] and checked, every problem
+//! with its line, by [`check_dir`].
 //!
 //! ```
 //! let scanner = policies::Scanner::new(None)?;
@@ -14,15 +16,27 @@
 //! ```
 
 mod access;
+mod check;
+mod config;
 mod detect;
 mod error;
 mod json;
 mod mask;
+mod store;
 mod vault;
 
-pub use access::{AccessPolicy, NAMESPACE, PolicyStore, Verdict, hash_api_key};
+pub use access::{
+    AccessPolicy, ENTITIES_FILE, KeyIdentity, NAMESPACE, POLICIES_FILE, SCHEMA_FILE, Verdict,
+    hash_api_key,
+};
+pub use check::check_dir;
+pub use config::{
+    ContextWords, CustomEntity, CustomMatch, Destination, DetectionConfig, MASKING_FILE,
+    MaskingConfig,
+};
 pub use detect::{Scanner, Span, builtin_entities};
 pub use error::{Error, Result, json_error_kind};
 pub use json::{JsonMasked, JsonMasker};
 pub use mask::{Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, unmask};
+pub use store::{Policy, PolicyStore};
 pub use vault::{KeyRing, SealedValue, TOKEN_HEX_DIGITS};

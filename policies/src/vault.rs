@@ -167,6 +167,11 @@ impl KeyRing {
             .map_err(|e| Error::KeyFile(format!("cannot encode the key file: {e}")))
     }
 
+    /// Whether `tenant` has keys.
+    pub fn has_tenant(&self, tenant: &str) -> bool {
+        self.tenants.contains_key(tenant)
+    }
+
     /// Fresh random keys for `tenant` (key id `k1`), replacing any it had.
     pub fn generate(&mut self, tenant: &str) {
         self.tenants.insert(

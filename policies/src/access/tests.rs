@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::*;
+use crate::store::{Policy, PolicyStore};
 
 fn quickstart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart")
@@ -44,8 +45,8 @@ fn model_calls_by_key_pii_and_upstream() {
     assert!(decide(ROUTER, call(&["US_SSN"], "internal", 2_000)).allowed);
 
     assert!(
-        !decide(ROUTER, call(&[], "internal", 2_000_000)).allowed,
-        "over 1 MiB"
+        !decide(ROUTER, call(&[], "internal", 9_000_000)).allowed,
+        "over 8 MiB"
     );
     assert!(
         !decide(REVOKED, call(&[], "internal", 10)).allowed,
@@ -198,6 +199,15 @@ fn malformed_requests_deny() {
         json!({"entities": [], "upstream_trust": "internal", "request_bytes": "big"}),
     );
     assert!(!wrong.allowed);
+    for odd in [json!(1.5), json!(null), json!({"nested": null})] {
+        let verdict = p.decide(
+            ("ApiKey", &router),
+            "invoke_model",
+            ("Model", "m"),
+            json!({"entities": [], "upstream_trust": "internal", "request_bytes": odd}),
+        );
+        assert!(!verdict.allowed && !verdict.errors.is_empty(), "{odd}");
+    }
     assert!(
         !p.decide(
             ("ApiKey", &router),
@@ -216,12 +226,13 @@ fn invalid_reload_keeps_the_old_policy() {
     for name in ["schema.cedarschema", "policies.cedar", "entities.json"] {
         std::fs::copy(quickstart().join(name), dir.join(name)).unwrap();
     }
-    let store = PolicyStore::new(AccessPolicy::load(&dir).unwrap());
+    let store = PolicyStore::new(Policy::load(&dir).unwrap());
     let router = hash_api_key(ROUTER);
     let allowed = |store: &PolicyStore| {
         store
             .current()
             .1
+            .access
             .decide(
                 ("ApiKey", &router),
                 "invoke_model",
@@ -262,4 +273,45 @@ fn invalid_reload_keeps_the_old_policy() {
     assert_eq!(store.reload(&dir).unwrap(), 2);
     assert!(!allowed(&store));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn keys_resolve_to_agent_and_tenant() {
+    let p = policy();
+    let router = p.key_identity(&hash_api_key(ROUTER)).unwrap();
+    assert_eq!(
+        router,
+        KeyIdentity {
+            agent: "acme-router".into(),
+            tenant: "acme".into(),
+            active: true
+        }
+    );
+    assert!(p.key_identity(&hash_api_key("not-a-key")).is_none());
+    assert!(!p.key_identity(&hash_api_key(REVOKED)).unwrap().active);
+    assert!(p.tenants().contains(&"acme".to_owned()));
+    assert!(p.tenants().contains(&"globex".to_owned()));
+}
+
+#[test]
+fn rewards_only_on_the_keys_own_tenant() {
+    let p = policy();
+    let router = hash_api_key(ROUTER);
+    let own = p.decide_on_trajectory(
+        ("ApiKey", &router),
+        "write_reward",
+        "t-1",
+        "acme",
+        json!({}),
+    );
+    assert!(own.allowed, "{own:?}");
+    assert_eq!(own.policies, ["reward-own-tenant"]);
+    let other = p.decide_on_trajectory(
+        ("ApiKey", &router),
+        "write_reward",
+        "t-1",
+        "globex",
+        json!({}),
+    );
+    assert!(!other.allowed);
 }

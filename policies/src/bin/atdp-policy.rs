@@ -3,7 +3,10 @@
 //! `atdp-policy scan` reads JSON Lines `{"id": …, "text": …}` on stdin and writes
 //! `{"id": …, "spans": [{"start", "end", "entity", "score"}]}` with UTF-8 byte offsets;
 //! `atdp-policy mask` writes `{"id", "text", "spans", "vault"}` with the masked text;
-//! `atdp-policy keygen` creates a key file. A malformed input line is reported on stderr
+//! `atdp-policy check DIR` lists every problem of a policy directory with file, line and
+//! column (exit status 1 when there is one); `atdp-policy keygen` creates a key file. With
+//! `--policy DIR`, `scan` and `mask` use that directory's `masking.toml` (custom entities,
+//! context words, threshold; `mask` also its storage actions). A malformed input line is reported on stderr
 //! with its line number (never its content) and does not stop the rest; the exit status is
 //! then 1. Other errors are one line on stderr and exit status 2.
 
@@ -14,7 +17,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use policies::{Action, KeyRing, MaskPolicy, Scanner, builtin_entities, json_error_kind, mask};
+use policies::{
+    Action, KeyRing, MaskPolicy, MaskingConfig, Scanner, builtin_entities, check_dir,
+    json_error_kind, mask,
+};
 use serde::Deserialize;
 
 #[derive(Parser, Debug)]
@@ -35,6 +41,9 @@ enum Command {
         /// Only these entity types (comma-separated), e.g. EMAIL_ADDRESS,US_SSN.
         #[arg(long, value_delimiter = ',')]
         entities: Option<Vec<String>>,
+        /// Policy directory whose masking.toml adds custom entities and context words.
+        #[arg(long, env = "ATDP_POLICY_DIR")]
+        policy: Option<PathBuf>,
     },
     /// Mask JSON Lines {"id", "text"} from stdin; write {"id", "text", "spans", "vault"}.
     Mask {
@@ -44,12 +53,22 @@ enum Command {
         /// Tenant whose keys mask the values.
         #[arg(long)]
         tenant: String,
-        /// Action for every entity: redact, mask, hash, tokenize or allow.
-        #[arg(long, default_value = "tokenize")]
-        action: String,
+        /// Action for every entity: redact, mask, hash, tokenize or allow (default:
+        /// tokenize, or the storage actions of --policy).
+        #[arg(long)]
+        action: Option<String>,
         /// Only these entity types (comma-separated).
         #[arg(long, value_delimiter = ',')]
         entities: Option<Vec<String>>,
+        /// Policy directory whose masking.toml gives custom entities, context words and
+        /// the storage actions.
+        #[arg(long, env = "ATDP_POLICY_DIR")]
+        policy: Option<PathBuf>,
+    },
+    /// Check a policy directory; print every problem with file, line and column.
+    Check {
+        /// The directory (schema.cedarschema, policies.cedar, entities.json, masking.toml).
+        dir: PathBuf,
     },
     /// Create a key file with fresh random keys for the given tenants.
     Keygen {
@@ -103,8 +122,15 @@ fn each_line(
     Ok(bad)
 }
 
-fn scan(entities: Option<&[String]>) -> anyhow::Result<usize> {
-    let scanner = Scanner::new(entities)?;
+fn masking(policy: Option<&PathBuf>) -> anyhow::Result<MaskingConfig> {
+    Ok(match policy {
+        Some(dir) => MaskingConfig::load(dir)?,
+        None => MaskingConfig::default(),
+    })
+}
+
+fn scan(entities: Option<&[String]>, policy: Option<&PathBuf>) -> anyhow::Result<usize> {
+    let scanner = Scanner::with_config(&masking(policy)?.detection, entities)?;
     each_line(|input| {
         let spans = scanner.scan(&input.text);
         Ok(serde_json::json!({"id": input.id, "spans": spans}))
@@ -130,12 +156,17 @@ fn parse_action(name: &str) -> anyhow::Result<Action> {
 fn mask_lines(
     keys: Option<&PathBuf>,
     tenant: &str,
-    action: &str,
+    action: Option<&str>,
     entities: Option<&[String]>,
+    policy: Option<&PathBuf>,
 ) -> anyhow::Result<usize> {
     let keys = load_keys(keys)?;
-    let policy = MaskPolicy::all(parse_action(action)?);
-    let scanner = Scanner::new(entities)?;
+    let config = masking(policy)?;
+    let scanner = Scanner::with_config(&config.detection, entities)?;
+    let policy = match action {
+        Some(action) => MaskPolicy::all(parse_action(action)?),
+        None => config.storage,
+    };
     each_line(|input| {
         let masked = mask(
             &input.text,
@@ -162,6 +193,26 @@ fn mask_lines(
             serde_json::json!({"id": input.id, "text": masked.text, "spans": masked.spans, "vault": vault}),
         )
     })
+}
+
+fn check(dir: &std::path::Path) -> anyhow::Result<usize> {
+    if !dir.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    let problems = check_dir(dir);
+    for problem in &problems {
+        println!("{problem}");
+    }
+    if problems.is_empty() {
+        eprintln!("atdp-policy: {} is valid", dir.display());
+    } else {
+        eprintln!(
+            "atdp-policy: {} problem(s) in {}",
+            problems.len(),
+            dir.display()
+        );
+    }
+    Ok(problems.len())
 }
 
 fn keygen(out: &PathBuf, tenants: &[String]) -> anyhow::Result<usize> {
@@ -196,13 +247,21 @@ fn keygen(out: &PathBuf, tenants: &[String]) -> anyhow::Result<usize> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Scan { entities } => scan(entities.as_deref()),
+        Command::Scan { entities, policy } => scan(entities.as_deref(), policy.as_ref()),
         Command::Mask {
             keys,
             tenant,
             action,
             entities,
-        } => mask_lines(keys.as_ref(), &tenant, &action, entities.as_deref()),
+            policy,
+        } => mask_lines(
+            keys.as_ref(),
+            &tenant,
+            action.as_deref(),
+            entities.as_deref(),
+            policy.as_ref(),
+        ),
+        Command::Check { dir } => check(&dir),
         Command::Keygen { out, tenants } => keygen(&out, &tenants),
         Command::Entities => {
             for entity in builtin_entities() {

@@ -9,9 +9,13 @@
 mod patterns;
 mod validate;
 
-use regex::{Regex, RegexSet};
+use std::sync::Mutex;
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Serialize;
 
+use crate::config::{CustomEntity, CustomMatch, DetectionConfig};
 use crate::error::{Error, Result};
 
 /// A detected span: `start..end` are UTF-8 byte offsets into the scanned text.
@@ -27,18 +31,30 @@ pub struct Span {
     pub score: f32,
 }
 
+/// How a detector finds its candidates.
+enum Matcher {
+    /// A pattern (also in the scanner's `RegexSet`); `group` is the value's capture group.
+    Regex { regex: Regex, group: usize },
+    /// A dictionary of words, matched as whole words.
+    Words(AhoCorasick),
+}
+
 struct Detector {
     entity: &'static str,
-    regex: Regex,
+    matcher: Matcher,
     score: f32,
     validate: Option<fn(&str) -> bool>,
-    context: &'static [&'static str],
-    group: usize,
+    /// Lower-case words that raise the score when found shortly before a match.
+    raise: Vec<String>,
+    /// Lower-case words that lower it.
+    lower: Vec<String>,
 }
 
 /// The compiled detectors.
 pub struct Scanner {
-    set: RegexSet,
+    /// The patterns of the regex detectors, one set per entity type, each with the indexes
+    /// of its detectors in `detectors`.
+    sets: Vec<(RegexSet, Vec<usize>)>,
     detectors: Vec<Detector>,
     /// Spans scoring below this are dropped.
     threshold: f32,
@@ -53,9 +69,24 @@ impl std::fmt::Debug for Scanner {
     }
 }
 
+/// Entity types whose values are numbers that dash-joined ids often contain.
+const NUMERIC: &[&str] = &[
+    "CREDIT_CARD",
+    "US_SSN",
+    "PHONE_NUMBER",
+    "IP_ADDRESS",
+    "IBAN_CODE",
+];
+
+/// Cache of the lazy DFA that runs all patterns at once. With the default (2 MiB) the cache
+/// thrashes on text mixing non-ASCII characters, look-alikes and PII, and matching falls back
+/// to a much slower engine. 16 MiB doubles the speed on such text over the default; 64 MiB
+/// gains another 25% for 45 MB more per thread (docs/benchmarks.md).
+const DFA_CACHE: usize = 16 << 20;
+
 /// How far before a match context words are looked for, in bytes.
 const CONTEXT_WINDOW: usize = 48;
-/// What a context word adds to a score.
+/// What a context word adds to (or takes from) a score.
 const CONTEXT_BOOST: f32 = 0.3;
 
 /// The entity types the built-in detectors report.
@@ -66,113 +97,260 @@ pub fn builtin_entities() -> Vec<&'static str> {
     entities
 }
 
+/// A `'static` copy of a custom entity name. Each distinct name is leaked once, so reloading
+/// a policy many times does not grow memory.
+fn intern(name: &str) -> &'static str {
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(known) = names.iter().find(|n| **n == name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(leaked);
+    leaked
+}
+
 /// Whether `byte` continues a token (so a match next to it is part of something longer).
 fn joins(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'_'
+}
+
+fn pattern_error(error: impl std::fmt::Display) -> Error {
+    Error::Pattern(error.to_string())
 }
 
 impl Scanner {
     /// The built-in detectors, restricted to `entities` when given, reporting spans that
     /// score at least 0.5.
     pub fn new(entities: Option<&[String]>) -> Result<Scanner> {
+        Scanner::with_config(&DetectionConfig::default(), entities)
+    }
+
+    /// The built-in detectors plus the custom entities and context words of `config`,
+    /// restricted to `entities` when given.
+    pub fn with_config(config: &DetectionConfig, entities: Option<&[String]>) -> Result<Scanner> {
         if let Some(wanted) = entities {
             let known = builtin_entities();
-            if let Some(unknown) = wanted.iter().find(|e| !known.contains(&e.as_str())) {
+            if let Some(unknown) = wanted.iter().find(|e| {
+                !known.contains(&e.as_str()) && !config.custom.iter().any(|c| &c.name == *e)
+            }) {
                 return Err(Error::UnknownEntity(unknown.clone()));
             }
         }
-        let specs: Vec<&patterns::PatternSpec> = patterns::BUILTIN
-            .iter()
-            .filter(|p| entities.is_none_or(|w| w.iter().any(|e| e == p.entity)))
-            .collect();
-        let set = RegexSet::new(specs.iter().map(|p| p.pattern))
-            .map_err(|e| Error::Pattern(e.to_string()))?;
-        let detectors = specs
-            .iter()
-            .map(|p| {
-                Ok(Detector {
-                    entity: p.entity,
-                    regex: Regex::new(p.pattern).map_err(|e| Error::Pattern(e.to_string()))?,
-                    score: p.score,
-                    validate: p.validate,
-                    context: p.context,
-                    group: p.group,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let wanted = |entity: &str| entities.is_none_or(|w| w.iter().any(|e| e == entity));
+        let context = |entity: &str, raise: &[&str], lower: &[String]| {
+            let extra = config.context.get(entity);
+            let mut words = (
+                raise.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>(),
+                lower.to_vec(),
+            );
+            if let Some(extra) = extra {
+                words.0.extend(extra.raise.iter().cloned());
+                words.1.extend(extra.lower.iter().cloned());
+            }
+            words
+        };
+        let mut detectors = Vec::new();
+        let mut patterns = Vec::new();
+        for spec in patterns::BUILTIN.iter().filter(|p| wanted(p.entity)) {
+            let (raise, lower) = context(spec.entity, spec.context, &[]);
+            patterns.push(spec.pattern.to_owned());
+            detectors.push(Detector {
+                entity: spec.entity,
+                matcher: Matcher::Regex {
+                    regex: Regex::new(spec.pattern).map_err(pattern_error)?,
+                    group: spec.group,
+                },
+                score: spec.score,
+                validate: spec.validate,
+                raise,
+                lower,
+            });
+        }
+        let custom: Vec<&CustomEntity> = config.custom.iter().filter(|c| wanted(&c.name)).collect();
+        // Regex detectors first, so that the set's indexes are the detectors' indexes.
+        for entity in &custom {
+            if let CustomMatch::Pattern(pattern) = &entity.matcher {
+                patterns.push(pattern.clone());
+                detectors.push(custom_detector(
+                    entity,
+                    Matcher::Regex {
+                        regex: Regex::new(pattern).map_err(pattern_error)?,
+                        group: 0,
+                    },
+                    &context,
+                ));
+            }
+        }
+        for entity in &custom {
+            if let CustomMatch::Words {
+                words,
+                case_sensitive,
+            } = &entity.matcher
+            {
+                let automaton = AhoCorasick::builder()
+                    .ascii_case_insensitive(!case_sensitive)
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(words)
+                    .map_err(pattern_error)?;
+                detectors.push(custom_detector(entity, Matcher::Words(automaton), &context));
+            }
+        }
+        // One set of every pattern: on text that is mostly clean one pass tells that nothing
+        // can match. (A set per entity type keeps the lazy DFA smaller, so it is 2x faster on
+        // text dense with numbers and ids, but 2x slower on clean text: docs/benchmarks.md.)
+        let set = RegexSetBuilder::new(&patterns)
+            .dfa_size_limit(DFA_CACHE)
+            .build()
+            .map_err(pattern_error)?;
+        let sets = vec![(set, (0..patterns.len()).collect())];
         Ok(Scanner {
-            set,
+            sets,
             detectors,
-            threshold: 0.5,
+            threshold: config.threshold,
         })
     }
 
     /// The spans of personal data and secrets in `text`, ordered by start, never overlapping.
     pub fn scan(&self, text: &str) -> Vec<Span> {
-        let bytes = text.as_bytes();
         let mut candidates = Vec::new();
-        for index in self.set.matches(text).iter() {
-            let Some(detector) = self.detectors.get(index) else {
-                continue;
-            };
-            for captures in detector.regex.captures_iter(text) {
-                let Some(value) = captures.get(detector.group) else {
-                    continue;
-                };
-                let (start, end) = (value.start(), value.end());
-                // Part of a longer token (a UUID, a hash, a longer number): not this entity.
-                let whole = captures
-                    .get(0)
-                    .map_or((start, end), |m| (m.start(), m.end()));
-                if whole.0 > 0 && joins(bytes[whole.0 - 1]) && detector.group == 0 {
-                    continue;
+        for (set, members) in &self.sets {
+            for index in set.matches(text).iter() {
+                if let Some(detector) = members.get(index).and_then(|i| self.detectors.get(*i)) {
+                    self.candidates(detector, text, &mut candidates);
                 }
-                if end < bytes.len() && joins(bytes[end]) {
-                    continue;
-                }
-                // A dotted number continuing (1.2.3.4.5) is a version, not an address.
-                if end + 1 < bytes.len() && bytes[end] == b'.' && bytes[end + 1].is_ascii_digit() {
-                    continue;
-                }
-                // Colon-separated groups continuing (a MAC address, a longer id): not IPv6.
-                if detector.entity == "IP_ADDRESS"
-                    && (bytes.get(end) == Some(&b':')
-                        || (start > 0
-                            && bytes[start - 1] == b':'
-                            && bytes.get(start) != Some(&b':')))
-                {
-                    continue;
-                }
-                let value_text = &text[start..end];
-                if detector.validate.is_some_and(|valid| !valid(value_text)) {
-                    continue;
-                }
-                let mut score = detector.score;
-                if !detector.context.is_empty() && has_context(text, start, detector.context) {
-                    score = (score + CONTEXT_BOOST).min(1.0);
-                }
-                if score >= self.threshold {
-                    candidates.push(Span {
-                        start,
-                        end,
-                        entity: detector.entity,
-                        score,
-                    });
-                }
+            }
+        }
+        for detector in &self.detectors {
+            if matches!(detector.matcher, Matcher::Words(_)) {
+                self.candidates(detector, text, &mut candidates);
             }
         }
         resolve_overlaps(candidates)
     }
+
+    /// The spans one detector finds in `text`, `(value, whole match)` for each.
+    fn matches(detector: &Detector, text: &str) -> Vec<((usize, usize), (usize, usize))> {
+        match &detector.matcher {
+            // Without a capture group the faster `find_iter` suffices.
+            Matcher::Regex { regex, group: 0 } => regex
+                .find_iter(text)
+                .map(|m| ((m.start(), m.end()), (m.start(), m.end())))
+                .collect(),
+            Matcher::Regex { regex, group } => regex
+                .captures_iter(text)
+                .filter_map(|captures| {
+                    let value = captures.get(*group)?;
+                    let whole = captures.get(0).map_or(value.range(), |m| m.range());
+                    Some(((value.start(), value.end()), (whole.start, whole.end)))
+                })
+                .collect(),
+            Matcher::Words(automaton) => automaton
+                .find_iter(text)
+                .map(|m| ((m.start(), m.end()), (m.start(), m.end())))
+                .collect(),
+        }
+    }
+
+    fn candidates(&self, detector: &Detector, text: &str, out: &mut Vec<Span>) {
+        let bytes = text.as_bytes();
+        let whole_value = !matches!(detector.matcher, Matcher::Regex { group, .. } if group != 0);
+        for ((start, mut end), whole) in Scanner::matches(detector, text) {
+            // A URL ends before the punctuation of the sentence around it.
+            if detector.entity == "URL" {
+                while end > start
+                    && matches!(
+                        bytes[end - 1],
+                        b'.' | b',' | b';' | b':' | b'!' | b'?' | b')' | b']' | b'}'
+                    )
+                {
+                    end -= 1;
+                }
+            }
+            // Part of a longer token (a UUID, a hash, a longer number): not this entity.
+            if whole.0 > 0 && joins(bytes[whole.0 - 1]) && whole_value {
+                continue;
+            }
+            if end < bytes.len() && joins(bytes[end]) {
+                continue;
+            }
+            if !text.is_char_boundary(start) || !text.is_char_boundary(end) {
+                continue;
+            }
+            // A dotted number continuing (1.2.3.4.5) is a version, not an address.
+            if end + 1 < bytes.len() && bytes[end] == b'.' && bytes[end + 1].is_ascii_digit() {
+                continue;
+            }
+            // A number in a dash-joined id (a UUID, `SO-536-22-1234`, `4111…-9d26`) is part
+            // of that id.
+            if NUMERIC.contains(&detector.entity)
+                && ((bytes.get(end) == Some(&b'-')
+                    && bytes.get(end + 1).is_some_and(|b| joins(*b)))
+                    || (start >= 2 && bytes[start - 1] == b'-' && joins(bytes[start - 2])))
+            {
+                continue;
+            }
+            // Colon-separated groups continuing (a MAC address, a longer id): not IPv6. An
+            // IPv4 address may be followed by a port.
+            let ipv6 = text[start..end].contains(':');
+            if detector.entity == "IP_ADDRESS"
+                && ipv6
+                && (bytes.get(end) == Some(&b':')
+                    || (start > 0 && bytes[start - 1] == b':' && bytes.get(start) != Some(&b':')))
+            {
+                continue;
+            }
+            let value_text = &text[start..end];
+            if detector.validate.is_some_and(|valid| !valid(value_text)) {
+                continue;
+            }
+            let mut score = detector.score;
+            if has_context(text, start, &detector.raise) {
+                score = (score + CONTEXT_BOOST).min(1.0);
+            }
+            if has_context(text, start, &detector.lower) {
+                score = (score - CONTEXT_BOOST).max(0.0);
+            }
+            if score >= self.threshold {
+                out.push(Span {
+                    start,
+                    end,
+                    entity: detector.entity,
+                    score,
+                });
+            }
+        }
+    }
+}
+
+fn custom_detector(
+    entity: &CustomEntity,
+    matcher: Matcher,
+    context: &impl Fn(&str, &[&str], &[String]) -> (Vec<String>, Vec<String>),
+) -> Detector {
+    let raise: Vec<&str> = entity.context.raise.iter().map(String::as_str).collect();
+    let (raise, lower) = context(&entity.name, &raise, &entity.context.lower);
+    Detector {
+        entity: intern(&entity.name),
+        matcher,
+        score: entity.score,
+        validate: None,
+        raise,
+        lower,
+    }
 }
 
 /// Whether one of `words` appears (case-insensitive) within the window before `start`.
-fn has_context(text: &str, start: usize, words: &[&str]) -> bool {
+fn has_context(text: &str, start: usize, words: &[String]) -> bool {
+    if words.is_empty() {
+        return false;
+    }
     let mut from = start.saturating_sub(CONTEXT_WINDOW);
     while !text.is_char_boundary(from) {
         from += 1;
     }
-    let window = text[from..start].to_ascii_lowercase();
-    words.iter().any(|w| window.contains(w))
+    let window = text[from..start].to_lowercase();
+    words.iter().any(|w| window.contains(w.as_str()))
 }
 
 /// Keeps the best of overlapping spans: higher score, then longer, then earlier.

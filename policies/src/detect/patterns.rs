@@ -69,6 +69,15 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         context: PHONE_CONTEXT,
         group: 0,
     },
+    // American Express in its printed 4-6-5 grouping.
+    PatternSpec {
+        entity: "CREDIT_CARD",
+        pattern: r"3[47]\d{2}[ -]\d{6}[ -]\d{5}",
+        score: 1.0,
+        validate: Some(validate::luhn),
+        context: &[],
+        group: 0,
+    },
     PatternSpec {
         entity: "CREDIT_CARD",
         pattern: r"[2-6]\d{3}(?:[ -]?\d{4}){2}[ -]?\d{1,7}",
@@ -111,7 +120,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     },
     PatternSpec {
         entity: "URL",
-        pattern: r"(?i)[a-z][a-z0-9+.-]*://[^\s:/@]+:[^\s/@]+@[^\s/?#]+",
+        pattern: r#"(?i)[a-z][a-z0-9+.-]*://[^\s:/@]+:[^\s/@]+@[^\s/?#"'<>`]+(?:[/?#][^\s"'<>`]*)?"#,
         score: 1.0,
         validate: None,
         context: &[],

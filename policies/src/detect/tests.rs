@@ -69,6 +69,19 @@ fn credit_cards() {
     );
     assert_finds("CREDIT_CARD", "5500-0000-0000-0004", "5500-0000-0000-0004");
     assert_finds("CREDIT_CARD", "amex 340000000000009.", "340000000000009");
+    assert_finds(
+        "CREDIT_CARD",
+        "Payment: 3782 822463 10005 exp",
+        "3782 822463 10005",
+    );
+    assert_finds(
+        "CREDIT_CARD",
+        r#""card":"3782-822463-10005""#,
+        "3782-822463-10005",
+    );
+    // Digits of a UUID that happen to pass Luhn are part of the UUID.
+    assert_clean(r#""trace_id":"51714236-0245-4106-9d26-63cce608e14f""#);
+    assert_clean("order SO-536-22-1234 shipped");
     // Luhn-invalid runs, too short, and digits inside a longer token.
     assert_clean("ref 4111 1111 1111 1112 and 1234 5678 9012 3456");
     assert_clean("tracking 94001118992234567890123 and id 4111111111111111abc");
@@ -101,6 +114,12 @@ fn ip_addresses() {
     assert_finds("IP_ADDRESS", "from 203.0.113.42 at noon", "203.0.113.42");
     assert_finds(
         "IP_ADDRESS",
+        "upstream 10.131.125.35:6379 returned 502",
+        "10.131.125.35",
+    );
+    assert_finds("IP_ADDRESS", "[2001:db8::1]:443", "2001:db8::1");
+    assert_finds(
+        "IP_ADDRESS",
         "client 2001:db8::8a2e:370:7334 connected",
         "2001:db8::8a2e:370:7334",
     );
@@ -111,8 +130,13 @@ fn ip_addresses() {
 fn urls_with_credentials() {
     assert_finds(
         "URL",
-        "db postgres://app:hunter2@db.internal:5432/prod",
-        "postgres://app:hunter2@db.internal:5432",
+        "db postgres://app:hunter2@db.internal:5432/prod?sslmode=require.",
+        "postgres://app:hunter2@db.internal:5432/prod?sslmode=require",
+    );
+    assert_finds(
+        "URL",
+        r#"{"dsn":"amqp://admin:pw@mq.example.io/vhost"}"#,
+        "amqp://admin:pw@mq.example.io/vhost",
     );
     assert_clean("see https://example.com/docs?q=1 and http://localhost:8080/a");
 }
@@ -173,4 +197,75 @@ fn entity_filter() {
         Scanner::new(Some(&["NOPE".to_owned()])),
         Err(Error::UnknownEntity(_))
     ));
+}
+
+fn custom_scanner(source: &str) -> Scanner {
+    let config = crate::config::MaskingConfig::from_toml(source).unwrap();
+    Scanner::with_config(&config.detection, None).unwrap()
+}
+
+fn found_with(scanner: &Scanner, text: &str) -> Vec<(&'static str, String, f32)> {
+    scanner
+        .scan(text)
+        .into_iter()
+        .map(|s| (s.entity, text[s.start..s.end].to_owned(), s.score))
+        .collect()
+}
+
+#[test]
+fn dictionary_entities_match_whole_words() {
+    let scanner = custom_scanner(
+        "[[detection.entity]]\nname = \"CODENAME\"\nwords = [\"Bluebird\", \"night jar\"]\n\n[[detection.entity]]\nname = \"EXACT\"\nwords = [\"ACME-7\"]\ncase_sensitive = true\n",
+    );
+    assert_eq!(
+        found_with(
+            &scanner,
+            "BLUEBIRD and Night Jar; not bluebirds or xbluebird"
+        ),
+        [
+            ("CODENAME", "BLUEBIRD".to_owned(), 0.8),
+            ("CODENAME", "Night Jar".to_owned(), 0.8)
+        ]
+    );
+    assert_eq!(
+        found_with(&scanner, "ACME-7 but not acme-7"),
+        [("EXACT", "ACME-7".to_owned(), 0.8)]
+    );
+    // Built-in detectors still run next to the custom ones.
+    assert_eq!(found_with(&scanner, "bluebird jane@example.com").len(), 2);
+}
+
+#[test]
+fn custom_patterns_and_context_words_raise_and_lower() {
+    let scanner = custom_scanner(
+        "[[detection.entity]]\nname = \"CUSTOMER_ID\"\npattern = 'C-\\d{4}'\nscore = 0.4\nraise = [\"Customer\"]\n\n[detection.context.PHONE_NUMBER]\nlower = [\"tracking\"]\n",
+    );
+    assert!(found_with(&scanner, "ref C-1234").is_empty());
+    let near = found_with(&scanner, "customer C-1234 called");
+    assert_eq!(near.len(), 1);
+    assert_eq!(near[0].0, "CUSTOMER_ID");
+    assert!((near[0].2 - 0.7).abs() < 1e-6, "{near:?}");
+    // Not part of a longer token.
+    assert!(found_with(&scanner, "customer XC-1234 and C-12345").is_empty());
+    let phone = "+44 20 7946 0958";
+    assert_eq!(found_with(&scanner, &format!("call {phone}"))[0].1, phone);
+    assert!(
+        found_with(&scanner, &format!("tracking {phone}")).is_empty(),
+        "a lowering word drops the 0.75 international phone score under 0.5"
+    );
+}
+
+#[test]
+fn entity_filter_knows_custom_entities() {
+    let config = crate::config::MaskingConfig::from_toml(
+        "[[detection.entity]]\nname = \"CODENAME\"\nwords = [\"Kestrel\"]\n",
+    )
+    .unwrap();
+    let only = Scanner::with_config(&config.detection, Some(&["CODENAME".to_owned()])).unwrap();
+    assert_eq!(
+        found_with(&only, "Kestrel jane@example.com"),
+        [("CODENAME", "Kestrel".to_owned(), 0.8)]
+    );
+    assert!(Scanner::with_config(&config.detection, Some(&["NOPE".to_owned()])).is_err());
+    assert!(std::ptr::eq(intern("CODENAME"), intern("CODENAME")));
 }

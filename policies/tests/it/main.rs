@@ -164,3 +164,134 @@ fn keygen_then_mask() {
     assert!(!String::from_utf8_lossy(&refused.stderr).contains("jane@"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn quickstart() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart")
+}
+
+#[test]
+fn check_accepts_the_quickstart_and_locates_every_problem() {
+    let ok = run(&["check", quickstart().to_str().unwrap()], "");
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    assert!(ok.stdout.is_empty());
+
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["schema.cedarschema", "entities.json"] {
+        std::fs::copy(quickstart().join(name), dir.path().join(name)).unwrap();
+    }
+    // Line 3: an attribute the schema lacks; line 6: a syntax error.
+    std::fs::write(
+        dir.path().join("policies.cedar"),
+        "@id(\"a\")\npermit (principal, action == Atdp::Action::\"invoke_model\", resource)\nwhen { principal.activ };\n\n@id(\"b\")\npermit (principal, action, resource) when { ;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("masking.toml"),
+        "[[detection.entity]]\nname = \"ORDER\"\npattern = '(unclosed'\n",
+    )
+    .unwrap();
+    let bad = run(&["check", dir.path().to_str().unwrap()], "");
+    assert_eq!(bad.status.code(), Some(1));
+    let stdout = String::from_utf8(bad.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("policies.cedar:6:")),
+        "{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("masking.toml:3:11:") && l.contains("ORDER")),
+        "{stdout}"
+    );
+
+    // Once the syntax error is gone, validation reports the unknown attribute on line 3.
+    std::fs::write(
+        dir.path().join("policies.cedar"),
+        "@id(\"a\")\npermit (principal, action == Atdp::Action::\"invoke_model\", resource)\nwhen { principal.activ };\n",
+    )
+    .unwrap();
+    let bad = run(&["check", dir.path().to_str().unwrap()], "");
+    let stdout = String::from_utf8(bad.stdout).unwrap();
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("policies.cedar:3:") && l.contains("activ")),
+        "{stdout}"
+    );
+    let missing = run(&["check", "/nonexistent/policy"], "");
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn scan_and_mask_use_the_policy_files_custom_entities() {
+    let dir = quickstart();
+    let input = concat!(
+        r#"{"id": 1, "text": "Project bluebird ships with customer CUST-004211. Unrelated: the build log mentions ref CUST-000001."}"#,
+        "\n"
+    );
+    let output = run(&["scan", "--policy", dir.to_str().unwrap()], input);
+    assert_eq!(output.status.code(), Some(0));
+    let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let found: Vec<(&str, u64)> = line["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["entity"].as_str().unwrap(), s["start"].as_u64().unwrap()))
+        .collect();
+    // The second customer id has no context word nearby: 0.4 is under the threshold.
+    assert_eq!(found, [("PROJECT_CODENAME", 8), ("CUSTOMER_ID", 37)]);
+
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("keys.json");
+    let made = run(
+        &[
+            "keygen",
+            "--out",
+            key_file.to_str().unwrap(),
+            "--tenant",
+            "acme",
+        ],
+        "",
+    );
+    assert!(made.status.success());
+    let input = concat!(
+        r#"{"id": 1, "text": "Bluebird key sk-proj-abcdefghijklmnopqrstuvwxyz0123456789, account CUST-123456"}"#,
+        "\n"
+    );
+    let output = run(
+        &[
+            "mask",
+            "--keys",
+            key_file.to_str().unwrap(),
+            "--tenant",
+            "acme",
+            "--policy",
+            dir.to_str().unwrap(),
+        ],
+        input,
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let text = line["text"].as_str().unwrap();
+    // Storage actions of the quickstart: secrets redacted, everything else tokenized.
+    assert!(text.contains("[SECRET]"), "{text}");
+    assert!(text.starts_with("<PROJECT_CODENAME_"), "{text}");
+    assert!(text.contains("account <CUSTOMER_ID_"), "{text}");
+    assert_eq!(line["vault"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn a_missing_policy_directory_is_an_error() {
+    let output = run(
+        &["scan", "--policy", "/nonexistent/policy"],
+        "{\"id\":1,\"text\":\"x\"}\n",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("does not exist"));
+}

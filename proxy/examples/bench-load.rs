@@ -1,0 +1,204 @@
+//! An open-loop load generator for the proxy benchmark: requests are scheduled at a fixed
+//! rate, and each latency is measured from the request's *scheduled* time, so a slow server
+//! cannot hide its queueing (no coordinated omission). Keep-alive connections, HTTP/1.1.
+//!
+//! `cargo run --release -p proxy --example bench-load -- --port 8080 --rate 2000
+//!  --duration 20 [--stream] [--key sk-atdp-demo-agent] [--connections 64]`
+//!
+//! Prints one JSON line: rate asked, throughput achieved, errors, latency percentiles (ms).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Plan {
+    port: u16,
+    request: Vec<u8>,
+    start: Instant,
+    interval: Duration,
+    total: u64,
+    next: AtomicU64,
+}
+
+/// Reads one response; returns false on a non-200 status.
+async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 16 << 10];
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let ok = head.starts_with("http/1.1 200");
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    buf.drain(..head_end);
+    match length {
+        Some(length) => {
+            while buf.len() < length {
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            buf.drain(..length);
+        }
+        None => loop {
+            // Chunked: size line, data, CRLF; a zero size ends it.
+            let line_end = loop {
+                if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
+                    break at;
+                }
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            };
+            let size = usize::from_str_radix(String::from_utf8_lossy(&buf[..line_end]).trim(), 16)
+                .map_err(|_| std::io::Error::other("bad chunk size"))?;
+            let need = line_end + 2 + size + 2;
+            while buf.len() < need {
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            buf.drain(..need);
+            if size == 0 {
+                break;
+            }
+        },
+    }
+    Ok(ok)
+}
+
+async fn worker(plan: Arc<Plan>) -> (Vec<Duration>, u64) {
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    let mut connection: Option<TcpStream> = None;
+    let mut buf = Vec::new();
+    loop {
+        let ticket = plan.next.fetch_add(1, Ordering::Relaxed);
+        if ticket >= plan.total {
+            break;
+        }
+        let due = plan.start + plan.interval.mul_f64(ticket as f64);
+        tokio::time::sleep_until(due.into()).await;
+        if connection.is_none() {
+            match TcpStream::connect(("127.0.0.1", plan.port)).await {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    connection = Some(stream);
+                    buf.clear();
+                }
+                Err(_) => {
+                    errors += 1;
+                    continue;
+                }
+            }
+        }
+        let Some(stream) = connection.as_mut() else {
+            continue;
+        };
+        let outcome = async {
+            stream.write_all(&plan.request).await?;
+            read_response(stream, &mut buf).await
+        }
+        .await;
+        match outcome {
+            Ok(true) => latencies.push(due.elapsed()),
+            Ok(false) => errors += 1,
+            Err(_) => {
+                errors += 1;
+                connection = None;
+            }
+        }
+    }
+    (latencies, errors)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index].as_secs_f64() * 1e3
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let port: u16 = flag("--port").unwrap_or_else(|| "8080".into()).parse()?;
+    let rate: f64 = flag("--rate").unwrap_or_else(|| "1000".into()).parse()?;
+    let duration: f64 = flag("--duration").unwrap_or_else(|| "10".into()).parse()?;
+    let connections: usize = flag("--connections")
+        .unwrap_or_else(|| "64".into())
+        .parse()?;
+    let key = flag("--key").unwrap_or_else(|| "sk-atdp-demo-agent".into());
+    let stream = args.iter().any(|a| a == "--stream");
+    let body = format!(
+        r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly."}},{{"role":"user","content":"Where is my order? It was placed last week and the tracking page shows nothing since Monday."}}]}}"#
+    );
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes();
+    let total = (rate * duration) as u64;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let (mut latencies, errors, elapsed) = runtime.block_on(async move {
+        let plan = Arc::new(Plan {
+            port,
+            request,
+            start: Instant::now() + Duration::from_millis(100),
+            interval: Duration::from_secs_f64(1.0 / rate),
+            total,
+            next: AtomicU64::new(0),
+        });
+        let started = plan.start;
+        let handles: Vec<_> = (0..connections)
+            .map(|_| tokio::spawn(worker(plan.clone())))
+            .collect();
+        let mut latencies = Vec::new();
+        let mut errors = 0;
+        for handle in handles {
+            if let Ok((l, e)) = handle.await {
+                latencies.extend(l);
+                errors += e;
+            }
+        }
+        (latencies, errors, started.elapsed())
+    });
+    latencies.sort();
+    println!(
+        "{{\"rate\": {rate}, \"stream\": {stream}, \"sent\": {total}, \"ok\": {}, \"errors\": {errors}, \"throughput\": {:.0}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}, \"p999_ms\": {:.3}, \"max_ms\": {:.3}}}",
+        latencies.len(),
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+        percentile(&latencies, 0.999),
+        percentile(&latencies, 1.0),
+    );
+    Ok(())
+}

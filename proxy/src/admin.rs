@@ -1,0 +1,97 @@
+//! The admin port: `GET /metrics` (Prometheus), `GET /healthz` (the process is up),
+//! `GET /readyz` (it can take traffic: policy loaded, the lake writer not failing or over
+//! budget), `POST /reload` (reload the policy directory; an invalid one is refused and the
+//! old one stays in force). A deliberately small HTTP/1.1 server: one request per
+//! connection, no bodies read.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::state::State;
+
+/// Serves the admin endpoints until the listener fails.
+pub async fn serve(state: Arc<State>, listener: TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _ = answer(&state, stream).await;
+        });
+    }
+}
+
+async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 512];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            200,
+            "text/plain; version=0.0.4",
+            state.metrics.render(&state.writer.stats()),
+        ),
+        ("GET", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
+        ("GET", "/readyz") => {
+            let stats = state.writer.stats();
+            if stats.log_failure.is_some() {
+                (
+                    503,
+                    "text/plain",
+                    "not ready: the write-ahead log failed\n".to_owned(),
+                )
+            } else if stats.held_bytes >= stats.budget_bytes {
+                (
+                    503,
+                    "text/plain",
+                    "not ready: lake back-log over budget\n".to_owned(),
+                )
+            } else {
+                (200, "text/plain", "ready\n".to_owned())
+            }
+        }
+        ("POST", "/reload") => match state.reload() {
+            Ok(version) => {
+                tracing::info!(version, "Policy reloaded.");
+                (
+                    200,
+                    "text/plain",
+                    format!("policy version {version} in force\n"),
+                )
+            }
+            Err(error) => {
+                tracing::error!(error = %error, "Policy reload refused; the old policy stays in force.");
+                (
+                    422,
+                    "text/plain",
+                    format!("reload refused, old policy in force: {error}\n"),
+                )
+            }
+        },
+        _ => (404, "text/plain", "not found\n".to_owned()),
+    };
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        422 => "Unprocessable Entity",
+        _ => "Service Unavailable",
+    };
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}

@@ -1,0 +1,174 @@
+//! `atdp-proxy`: the sidecar agents point their `base_url` at.
+//!
+//! Settings come from `--config FILE` (TOML, see `docs/proxy.md`); each can be overridden by a
+//! flag or its environment variable. `atdp-proxy --policy policies/examples/quickstart
+//! --upstream URL` starts with nothing else configured. `--check-config` validates the
+//! settings, the policy directory and the key file, prints a summary, and exits.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use proxy::{RawConfig, RawUpstream, Trust};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "atdp-proxy",
+    version,
+    about = "Policy-checking, masking, recording LLM proxy"
+)]
+struct Cli {
+    /// TOML settings file.
+    #[arg(long, env = "ATDP_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address agents connect to (default 127.0.0.1:8080).
+    #[arg(long, env = "ATDP_LISTEN")]
+    listen: Option<String>,
+    /// Address of /metrics, /healthz, /readyz, /reload (default 127.0.0.1:9090).
+    #[arg(long, env = "ATDP_ADMIN_LISTEN")]
+    admin_listen: Option<String>,
+    /// One upstream base URL for every model (replaces the file's upstreams and routes).
+    #[arg(long, env = "ATDP_UPSTREAM")]
+    upstream: Option<String>,
+    /// Trust level of --upstream: internal or external (default external).
+    #[arg(long, env = "ATDP_UPSTREAM_TRUST")]
+    upstream_trust: Option<String>,
+    /// Environment variable holding --upstream's API key, injected by the proxy.
+    #[arg(long, env = "ATDP_UPSTREAM_KEY_ENV")]
+    upstream_key_env: Option<String>,
+    /// The lake: a directory or s3://, gs://, az:// URL.
+    #[arg(long, env = "ATDP_LAKE")]
+    lake: Option<String>,
+    /// Policy directory (Cedar files and masking.toml).
+    #[arg(long, env = "ATDP_POLICY_DIR")]
+    policy: Option<PathBuf>,
+    /// Vault key file (created when missing).
+    #[arg(long, env = "ATDP_KEY_FILE")]
+    keys: Option<PathBuf>,
+    /// Write-ahead log directory of this instance.
+    #[arg(long, env = "ATDP_WAL")]
+    wal: Option<PathBuf>,
+    /// Directory for the default lake, WAL and key file (default ./atdp-data).
+    #[arg(long, env = "ATDP_DATA")]
+    data: Option<PathBuf>,
+    /// Largest request body in bytes (default 8 MiB).
+    #[arg(long, env = "ATDP_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Record calls in the lake: true or false (default true).
+    #[arg(long, env = "ATDP_RECORD")]
+    record: Option<bool>,
+    /// Detect and mask personal data: true or false (default true; false needs --record false).
+    #[arg(long, env = "ATDP_MASK")]
+    mask: Option<bool>,
+    /// Validate everything, print a summary, and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
+    let mut raw = match &cli.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            RawConfig::from_toml(&text).with_context(|| format!("in {}", path.display()))?
+        }
+        None => RawConfig::default(),
+    };
+    macro_rules! over {
+        ($field:ident) => {
+            if let Some(value) = &cli.$field {
+                raw.$field = Some(value.clone());
+            }
+        };
+    }
+    over!(listen);
+    over!(admin_listen);
+    over!(lake);
+    over!(policy);
+    over!(keys);
+    over!(wal);
+    over!(data);
+    over!(max_body_bytes);
+    over!(record);
+    over!(mask);
+    if let Some(url) = &cli.upstream {
+        let trust = match cli.upstream_trust.as_deref() {
+            None | Some("external") => Trust::External,
+            Some("internal") => Trust::Internal,
+            Some(other) => anyhow::bail!("--upstream-trust {other:?}: use internal or external"),
+        };
+        raw.upstreams = vec![RawUpstream {
+            name: "default".into(),
+            url: url.clone(),
+            trust: Some(trust),
+            api_key_env: cli.upstream_key_env.clone(),
+            connect_timeout_s: None,
+            read_timeout_s: None,
+        }];
+        raw.routes.clear();
+    }
+    Ok(raw)
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_target(false)
+        .init();
+    let cli = Cli::parse();
+    let outcome = settings(&cli)
+        .and_then(|raw| Ok(raw.validate()?))
+        .and_then(|config| {
+            if cli.check_config {
+                let policy = policies::Policy::load(&config.policy)?;
+                proxy::load_keys(&config.keys, &policy.access.tenants())?;
+                println!("listen        {}", config.listen);
+                println!("admin         {}", config.admin_listen);
+                println!(
+                    "policy        {} (tenants: {})",
+                    config.policy.display(),
+                    policy.access.tenants().join(", ")
+                );
+                println!("keys          {}", config.keys.display());
+                println!("lake          {}", config.lake);
+                println!("wal           {}", config.wal.display());
+                println!("record        {}   mask {}", config.record, config.mask);
+                for upstream in &config.upstreams {
+                    println!(
+                        "upstream      {} → {}://{}:{}{} ({}, key {})",
+                        upstream.name,
+                        if upstream.tls { "https" } else { "http" },
+                        upstream.host,
+                        upstream.port,
+                        upstream.prefix,
+                        upstream.trust.name(),
+                        if upstream.api_key.is_some() {
+                            "injected"
+                        } else {
+                            "none"
+                        }
+                    );
+                }
+                for route in &config.routes {
+                    println!(
+                        "route         {} → upstream #{}",
+                        route.model, route.upstream
+                    );
+                }
+                println!("configuration is valid");
+                return Ok(());
+            }
+            Ok(proxy::run(config)?)
+        });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("atdp-proxy: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

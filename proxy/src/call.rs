@@ -1,0 +1,676 @@
+//! One client request, from its first byte to the recorded step.
+//!
+//! Order of checks (each refusal is an error in the API's own format): path and method (404,
+//! 405) → API key (401) → rate limits (429) → lake back-pressure (503, or served unrecorded)
+//! → content type (415) → size (413) → JSON (400) → fields (400) → route (404) → masking
+//! (500: nothing is forwarded when masking fails) → Cedar for the dispatched model and every
+//! offered tool (403). Then the call goes upstream through a subrequest.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, header};
+use pingora::proxy::Session;
+use pingora::proxy::subrequest::pipe::{InputBody, InputBodyType, pipe_subrequest};
+use pingora::proxy::subrequest::{BodyMode, Ctx as SubrequestCtx};
+use pingora::{Error, ErrorType, Result};
+use policies::{JsonMasker, KeyIdentity, VaultItem, hash_api_key};
+use serde_json::{Value, json};
+
+use crate::config::{OnBackpressure, Trust};
+use crate::pump::Pump;
+use crate::record::{StepEnd, StepStart, decision_event, now_micros};
+use crate::service::{Dispatch, resolve, respond_error};
+use crate::state::State;
+use crate::trajectory::Naming;
+use crate::wire::{ApiFamily, ApiKind, RequestView, parse_json_body, parse_request};
+
+/// A refusal, written as an error in the API's format.
+#[derive(Debug)]
+pub struct Reject {
+    /// HTTP status.
+    pub status: u16,
+    /// For the agent developer: what is wrong and what to do (no request content).
+    pub message: String,
+    /// Metric label.
+    pub reason: &'static str,
+    /// Seconds to wait, for 429 and 503.
+    pub retry_after: Option<u64>,
+}
+
+impl Reject {
+    /// A refusal without a wait.
+    pub fn new(status: u16, reason: &'static str, message: impl Into<String>) -> Reject {
+        Reject {
+            status,
+            message: message.into(),
+            reason,
+            retry_after: None,
+        }
+    }
+}
+
+/// Writes a refusal and counts it.
+pub async fn refuse(
+    state: &State,
+    session: &mut Session,
+    family: ApiFamily,
+    api: &str,
+    reject: Reject,
+) -> Result<()> {
+    state.metrics.request(api, reject.status);
+    state.metrics.denied(reject.reason);
+    let headers: Vec<(&'static str, String)> = reject
+        .retry_after
+        .map(|s| vec![("retry-after", s.to_string())])
+        .unwrap_or_default();
+    respond_error(
+        session,
+        family,
+        reject.status,
+        reject.reason,
+        &reject.message,
+        &headers,
+    )
+    .await
+}
+
+/// The caller, once its key is known.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// SHA-256 of the key (the Cedar `ApiKey` id).
+    pub key_hash: String,
+    /// Its agent and tenant.
+    pub identity: KeyIdentity,
+}
+
+/// Finds and checks the API key: `Authorization: Bearer …` or `x-api-key`.
+pub fn authenticate(state: &State, session: &Session) -> std::result::Result<Caller, Reject> {
+    let headers = &session.req_header().headers;
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
+    let key = bearer
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| {
+            Reject::new(
+                401,
+                "missing_api_key",
+                "no API key: send the key atdp issued you as `Authorization: Bearer <key>` or `x-api-key`",
+            )
+        })?;
+    let key_hash = hash_api_key(key);
+    let identity = state
+        .policy
+        .current()
+        .1
+        .access
+        .key_identity(&key_hash)
+        .ok_or_else(|| {
+            Reject::new(
+                401,
+                "invalid_api_key",
+                "invalid API key: this key is not known to the proxy's policy",
+            )
+        })?;
+    if !identity.active {
+        return Err(Reject::new(
+            401,
+            "api_key_revoked",
+            "API key revoked: ask your atdp administrator for a new one",
+        ));
+    }
+    Ok(Caller { key_hash, identity })
+}
+
+/// Routes a request by path.
+pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
+    let path = session.req_header().uri.path().to_owned();
+    let method = session.req_header().method.clone();
+    let family = ApiFamily::from_path(&path);
+    if let Some(api) = ApiKind::from_path(&path) {
+        if method != Method::POST {
+            let reject = Reject::new(405, "method_not_allowed", format!("{path} takes POST"));
+            return refuse(state, session, family, api.name(), reject).await;
+        }
+        return call(state, session, api).await;
+    }
+    match (method.as_str(), path.as_str()) {
+        ("GET", "/v1/models") => crate::endpoints::models(state, session).await,
+        ("POST", "/v1/atdp/rewards") => crate::rewards::handle(state, session).await,
+        _ => {
+            let message = format!(
+                "unknown path {method} {path}: the proxy serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models and POST /v1/atdp/rewards"
+            );
+            refuse(
+                state,
+                session,
+                family,
+                "other",
+                Reject::new(404, "unknown_path", message),
+            )
+            .await
+        }
+    }
+}
+
+/// Reads the whole body, up to `limit` bytes; answers `Expect: 100-continue` first.
+pub async fn read_body(
+    session: &mut Session,
+    limit: usize,
+) -> Result<std::result::Result<Bytes, Reject>> {
+    let too_big = || {
+        Reject::new(
+            413,
+            "request_too_large",
+            format!("request body over the proxy's limit of {limit} bytes"),
+        )
+    };
+    let declared = session
+        .req_header()
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        session.set_keepalive(None);
+        return Ok(Err(too_big()));
+    }
+    let expects = session
+        .req_header()
+        .headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects {
+        session.write_continue_response().await?;
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    while let Some(chunk) = session.read_request_body().await? {
+        if body.len() + chunk.len() > limit {
+            session.set_keepalive(None);
+            return Ok(Err(too_big()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Ok(body.freeze()))
+}
+
+/// A call that passed every check, ready to go upstream.
+struct Prepared {
+    caller: Caller,
+    request: RequestView,
+    dispatch: Arc<Dispatch>,
+    body: Bytes,
+    /// Placeholders to restore in the reply (empty when nothing was masked on the way out).
+    restore: Arc<HashMap<String, VaultItem>>,
+    start: StepStart,
+    naming: NamingOwned,
+    record: bool,
+}
+
+#[derive(Debug, Clone)]
+enum NamingOwned {
+    Trajectory(String),
+    Session(String),
+    Automatic,
+}
+
+impl NamingOwned {
+    fn borrow(&self) -> Naming<'_> {
+        match self {
+            NamingOwned::Trajectory(id) => Naming::Trajectory(id),
+            NamingOwned::Session(key) => Naming::Session(key),
+            NamingOwned::Automatic => Naming::Automatic,
+        }
+    }
+}
+
+fn header_id(session: &Session, name: &str) -> std::result::Result<Option<String>, Reject> {
+    let Some(value) = session.req_header().headers.get(name) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text.is_empty() || text.len() > 200 || !text.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Reject::new(
+            400,
+            "invalid_header",
+            format!("header {name} must be 1 to 200 visible ASCII characters"),
+        ));
+    }
+    Ok(Some(text.to_owned()))
+}
+
+async fn prepare(
+    state: &Arc<State>,
+    session: &mut Session,
+    api: ApiKind,
+    started_at: i64,
+) -> Result<std::result::Result<Prepared, Reject>> {
+    macro_rules! check {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(reject) => return Ok(Err(reject)),
+            }
+        };
+    }
+    let caller = check!(authenticate(state, session));
+    let tenant = caller.identity.tenant.clone();
+    let limits = state.config.limits;
+    let wait = |s| Reject {
+        retry_after: Some(s),
+        ..Reject::new(
+            429,
+            "rate_limit_exceeded",
+            "rate limit reached for this key or tenant; retry after the time in Retry-After",
+        )
+    };
+    check!(
+        state
+            .limiter
+            .take(
+                &format!("key:{}", caller.key_hash),
+                u64::from(limits.key_requests_per_minute)
+            )
+            .map_err(wait)
+    );
+    check!(
+        state
+            .limiter
+            .take(
+                &format!("tenant:{tenant}"),
+                u64::from(limits.tenant_requests_per_minute)
+            )
+            .map_err(wait)
+    );
+    check!(
+        state
+            .limiter
+            .check(&format!("tokens:{tenant}"), limits.tenant_tokens_per_minute)
+            .map_err(wait)
+    );
+
+    let stats = state.writer.stats();
+    let backlogged = stats.log_failure.is_some() || stats.held_bytes >= stats.budget_bytes;
+    let record = if !state.config.record {
+        false
+    } else if backlogged {
+        match state.config.on_backpressure {
+            OnBackpressure::Refuse => {
+                state
+                    .metrics
+                    .refused_backpressure
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Err(Reject {
+                    retry_after: Some(5),
+                    ..Reject::new(
+                        503,
+                        "recording_unavailable",
+                        "the proxy cannot record calls right now (lake back-log); retry shortly",
+                    )
+                }));
+            }
+            OnBackpressure::ServeUnrecorded => {
+                state
+                    .metrics
+                    .unrecorded
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                false
+            }
+        }
+    } else {
+        true
+    };
+
+    let content_type = session
+        .req_header()
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    if !content_type
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("application/json")
+    {
+        return Ok(Err(Reject::new(
+            415,
+            "unsupported_content_type",
+            "the request body must be JSON (Content-Type: application/json)",
+        )));
+    }
+    let trajectory = check!(header_id(session, "x-atdp-trajectory-id"));
+    let session_key = check!(header_id(session, "x-atdp-session-id"));
+    let raw = check!(read_body(session, state.config.max_body_bytes).await?);
+    let mut document = check!(parse_json_body(&raw).map_err(|e| Reject::new(
+        e.status(),
+        "invalid_json",
+        e.to_string()
+    )));
+    let request = check!(parse_request(api, &document).map_err(|e| Reject::new(
+        e.status(),
+        "invalid_request",
+        e.to_string()
+    )));
+    let Some((upstream, model)) = state.config.route(&request.model) else {
+        return Ok(Err(Reject::new(
+            404,
+            "model_not_found",
+            format!(
+                "model {:?} is not routed by this proxy; ask your administrator to add a route",
+                request.model
+            ),
+        )));
+    };
+    let upstream = upstream.clone();
+
+    // Mask what goes upstream, by the upstream's trust level; the same pass finds the entity
+    // types for the policy decision.
+    let (_, policy) = state.policy.current();
+    let keys = state.keys();
+    let destination = match upstream.trust {
+        Trust::External => policies::Destination::External,
+        Trust::Internal => policies::Destination::Internal,
+    };
+    let masker = JsonMasker {
+        scanner: &policy.scanner,
+        policy: policy.masking.policy(destination),
+        tenant: &tenant,
+        keys: &keys,
+    };
+    let masked = if !state.config.mask {
+        policies::JsonMasked::default()
+    } else {
+        match masker.mask(&mut document) {
+            Ok(masked) => masked,
+            Err(error) => {
+                tracing::error!(tenant = %tenant, error = %error, "Masking failed; the request is refused.");
+                return Ok(Err(Reject::new(
+                    500,
+                    "masking_failed",
+                    "masking failed, so the request was not forwarded; the proxy's operator has the details",
+                )));
+            }
+        }
+    };
+    let mut entities: Vec<String> = masked.spans.iter().map(|(_, s)| s.entity.clone()).collect();
+    entities.sort();
+    entities.dedup();
+    for (_, span) in &masked.spans {
+        state.metrics.masked(&span.entity);
+    }
+    let changed = masked
+        .spans
+        .iter()
+        .any(|(_, s)| s.action != policies::Action::Allow);
+
+    let context = json!({
+        "entities": entities,
+        "upstream_trust": upstream.trust.name(),
+        "request_bytes": raw.len() as i64,
+    });
+    let principal = ("ApiKey", caller.key_hash.as_str());
+    let mut verdicts = vec![(
+        format!("model {model}"),
+        policy.access.decide(
+            principal,
+            "invoke_model",
+            ("Model", &model),
+            context.clone(),
+        ),
+    )];
+    for tool in &request.tool_names {
+        verdicts.push((
+            format!("tool {tool}"),
+            policy
+                .access
+                .decide(principal, "call_tool", ("Tool", tool), context.clone()),
+        ));
+    }
+    let step_id = uuid::Uuid::now_v7().to_string();
+    let naming = match (trajectory, session_key) {
+        (Some(id), _) => NamingOwned::Trajectory(id),
+        (None, Some(key)) => NamingOwned::Session(key),
+        (None, None) => NamingOwned::Automatic,
+    };
+    let placement = state.trajectories.place(
+        &tenant,
+        &caller.identity.agent,
+        naming.borrow(),
+        &request.messages,
+    );
+    let mut tags = BTreeMap::new();
+    if let NamingOwned::Session(key) = &naming {
+        tags.insert("session".to_owned(), key.clone());
+    }
+    let start = StepStart {
+        step_id: step_id.clone(),
+        trajectory_id: placement.trajectory_id,
+        parent_step_id: placement.parent_step_id,
+        turn_index: placement.turn_index,
+        tenant_id: tenant.clone(),
+        agent_id: caller.identity.agent.clone(),
+        started_at,
+        api: api.name(),
+        upstream: upstream.name.clone(),
+        model_requested: request.model.clone(),
+        tags,
+    };
+    let denied = verdicts.iter().find(|(_, v)| !v.allowed);
+    let decided: Vec<String> = verdicts
+        .iter()
+        .flat_map(|(_, v)| v.policies.clone())
+        .collect();
+    let detail = json!({"model": model, "upstream": upstream.name, "entities": entities, "tools": request.tool_names});
+    if let Some((what, verdict)) = denied {
+        let why = if !verdict.errors.is_empty() {
+            format!("{what} is not allowed: the policy could not be evaluated for this request")
+        } else if verdict.policies.is_empty() {
+            format!("{what} is not allowed: no policy permits it for this key")
+        } else {
+            format!(
+                "{what} is not allowed: denied by policy {}",
+                verdict.policies.join(", ")
+            )
+        };
+        let event = decision_event(
+            &tenant,
+            &caller.identity.agent,
+            &step_id,
+            false,
+            &verdict.policies,
+            Some(why.clone()),
+            detail,
+        );
+        if record {
+            if let Err(error) = state.writer.append_audit(event) {
+                tracing::error!(error = %error, "Could not record an audit event.");
+            }
+            let end = StepEnd {
+                status: "denied",
+                error: Some(why.clone()),
+                response: None,
+                policy_version: None,
+            };
+            crate::pump::store_step(state, &start, &request, end);
+        }
+        return Ok(Err(Reject::new(403, "policy_denied", why)));
+    }
+    if record {
+        let event = decision_event(
+            &tenant,
+            &caller.identity.agent,
+            &step_id,
+            true,
+            &decided,
+            None,
+            detail,
+        );
+        if let Err(error) = state.writer.append_audit(event) {
+            tracing::error!(error = %error, "Could not record an audit event.");
+        }
+    }
+
+    if let Value::Object(map) = &mut document
+        && model != request.model
+    {
+        map.insert("model".into(), Value::String(model.clone()));
+    }
+    let body = if changed || model != request.model {
+        match serde_json::to_vec(&document) {
+            Ok(bytes) => Bytes::from(bytes),
+            Err(_) => {
+                return Ok(Err(Reject::new(
+                    500,
+                    "masking_failed",
+                    "the masked request could not be encoded; it was not forwarded",
+                )));
+            }
+        }
+    } else {
+        raw
+    };
+    let address = match resolve(&upstream).await {
+        Ok(address) => address,
+        Err(error) => {
+            tracing::warn!(upstream = %upstream.name, error = %error, "Cannot resolve the upstream.");
+            return Ok(Err(Reject::new(
+                502,
+                "upstream_unresolvable",
+                format!("upstream {} cannot be resolved", upstream.name),
+            )));
+        }
+    };
+    let path = format!(
+        "{}{}",
+        upstream.prefix,
+        session
+            .req_header()
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+    );
+    let restore: HashMap<String, VaultItem> = masked
+        .vault
+        .into_iter()
+        .map(|v| (v.token.clone(), v))
+        .collect();
+    Ok(Ok(Prepared {
+        caller,
+        request,
+        dispatch: Arc::new(Dispatch {
+            upstream,
+            address,
+            api,
+            body_len: body.len(),
+            path,
+        }),
+        body,
+        restore: Arc::new(restore),
+        start,
+        naming,
+        record,
+    }))
+}
+
+/// A model call: prepare, dispatch through a subrequest, record.
+async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result<()> {
+    let arrived = Instant::now();
+    let started_at = now_micros();
+    let prepared = match prepare(state, session, api, started_at).await? {
+        Ok(prepared) => prepared,
+        Err(reject) => return refuse(state, session, api.family(), api.name(), reject).await,
+    };
+    state.metrics.added.observe(arrived.elapsed());
+    let spawner = session
+        .subrequest_spawner
+        .as_ref()
+        .ok_or_else(|| Error::explain(ErrorType::InternalError, "subrequests are not enabled"))?;
+    let context = SubrequestCtx::builder()
+        .body_mode(BodyMode::ExpectBody)
+        .user_ctx(Box::new(prepared.dispatch.clone()))
+        .build();
+    let (subrequest, handle) = spawner.create_subrequest(session.as_downstream(), context);
+    let mut pump = Pump::new(
+        api,
+        &prepared.start,
+        prepared.caller.identity.tenant.clone(),
+        prepared.restore.clone(),
+        state.keys(),
+    );
+    let dispatched = Instant::now();
+    let outcome = pipe_subrequest(
+        session,
+        subrequest,
+        handle,
+        |task| pump.filter(task),
+        InputBodyType::Preset(InputBody::Bytes(vec![prepared.body.clone()])),
+    )
+    .await;
+    if let Some(at) = pump.header_at {
+        state
+            .metrics
+            .upstream
+            .observe(at.duration_since(dispatched));
+    }
+    let failure = match outcome {
+        Ok(mut done) => {
+            if let Some(join) = done.join_handle.take() {
+                let _ = join.await;
+            }
+            None
+        }
+        Err(mut error) => {
+            if let Some(join) = error.state.join_handle.take() {
+                join.abort();
+            }
+            if !error.state.header_received && !error.from_subreq {
+                // Nothing reached the client yet and it is still there: say what happened.
+                let message = "the upstream could not be reached or failed";
+                let _ = respond_error(session, api.family(), 502, "upstream_failed", message, &[])
+                    .await;
+            }
+            Some((error.from_subreq, error.error.etype().clone()))
+        }
+    };
+    let end = pump.finish(failure);
+    let status = pump.status;
+    state.metrics.request(api.name(), status);
+    if let Some(response) = &end.response {
+        let tokens = response.prompt_tokens.unwrap_or(0) + response.completion_tokens.unwrap_or(0);
+        state.limiter.charge(
+            &format!("tokens:{}", prepared.caller.identity.tenant),
+            state.config.limits.tenant_tokens_per_minute,
+            u64::try_from(tokens).unwrap_or(0),
+        );
+    }
+    let reply = end.response.as_ref().and_then(|r| r.message.clone());
+    let placement = crate::trajectory::Placement {
+        trajectory_id: prepared.start.trajectory_id.clone(),
+        parent_step_id: prepared.start.parent_step_id.clone(),
+        turn_index: prepared.start.turn_index,
+    };
+    if end.status == "ok" {
+        state.trajectories.remember(
+            &prepared.start.tenant_id,
+            &prepared.start.agent_id,
+            prepared.naming.borrow(),
+            &placement,
+            &prepared.start.step_id,
+            &prepared.request.messages,
+            reply.as_ref(),
+        );
+    }
+    if prepared.record {
+        crate::pump::store_step(state, &prepared.start, &prepared.request, end);
+    }
+    Ok(())
+}

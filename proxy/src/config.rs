@@ -1,0 +1,467 @@
+//! The proxy's settings: one TOML file, every setting overridable by a flag or an environment
+//! variable (the binary merges those in before [`RawConfig::validate`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// How trusted an upstream is: decides which masking actions apply to what it is sent, and is
+/// the `upstream_trust` of the Cedar context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trust {
+    /// Run by the company (our mistral.rs, a vLLM cluster).
+    Internal,
+    /// A provider outside the company.
+    External,
+}
+
+impl Trust {
+    /// As written in policies: `internal` or `external`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Trust::Internal => "internal",
+            Trust::External => "external",
+        }
+    }
+}
+
+/// What to do when the lake writer signals back-pressure (its log is over budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnBackpressure {
+    /// Refuse new calls with 503 until the back-log drains.
+    #[default]
+    Refuse,
+    /// Serve them without recording, and count them (`atdp_unrecorded_total`).
+    ServeUnrecorded,
+}
+
+/// The file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Address agents connect to (default 127.0.0.1:8080).
+    pub listen: Option<String>,
+    /// Address of `/metrics`, `/healthz` and `/readyz` (default 127.0.0.1:9090).
+    pub admin_listen: Option<String>,
+    /// Policy directory: Cedar schema, policies, entities and `masking.toml`.
+    pub policy: Option<PathBuf>,
+    /// Vault key file; created with fresh keys for the policy's tenants when missing
+    /// (default `<data>/keys.json`).
+    pub keys: Option<PathBuf>,
+    /// The lake: a directory or an `s3://`, `gs://`, `az://` URL (default `<data>/lake`).
+    pub lake: Option<String>,
+    /// Object-store options for the lake (endpoint, region, …).
+    #[serde(default)]
+    pub lake_options: std::collections::HashMap<String, String>,
+    /// This instance's write-ahead log directory (default `<data>/wal`).
+    pub wal: Option<PathBuf>,
+    /// Where defaults for `keys`, `lake` and `wal` live (default `./atdp-data`).
+    pub data: Option<PathBuf>,
+    /// Largest request body accepted, in bytes (default 8 MiB).
+    pub max_body_bytes: Option<usize>,
+    /// What to do under lake back-pressure.
+    #[serde(default)]
+    pub on_backpressure: OnBackpressure,
+    /// Record calls in the lake (default true).
+    pub record: Option<bool>,
+    /// Detect and mask personal data (default true). Turning it off is only allowed with
+    /// `record = false`: nothing unmasked is ever stored. For benchmarks and debugging.
+    pub mask: Option<bool>,
+    /// Upstreams calls can be routed to.
+    #[serde(default, rename = "upstream")]
+    pub upstreams: Vec<RawUpstream>,
+    /// Routes from model names to upstreams, first match wins.
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RawRoute>,
+    /// Rate limits.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// One upstream as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// Name used by routes and recorded in each step.
+    pub name: String,
+    /// Base URL: `https://api.openai.com`, `http://127.0.0.1:8000`; a path is a prefix.
+    pub url: String,
+    /// `internal` or `external` (default external: masking for outside providers applies).
+    pub trust: Option<Trust>,
+    /// Environment variable holding the upstream's API key, injected by the proxy.
+    pub api_key_env: Option<String>,
+    /// Seconds to wait for a connection (default 10).
+    pub connect_timeout_s: Option<u64>,
+    /// Longest pause between two reads of a reply, streams included (default 300).
+    pub read_timeout_s: Option<u64>,
+}
+
+/// One route as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    /// Model name pattern: `*` matches any run of characters (`gpt-*`, `local/*`, `*`).
+    pub model: String,
+    /// Upstream name.
+    pub upstream: String,
+    /// Model name sent upstream instead of the client's (an alias); `*` in it is replaced by
+    /// what the pattern's `*` matched.
+    pub rewrite: Option<String>,
+}
+
+/// Rate limits per minute; 0 or absent means unlimited.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Requests per minute per API key.
+    #[serde(default)]
+    pub key_requests_per_minute: u32,
+    /// Requests per minute per tenant.
+    #[serde(default)]
+    pub tenant_requests_per_minute: u32,
+    /// Tokens (prompt + completion, as reported) per minute per tenant.
+    #[serde(default)]
+    pub tenant_tokens_per_minute: u64,
+}
+
+/// A checked upstream.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Its name.
+    pub name: String,
+    /// Host name (for SNI and `Host`).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Whether to use TLS.
+    pub tls: bool,
+    /// Path prefix ("" or "/something").
+    pub prefix: String,
+    /// Trust level.
+    pub trust: Trust,
+    /// The upstream's API key, read from the environment at start (never printed).
+    pub api_key: Option<Secret>,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Read timeout.
+    pub read_timeout: Duration,
+}
+
+/// A value never printed by `Debug`.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// A checked route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Pattern.
+    pub model: String,
+    /// Index into [`Config::upstreams`].
+    pub upstream: usize,
+    /// Alias.
+    pub rewrite: Option<String>,
+}
+
+/// Checked settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Agents' address.
+    pub listen: SocketAddr,
+    /// Admin address.
+    pub admin_listen: SocketAddr,
+    /// Policy directory.
+    pub policy: PathBuf,
+    /// Key file.
+    pub keys: PathBuf,
+    /// Lake URL or directory.
+    pub lake: String,
+    /// Object-store options.
+    pub lake_options: std::collections::HashMap<String, String>,
+    /// WAL directory.
+    pub wal: PathBuf,
+    /// Body limit.
+    pub max_body_bytes: usize,
+    /// Back-pressure policy.
+    pub on_backpressure: OnBackpressure,
+    /// Whether calls are recorded.
+    pub record: bool,
+    /// Whether personal data is detected and masked.
+    pub mask: bool,
+    /// Upstreams.
+    pub upstreams: Vec<Upstream>,
+    /// Routes.
+    pub routes: Vec<Route>,
+    /// Rate limits.
+    pub limits: Limits,
+}
+
+fn address(value: Option<&str>, default: &str, what: &str) -> Result<SocketAddr> {
+    let text = value.unwrap_or(default);
+    text.parse().map_err(|_| {
+        Error::Config(format!(
+            "`{what}` = {text:?} is not an address like 127.0.0.1:8080"
+        ))
+    })
+}
+
+fn upstream(raw: &RawUpstream) -> Result<Upstream> {
+    let bad = |why: &str| Error::Config(format!("upstream {:?}: {why}", raw.name));
+    let (tls, rest) = if let Some(rest) = raw.url.strip_prefix("https://") {
+        (true, rest)
+    } else if let Some(rest) = raw.url.strip_prefix("http://") {
+        (false, rest)
+    } else {
+        return Err(bad("`url` must start with http:// or https://"));
+    };
+    let (authority, prefix) = match rest.find('/') {
+        Some(at) => (&rest[..at], rest[at..].trim_end_matches('/').to_owned()),
+        None => (rest, String::new()),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => (
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port.parse::<u16>()
+                .map_err(|_| bad("the port is not a number"))?,
+        ),
+        _ => (authority.to_owned(), if tls { 443 } else { 80 }),
+    };
+    if host.is_empty() {
+        return Err(bad("`url` has no host"));
+    }
+    let api_key = match &raw.api_key_env {
+        Some(var) => Some(Secret(std::env::var(var).map_err(|_| {
+            bad(&format!(
+                "environment variable {var} (api_key_env) is not set"
+            ))
+        })?)),
+        None => None,
+    };
+    Ok(Upstream {
+        name: raw.name.clone(),
+        host,
+        port,
+        tls,
+        prefix,
+        trust: raw.trust.unwrap_or(Trust::External),
+        api_key,
+        connect_timeout: Duration::from_secs(raw.connect_timeout_s.unwrap_or(10)),
+        read_timeout: Duration::from_secs(raw.read_timeout_s.unwrap_or(300)),
+    })
+}
+
+impl RawConfig {
+    /// Parses a TOML file's text; errors name the line.
+    pub fn from_toml(text: &str) -> Result<RawConfig> {
+        toml::from_str(text).map_err(|e| Error::Config(e.to_string()))
+    }
+
+    /// Checks everything and resolves defaults.
+    pub fn validate(self) -> Result<Config> {
+        let data = self.data.unwrap_or_else(|| PathBuf::from("atdp-data"));
+        let policy = self
+            .policy
+            .ok_or_else(|| Error::Config("no policy directory: set `policy` or --policy".into()))?;
+        if self.upstreams.is_empty() {
+            return Err(Error::Config(
+                "no upstream: add an [[upstream]] section or pass --upstream URL".into(),
+            ));
+        }
+        let upstreams = self
+            .upstreams
+            .iter()
+            .map(upstream)
+            .collect::<Result<Vec<_>>>()?;
+        for (i, u) in upstreams.iter().enumerate() {
+            if upstreams[..i].iter().any(|v| v.name == u.name) {
+                return Err(Error::Config(format!(
+                    "upstream {:?} is declared twice",
+                    u.name
+                )));
+            }
+        }
+        let mut routes = Vec::new();
+        for raw in &self.routes {
+            let upstream = upstreams
+                .iter()
+                .position(|u| u.name == raw.upstream)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "route {:?} names upstream {:?}, which is not declared",
+                        raw.model, raw.upstream
+                    ))
+                })?;
+            routes.push(Route {
+                model: raw.model.clone(),
+                upstream,
+                rewrite: raw.rewrite.clone(),
+            });
+        }
+        if routes.is_empty() && upstreams.len() == 1 {
+            // One upstream and no routes: everything goes there.
+            routes.push(Route {
+                model: "*".into(),
+                upstream: 0,
+                rewrite: None,
+            });
+        }
+        let (record, mask) = (self.record.unwrap_or(true), self.mask.unwrap_or(true));
+        if record && !mask {
+            return Err(Error::Config(
+                "`mask = false` needs `record = false`: unmasked calls are never stored".into(),
+            ));
+        }
+        let max_body_bytes = self.max_body_bytes.unwrap_or(8 << 20);
+        if max_body_bytes < 1024 {
+            return Err(Error::Config(
+                "`max_body_bytes` must be at least 1024".into(),
+            ));
+        }
+        Ok(Config {
+            listen: address(self.listen.as_deref(), "127.0.0.1:8080", "listen")?,
+            admin_listen: address(
+                self.admin_listen.as_deref(),
+                "127.0.0.1:9090",
+                "admin_listen",
+            )?,
+            policy,
+            keys: self.keys.unwrap_or_else(|| data.join("keys.json")),
+            lake: self
+                .lake
+                .unwrap_or_else(|| data.join("lake").to_string_lossy().into_owned()),
+            lake_options: self.lake_options,
+            wal: self.wal.unwrap_or_else(|| data.join("wal")),
+            max_body_bytes,
+            on_backpressure: self.on_backpressure,
+            record,
+            mask,
+            upstreams,
+            routes,
+            limits: self.limits,
+        })
+    }
+}
+
+/// Whether `model` matches `pattern` (`*` matches any run of characters); on a match, what
+/// the first `*` matched.
+pub fn glob(pattern: &str, model: &str) -> Option<String> {
+    let Some((head, tail)) = pattern.split_once('*') else {
+        return (pattern == model).then(String::new);
+    };
+    let rest = model.strip_prefix(head)?;
+    // The remaining pattern may contain more stars: try every split.
+    for at in (0..=rest.len()).filter(|at| rest.is_char_boundary(*at)) {
+        if glob(tail, &rest[at..]).is_some() {
+            return Some(rest[..at].to_owned());
+        }
+    }
+    None
+}
+
+impl Config {
+    /// The upstream and the model name to send for the model a client asked for.
+    pub fn route(&self, model: &str) -> Option<(&Upstream, String)> {
+        self.routes.iter().find_map(|route| {
+            let star = glob(&route.model, model)?;
+            let upstream = self.upstreams.get(route.upstream)?;
+            let dispatched = match &route.rewrite {
+                Some(rewrite) => rewrite.replacen('*', &star, 1),
+                None => model.to_owned(),
+            };
+            Some((upstream, dispatched))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert_eq!(glob("gpt-*", "gpt-4.1"), Some("4.1".into()));
+        assert_eq!(glob("*", "anything"), Some("anything".into()));
+        assert_eq!(glob("local/*", "gpt-4"), None);
+        assert_eq!(glob("exact", "exact"), Some(String::new()));
+        assert_eq!(glob("a*c*e", "abcde"), Some("b".into()));
+        assert_eq!(glob("claude-*", "claude"), None);
+    }
+
+    #[test]
+    fn routes_and_aliases() {
+        let raw = RawConfig::from_toml(
+            r#"
+policy = "p"
+[[upstream]]
+name = "openai"
+url = "https://api.openai.com/"
+[[upstream]]
+name = "local"
+url = "http://127.0.0.1:8000/serve"
+trust = "internal"
+[[route]]
+model = "fast"
+upstream = "openai"
+rewrite = "gpt-4.1-mini"
+[[route]]
+model = "local/*"
+upstream = "local"
+rewrite = "*"
+[[route]]
+model = "gpt-*"
+upstream = "openai"
+"#,
+        )
+        .unwrap();
+        let config = raw.validate().unwrap();
+        let (u, m) = config.route("fast").unwrap();
+        assert_eq!(
+            (u.name.as_str(), m.as_str(), u.tls, u.port),
+            ("openai", "gpt-4.1-mini", true, 443)
+        );
+        let (u, m) = config.route("local/qwen").unwrap();
+        assert_eq!(
+            (u.name.as_str(), m.as_str(), u.port, u.prefix.as_str()),
+            ("local", "qwen", 8000, "/serve")
+        );
+        assert_eq!(u.trust, Trust::Internal);
+        assert!(config.route("claude-3").is_none());
+    }
+
+    #[test]
+    fn bad_settings_are_explained() {
+        let error = RawConfig::from_toml("listen = 1").unwrap_err().to_string();
+        assert!(error.contains("line 1"), "{error}");
+        let error = RawConfig::from_toml("lisen = \"x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown field"), "{error}");
+        let raw =
+            RawConfig::from_toml("policy = \"p\"\n[[upstream]]\nname = \"a\"\nurl = \"ftp://x\"\n")
+                .unwrap();
+        assert!(raw.validate().unwrap_err().to_string().contains("http://"));
+        let raw = RawConfig::from_toml(
+            "policy = \"p\"\n[[upstream]]\nname = \"a\"\nurl = \"http://x\"\n[[route]]\nmodel = \"*\"\nupstream = \"b\"\n",
+        )
+        .unwrap();
+        assert!(
+            raw.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("not declared")
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Turning a finished call into ATDP records: the step (masked for storage), its vault
+//! entries, and the audit event of the decision.
+
+use std::collections::BTreeMap;
+
+use atdp_schema::{AuditEvent, PiiSpan, Step, VaultEntry};
+use policies::{JsonMasker, KeyRing, MaskPolicy, Scanner, VaultItem};
+use serde_json::{Map, Value};
+
+use crate::wire::{RequestView, ResponseView};
+
+/// Microseconds since the Unix epoch.
+pub fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// What is known about a call when it starts.
+#[derive(Debug, Clone)]
+pub struct StepStart {
+    /// Step id.
+    pub step_id: String,
+    /// Trajectory id.
+    pub trajectory_id: String,
+    /// Parent step.
+    pub parent_step_id: Option<String>,
+    /// Turn index.
+    pub turn_index: i32,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Agent.
+    pub agent_id: String,
+    /// Arrival time (µs).
+    pub started_at: i64,
+    /// `openai.chat`, …
+    pub api: &'static str,
+    /// Upstream name.
+    pub upstream: String,
+    /// The model the client asked for.
+    pub model_requested: String,
+    /// Tags (`session`, …).
+    pub tags: BTreeMap<String, String>,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone)]
+pub struct StepEnd {
+    /// `ok`, `upstream_error`, `interrupted` or `denied`.
+    pub status: &'static str,
+    /// Why, for any status but `ok` (never containing request or response text).
+    pub error: Option<String>,
+    /// The reply as the client received it.
+    pub response: Option<ResponseView>,
+    /// The version of the adapter that served, from the upstream's `x-atdp-policy-version`.
+    pub policy_version: Option<String>,
+}
+
+/// The step, unmasked (it only lives in memory until [`mask_step`]).
+pub fn build_step(start: &StepStart, request: &RequestView, end: StepEnd) -> Step {
+    let response = end.response.unwrap_or_default();
+    Step {
+        step_id: start.step_id.clone(),
+        trajectory_id: start.trajectory_id.clone(),
+        parent_step_id: start.parent_step_id.clone(),
+        turn_index: start.turn_index,
+        tenant_id: start.tenant_id.clone(),
+        agent_id: start.agent_id.clone(),
+        started_at: start.started_at,
+        ended_at: Some(now_micros()),
+        api: start.api.to_owned(),
+        upstream: start.upstream.clone(),
+        model_requested: start.model_requested.clone(),
+        model_served: response.model,
+        policy_version: end.policy_version,
+        request_messages: request.messages.clone(),
+        tools: request.tools.clone(),
+        params: request.params.clone(),
+        response_message: response.message,
+        finish_reason: response.finish_reason,
+        status: end.status.to_owned(),
+        error: end.error,
+        prompt_tokens: response.prompt_tokens,
+        completion_tokens: response.completion_tokens,
+        completion_token_ids: response.token_ids,
+        completion_logprobs: response.logprobs,
+        pii: Vec::new(),
+        tags: start.tags.clone(),
+        extra_json: request.extra.clone(),
+    }
+}
+
+/// The fields of a step that carry text from the conversation.
+const TEXT_FIELDS: &[&str] = &[
+    "request_messages",
+    "tools",
+    "params",
+    "response_message",
+    "extra_json",
+];
+
+/// Masks every text field of `step` for storage, fills `step.pii`, and returns the vault
+/// items to store. Any failure is an error: the step must then not be stored at all.
+pub fn mask_step(
+    step: &mut Step,
+    scanner: &Scanner,
+    policy: &MaskPolicy,
+    keys: &KeyRing,
+) -> policies::Result<Vec<VaultItem>> {
+    let encode = |e: serde_json::Error| policies::Error::Mask(format!("step encoding: {e}"));
+    let whole = serde_json::to_value(&*step).map_err(encode)?;
+    let Value::Object(mut whole) = whole else {
+        return Err(policies::Error::Mask("step is not an object".into()));
+    };
+    let mut texts = Map::new();
+    for field in TEXT_FIELDS {
+        if let Some(value) = whole.remove(*field) {
+            texts.insert((*field).to_owned(), value);
+        }
+    }
+    let mut texts = Value::Object(texts);
+    let masker = JsonMasker {
+        scanner,
+        policy,
+        tenant: &step.tenant_id,
+        keys,
+    };
+    let masked = masker.mask(&mut texts)?;
+    if let Value::Object(texts) = texts {
+        whole.extend(texts);
+    }
+    let mut stored: Step = serde_json::from_value(Value::Object(whole)).map_err(encode)?;
+    stored.pii = masked
+        .spans
+        .into_iter()
+        .map(|(field, span)| PiiSpan {
+            field,
+            entity: span.entity,
+            token: span.token,
+            action: span.action.name().to_owned(),
+        })
+        .collect();
+    *step = stored;
+    Ok(masked.vault)
+}
+
+/// The `pii_vault` rows for `items`.
+pub fn vault_entries(tenant: &str, items: Vec<VaultItem>) -> Vec<VaultEntry> {
+    let created_at = now_micros();
+    items
+        .into_iter()
+        .map(|item| VaultEntry {
+            tenant_id: tenant.to_owned(),
+            token: item.token,
+            entity: item.entity,
+            key_id: item.sealed.key_id,
+            nonce: item.sealed.nonce,
+            ciphertext: item.sealed.ciphertext,
+            created_at,
+        })
+        .collect()
+}
+
+/// An audit event for a policy decision on a call (chain fields are set by the writer).
+pub fn decision_event(
+    tenant: &str,
+    actor: &str,
+    subject: &str,
+    allowed: bool,
+    policies: &[String],
+    reason: Option<String>,
+    detail: Value,
+) -> AuditEvent {
+    AuditEvent {
+        event_id: uuid::Uuid::now_v7().to_string(),
+        tenant_id: tenant.to_owned(),
+        occurred_at: now_micros(),
+        kind: if allowed {
+            "request_allowed"
+        } else {
+            "request_denied"
+        }
+        .to_owned(),
+        actor: actor.to_owned(),
+        subject: Some(subject.to_owned()),
+        decision: Some(if allowed { "allow" } else { "deny" }.to_owned()),
+        policy_id: (!policies.is_empty()).then(|| policies.join(",")),
+        reason,
+        detail_json: Some(detail.to_string()),
+        ..AuditEvent::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atdp_schema::{Message, ToolCall};
+    use policies::Action;
+
+    #[test]
+    fn stored_steps_carry_no_plaintext_and_name_their_spans() {
+        let mut keys = KeyRing::default();
+        keys.generate("acme");
+        let scanner = Scanner::new(None).unwrap();
+        let request = RequestView {
+            model: "m".into(),
+            messages: vec![Message {
+                role: "user".into(),
+                content: Some("mail jane@example.com".into()),
+                ..Message::default()
+            }],
+            ..RequestView::default()
+        };
+        let start = StepStart {
+            step_id: "s".into(),
+            trajectory_id: "t".into(),
+            parent_step_id: None,
+            turn_index: 0,
+            tenant_id: "acme".into(),
+            agent_id: "a".into(),
+            started_at: 1,
+            api: "openai.chat",
+            upstream: "u".into(),
+            model_requested: "m".into(),
+            tags: BTreeMap::new(),
+        };
+        let response = ResponseView {
+            message: Some(Message {
+                role: "assistant".into(),
+                tool_calls: vec![ToolCall {
+                    id: "c".into(),
+                    name: "lookup".into(),
+                    arguments: r#"{"card":"4111 1111 1111 1111"}"#.into(),
+                }],
+                ..Message::default()
+            }),
+            ..ResponseView::default()
+        };
+        let mut step = build_step(
+            &start,
+            &request,
+            StepEnd {
+                status: "ok",
+                error: None,
+                response: Some(response),
+                policy_version: None,
+            },
+        );
+        let vault = mask_step(
+            &mut step,
+            &scanner,
+            &MaskPolicy::all(Action::Tokenize),
+            &keys,
+        )
+        .unwrap();
+        let text = serde_json::to_string(&step).unwrap();
+        assert!(
+            !text.contains("jane@example.com") && !text.contains("4111"),
+            "{text}"
+        );
+        assert_eq!(vault.len(), 2);
+        let fields: Vec<&str> = step.pii.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "request_messages[0].content",
+                "response_message.tool_calls[0].arguments#.card"
+            ]
+        );
+        assert_eq!(step.step_id, "s");
+        assert_eq!(vault_entries("acme", vault).len(), 2);
+    }
+}

@@ -1,0 +1,220 @@
+//! `POST /v1/atdp/rewards`: named float rewards on a step or a trajectory, one or a batch.
+//!
+//! A reward is stored under the caller's own tenant, always: a key can never write into
+//! another tenant's partition, and a trajectory this proxy knows to be another tenant's is
+//! answered with 404 (the same answer as for an id that exists nowhere, so nothing leaks).
+//! A reward may arrive before its step reaches the lake (the step may still be in some
+//! writer's log): it is accepted and stored as it came, never dropped. The answer is sent once
+//! the rewards are on local disk (fsynced), so an acknowledged reward survives a crash.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use atdp_schema::Reward;
+use bytes::Bytes;
+use pingora::Result;
+use pingora::proxy::Session;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::call::{Reject, authenticate, read_body, refuse};
+use crate::record::{decision_event, now_micros};
+use crate::service::respond;
+use crate::state::State;
+use crate::wire::ApiFamily;
+
+/// Most rewards in one request.
+const MAX_BATCH: usize = 10_000;
+
+/// One reward as sent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewardIn {
+    /// The trajectory (`x-atdp-trajectory-id` of the responses).
+    trajectory_id: String,
+    /// The step, for a step reward; absent for a trajectory reward.
+    step_id: Option<String>,
+    /// Reward name (`resolved`, `user_rating`, …).
+    name: String,
+    /// Its value.
+    value: f64,
+    /// Whether this ends the trajectory.
+    #[serde(default)]
+    terminal: bool,
+    /// Client-chosen id, making a retried request idempotent for readers that deduplicate.
+    reward_id: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Body {
+    Batch { rewards: Vec<RewardIn> },
+    One(RewardIn),
+}
+
+fn bad(message: String) -> Reject {
+    Reject::new(400, "invalid_reward", message)
+}
+
+fn check(index: usize, reward: &RewardIn) -> std::result::Result<(), Reject> {
+    let id_ok =
+        |id: &str| !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic());
+    if !id_ok(&reward.trajectory_id) {
+        return Err(bad(format!(
+            "rewards[{index}].trajectory_id must be 1 to 200 visible ASCII characters"
+        )));
+    }
+    if reward.step_id.as_deref().is_some_and(|id| !id_ok(id)) {
+        return Err(bad(format!(
+            "rewards[{index}].step_id must be 1 to 200 visible ASCII characters"
+        )));
+    }
+    if reward.name.is_empty() || reward.name.len() > 64 {
+        return Err(bad(format!(
+            "rewards[{index}].name must be 1 to 64 characters"
+        )));
+    }
+    if !reward.value.is_finite() {
+        return Err(bad(format!(
+            "rewards[{index}].value must be a finite number"
+        )));
+    }
+    Ok(())
+}
+
+/// Handles the endpoint.
+pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
+    let family = ApiFamily::OpenAi;
+    match accept(state, session).await? {
+        Ok(body) => {
+            state.metrics.request("rewards", 200);
+            respond(session, 200, &[], "application/json", body).await
+        }
+        Err(reject) => refuse(state, session, family, "rewards", reject).await,
+    }
+}
+
+async fn accept(
+    state: &Arc<State>,
+    session: &mut Session,
+) -> Result<std::result::Result<Bytes, Reject>> {
+    macro_rules! check {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(reject) => return Ok(Err(reject)),
+            }
+        };
+    }
+    let caller = check!(authenticate(state, session));
+    let raw = check!(read_body(session, state.config.max_body_bytes).await?);
+    let body: Body = check!(serde_json::from_slice(&raw).map_err(|e| bad(format!(
+        "the body must be a reward {{\"trajectory_id\", \"name\", \"value\", …}} or {{\"rewards\": [...]}} ({} at line {} column {})",
+        policies::json_error_kind(&e),
+        e.line(),
+        e.column()
+    ))));
+    let rewards = match body {
+        Body::Batch { rewards } => rewards,
+        Body::One(reward) => vec![reward],
+    };
+    if rewards.is_empty() || rewards.len() > MAX_BATCH {
+        return Ok(Err(bad(format!(
+            "send 1 to {MAX_BATCH} rewards per request"
+        ))));
+    }
+    for (index, reward) in rewards.iter().enumerate() {
+        check!(check(index, reward));
+    }
+    let tenant = caller.identity.tenant.clone();
+    let (_, policy) = state.policy.current();
+    for reward in &rewards {
+        let known = state.trajectories.tenant_of(&reward.trajectory_id);
+        let verdict = policy.access.decide_on_trajectory(
+            ("ApiKey", &caller.key_hash),
+            "write_reward",
+            &reward.trajectory_id,
+            &tenant,
+            json!({}),
+        );
+        if known.is_some_and(|owner| owner != tenant) || !verdict.allowed {
+            let message = format!(
+                "no trajectory {} that this key may reward",
+                reward.trajectory_id
+            );
+            return Ok(Err(Reject::new(
+                if verdict.allowed { 404 } else { 403 },
+                "trajectory_not_found",
+                message,
+            )));
+        }
+    }
+    let created_at = now_micros();
+    let mut last = None;
+    let mut out = Vec::with_capacity(rewards.len());
+    for reward in rewards {
+        let row = Reward {
+            reward_id: reward
+                .reward_id
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+            trajectory_id: reward.trajectory_id,
+            step_id: reward.step_id,
+            tenant_id: tenant.clone(),
+            name: reward.name,
+            value: reward.value,
+            source: "api".to_owned(),
+            reward_fn_version: None,
+            terminal: reward.terminal,
+            created_at,
+            tags: reward.tags,
+        };
+        out.push(json!({"reward_id": row.reward_id, "trajectory_id": row.trajectory_id}));
+        let event = decision_event(
+            &tenant,
+            &caller.identity.agent,
+            &row.trajectory_id,
+            true,
+            &[],
+            None,
+            json!({"reward": row.name, "reward_id": row.reward_id}),
+        );
+        match state.writer.append(row) {
+            Ok(appended) => last = Some(appended),
+            Err(error) => {
+                tracing::error!(error = %error, "Could not record a reward.");
+                return Ok(Err(Reject {
+                    retry_after: Some(5),
+                    ..Reject::new(
+                        503,
+                        "recording_unavailable",
+                        "the reward could not be recorded; retry shortly",
+                    )
+                }));
+            }
+        }
+        let event = atdp_schema::AuditEvent {
+            kind: "reward_written".into(),
+            ..event
+        };
+        if let Err(error) = state.writer.append_audit(event) {
+            tracing::error!(error = %error, "Could not record an audit event.");
+        }
+    }
+    if let Some(appended) = last
+        && let Err(error) = state.writer.durable(appended).await
+    {
+        tracing::error!(error = %error, "Rewards did not reach the disk.");
+        return Ok(Err(Reject::new(
+            503,
+            "recording_unavailable",
+            "the rewards could not be made durable; retry",
+        )));
+    }
+    let count = out.len();
+    Ok(Ok(Bytes::from(
+        json!({"recorded": count, "rewards": out}).to_string(),
+    )))
+}

@@ -1,0 +1,87 @@
+//! Starting the proxy: the Pingora server for agents, the admin port, policy reload on
+//! SIGHUP, and a graceful shutdown that lets in-flight streams finish and flushes the lake.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::service::Proxy;
+use crate::state::State;
+
+/// How long a graceful shutdown waits for in-flight calls before closing them.
+const GRACE: Duration = Duration::from_secs(30);
+
+/// Runs the proxy until SIGTERM (graceful) or SIGINT (fast); then flushes the lake.
+pub fn run(config: Config) -> Result<()> {
+    // The lake writer, the admin port and reloads live on their own runtime, which outlives
+    // Pingora's service runtimes.
+    let background = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("atdp-background")
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            what: "cannot start the background runtime".into(),
+            source,
+        })?;
+    let listen = config.listen;
+    let admin = config.admin_listen;
+    let state = background.block_on(State::open(config))?;
+    let admin_listener = background
+        .block_on(tokio::net::TcpListener::bind(admin))
+        .map_err(|source| Error::Io {
+            what: format!("cannot listen on the admin address {admin}"),
+            source,
+        })?;
+    background.spawn(crate::admin::serve(state.clone(), admin_listener));
+    background.spawn(reload_on_hangup(state.clone()));
+
+    let conf = ServerConf {
+        threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(GRACE.as_secs()),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let mut service = pingora::proxy::http_proxy_service(
+        &server.configuration,
+        Proxy {
+            state: state.clone(),
+        },
+    );
+    service.add_tcp(&listen.to_string());
+    server.add_service(service);
+    tracing::info!(%listen, %admin, "atdp-proxy listening.");
+    server.run(RunArgs::default());
+
+    tracing::info!("Shutting down: flushing the lake.");
+    let flushed = background
+        .block_on(state.writer.shutdown(GRACE))
+        .map_err(Error::Lake)?;
+    if !flushed {
+        tracing::warn!(
+            "Not everything reached the lake in time; the write-ahead log keeps it for the next start."
+        );
+    }
+    Ok(())
+}
+
+async fn reload_on_hangup(state: Arc<State>) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    else {
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match state.reload() {
+            Ok(version) => tracing::info!(version, "Policy reloaded."),
+            Err(error) => {
+                tracing::error!(error = %error, "Policy reload refused; the old policy stays in force.")
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! What every request shares: settings, the policy in force, vault keys, the lake writer,
+//! trajectory grouping, rate limits and metrics.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use atdp_schema::{LakeWriter, WriterConfig};
+use policies::{KeyRing, Policy, PolicyStore};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::limits::RateLimiter;
+use crate::metrics::Metrics;
+use crate::trajectory::Trajectories;
+
+/// Shared state of one proxy instance.
+#[derive(Debug)]
+pub struct State {
+    /// Checked settings.
+    pub config: Config,
+    /// The policy directory in force.
+    pub policy: PolicyStore,
+    /// Vault keys per tenant.
+    pub keys: RwLock<Arc<KeyRing>>,
+    /// The lake writer.
+    pub writer: LakeWriter,
+    /// Trajectory grouping.
+    pub trajectories: Trajectories,
+    /// Rate limits.
+    pub limiter: RateLimiter,
+    /// Counters.
+    pub metrics: Metrics,
+}
+
+/// Loads the key file, creating it (mode 0600) or adding keys for tenants of the policy that
+/// have none; the file is rewritten atomically.
+pub fn load_keys(path: &Path, tenants: &[String]) -> Result<KeyRing> {
+    let mut keys = if path.exists() {
+        KeyRing::load(path)?
+    } else {
+        KeyRing::default()
+    };
+    let missing: Vec<&String> = tenants.iter().filter(|t| !keys.has_tenant(t)).collect();
+    if missing.is_empty() && path.exists() {
+        return Ok(keys);
+    }
+    for tenant in &missing {
+        keys.generate(tenant);
+    }
+    let io = |what: &str| {
+        let what = format!("{what} {}", path.display());
+        move |source| Error::Io { what, source }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io("cannot create the directory of"))?;
+    }
+    let temporary = path.with_extension("json.tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&temporary).map_err(io("cannot write"))?;
+    file.write_all(keys.to_json()?.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(io("cannot write"))?;
+    std::fs::rename(&temporary, path).map_err(io("cannot replace"))?;
+    tracing::warn!(
+        key_file = %path.display(),
+        tenants = missing.len(),
+        "Generated vault keys; back this file up: without it masked values cannot be revealed."
+    );
+    Ok(keys)
+}
+
+impl State {
+    /// Loads the policy and keys and opens the lake writer.
+    pub async fn open(config: Config) -> Result<Arc<State>> {
+        let policy = Policy::load(&config.policy)?;
+        let keys = load_keys(&config.keys, &policy.access.tenants())?;
+        let mut writer_config = WriterConfig::new(config.lake.clone(), config.wal.clone());
+        writer_config.storage_options = config.lake_options.clone();
+        let writer = LakeWriter::open(writer_config).await?;
+        Ok(Arc::new(State {
+            policy: PolicyStore::new(policy),
+            keys: RwLock::new(Arc::new(keys)),
+            writer,
+            trajectories: Trajectories::new(1 << 20),
+            limiter: RateLimiter::default(),
+            metrics: Metrics::default(),
+            config,
+        }))
+    }
+
+    /// The keys in force.
+    pub fn keys(&self) -> Arc<KeyRing> {
+        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Reloads the policy directory (and adds keys for new tenants); the old policy stays in
+    /// force when the new one is invalid.
+    pub fn reload(&self) -> Result<u64> {
+        let version = self.policy.reload(&self.config.policy)?;
+        let tenants = self.policy.current().1.access.tenants();
+        let keys = load_keys(&self.config.keys, &tenants)?;
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
+        Ok(version)
+    }
+}

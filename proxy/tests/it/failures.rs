@@ -1,0 +1,256 @@
+//! Bad input, denials, limits and cut streams: each answered in the API's own error format,
+//! nothing forwarded that should not be, and the lake saying what happened.
+
+use serde_json::json;
+
+use crate::harness::*;
+
+fn post(port: u16, path: &str, key: Option<&str>, content_type: &str, body: &[u8]) -> Response {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let mut headers = vec![("content-type", content_type)];
+    if let Some(auth) = &auth {
+        headers.push(("authorization", auth.as_str()));
+    }
+    http(port, "POST", path, &headers, body)
+}
+
+fn chat(text: &str, stream: bool) -> Vec<u8> {
+    json!({"model": "gpt-4.1-mini", "stream": stream, "messages": [{"role": "user", "content": text}]})
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn bad_requests_get_errors_in_the_apis_own_format() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &["--max-body-bytes", "65536"]);
+    let p = proxy.port;
+
+    let none = post(
+        p,
+        "/v1/chat/completions",
+        None,
+        "application/json",
+        &chat("hi", false),
+    );
+    assert_eq!(none.status, 401);
+    assert_eq!(none.json()["error"]["type"], "authentication_error");
+    let wrong = post(
+        p,
+        "/v1/messages",
+        Some("sk-nope"),
+        "application/json",
+        b"{}",
+    );
+    assert_eq!(wrong.status, 401);
+    assert_eq!(
+        wrong.json()["type"],
+        "error",
+        "Anthropic's format on /v1/messages"
+    );
+    assert_eq!(wrong.json()["error"]["type"], "authentication_error");
+
+    let unknown = http(p, "GET", "/v1/fine_tuning/jobs", &[], b"");
+    assert_eq!(unknown.status, 404);
+    assert!(
+        unknown.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown path")
+    );
+    let method = http(p, "GET", "/v1/chat/completions", &[], b"");
+    assert_eq!(method.status, 405);
+
+    let bad_json = post(
+        p,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        b"{\"model\": ",
+    );
+    assert_eq!(bad_json.status, 400);
+    assert_eq!(bad_json.json()["error"]["type"], "invalid_request_error");
+    let no_model = post(
+        p,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        b"{\"messages\": []}",
+    );
+    assert_eq!(no_model.status, 400);
+    assert!(
+        no_model.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("model")
+    );
+    let text = post(
+        p,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "text/plain",
+        b"hello",
+    );
+    assert_eq!(text.status, 415);
+    let big = post(
+        p,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        &chat(&"x".repeat(100_000), false),
+    );
+    assert_eq!(big.status, 413);
+    assert_eq!(big.json()["error"]["code"], "request_too_large");
+
+    // None of these reached the upstream.
+    assert!(upstream.requests().is_empty());
+    let _ = proxy.stop();
+}
+
+#[test]
+fn policy_denials_are_403_with_the_deciding_policy_and_forward_nothing() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let denied = post(
+        proxy.port,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        &chat("my SSN is 536-22-1234", false),
+    );
+    assert_eq!(
+        denied.status,
+        403,
+        "{}",
+        String::from_utf8_lossy(&denied.body)
+    );
+    let message = denied.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("no-ssn-or-secrets-external"), "{message}");
+    assert!(!message.contains("536-22-1234"));
+    assert!(
+        upstream.requests().is_empty(),
+        "a denied call must not be forwarded"
+    );
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    assert_eq!(lake.steps.len(), 1);
+    assert_eq!(lake.steps[0].status, "denied");
+    assert!(
+        !serde_json::to_string(&lake.steps[0])
+            .unwrap()
+            .contains("536-22-1234")
+    );
+    assert!(lake.audit.iter().any(|a| a.kind == "request_denied"
+        && a.policy_id.as_deref() == Some("no-ssn-or-secrets-external")));
+}
+
+#[test]
+fn large_bodies_and_cut_streams() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    // 2 MiB prompts go through, streamed and not.
+    let prompt = "lorem ipsum ".repeat((2 << 20) / 12 + 1);
+    let prompt = &prompt[..2 << 20];
+    for stream in [false, true] {
+        let response = post(
+            proxy.port,
+            "/v1/chat/completions",
+            Some(DEMO_KEY),
+            "application/json",
+            &chat(prompt, stream),
+        );
+        assert_eq!(response.status, 200, "stream={stream}");
+        assert!(
+            response.body.len() > 2 << 20,
+            "the echo came back whole (stream={stream})"
+        );
+    }
+    // A stream the upstream cuts: the client gets what was sent, the lake says interrupted.
+    let cut = post(
+        proxy.port,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        &chat("[[cut]] bye", true),
+    );
+    assert_eq!(cut.status, 200);
+    assert!(!String::from_utf8_lossy(&cut.body).contains("[DONE]"));
+    // An upstream error is passed on with the upstream's status.
+    let failed = post(
+        proxy.port,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        &chat("[[error500]]", false),
+    );
+    assert_eq!(failed.status, 500);
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
+    assert_eq!(
+        statuses,
+        ["ok", "ok", "interrupted", "upstream_error"],
+        "{statuses:?}"
+    );
+}
+
+#[test]
+fn rate_limits_answer_429_with_retry_after() {
+    let upstream = Upstream::start();
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), "[limits]\nkey_requests_per_minute = 2\n").unwrap();
+    let proxy = Proxy::start(
+        upstream.port,
+        &["--config", config.path().to_str().unwrap()],
+    );
+    let statuses: Vec<u16> = (0..3)
+        .map(|_| {
+            post(
+                proxy.port,
+                "/v1/chat/completions",
+                Some(DEMO_KEY),
+                "application/json",
+                &chat("hi", false),
+            )
+            .status
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    let limited = post(
+        proxy.port,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        &chat("hi", false),
+    );
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(limited.json()["error"]["type"], "rate_limit_error");
+    // Another key has its own bucket.
+    let other = post(
+        proxy.port,
+        "/v1/chat/completions",
+        Some(OTHER_KEY),
+        "application/json",
+        &chat("hi", false),
+    );
+    assert_eq!(other.status, 200);
+    // The admin port counts them.
+    let metrics = String::from_utf8(http(proxy.admin, "GET", "/metrics", &[], b"").body).unwrap();
+    assert!(
+        metrics.contains("atdp_requests_total{api=\"openai.chat\",status=\"200\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("atdp_requests_total{api=\"openai.chat\",status=\"429\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("atdp_added_latency_seconds_count 3"),
+        "{metrics}"
+    );
+    assert_eq!(http(proxy.admin, "GET", "/readyz", &[], b"").status, 200);
+    let _ = proxy.stop();
+}

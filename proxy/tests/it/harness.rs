@@ -1,0 +1,308 @@
+//! Processes under test: the fake upstream (Python, the real wire formats), `atdp-proxy` as a
+//! child process, the official SDKs through `sdk_client.py`, a raw HTTP/1.1 client, and
+//! readers of the lake.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use atdp_schema::{AuditEvent, Filter, Lake, LakeReader, Reward, Step, VaultEntry};
+use serde_json::Value;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn python() -> String {
+    std::env::var("ATDP_PYTHON").expect(
+        "ATDP_PYTHON is not set: run the tests through scripts/test, which prepares the venv",
+    )
+}
+
+pub fn quickstart() -> PathBuf {
+    root().join("policies/examples/quickstart")
+}
+
+pub const DEMO_KEY: &str = "sk-atdp-demo-agent";
+pub const OTHER_KEY: &str = "sk-atdp-other-agent";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The fake provider.
+pub struct Upstream {
+    child: Child,
+    pub port: u16,
+}
+
+impl Upstream {
+    pub fn start() -> Upstream {
+        let mut child = Command::new(python())
+            .arg(root().join("tests/python/fake_upstream.py"))
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = serde_json::from_str::<Value>(&line).unwrap()["port"]
+            .as_u64()
+            .unwrap() as u16;
+        Upstream { child, port }
+    }
+
+    /// Every request the fake has received: `{method, path, headers, body}`.
+    pub fn requests(&self) -> Vec<Value> {
+        let response = http(self.port, "GET", "/_requests", &[], b"");
+        serde_json::from_slice(&response.body).unwrap()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `atdp-proxy` as a child process, with its own data directory.
+pub struct Proxy {
+    child: Option<Child>,
+    pub port: u16,
+    pub admin: u16,
+    pub data: tempfile::TempDir,
+}
+
+impl Proxy {
+    pub fn start(upstream: u16, extra: &[&str]) -> Proxy {
+        let data = tempfile::tempdir().unwrap();
+        Proxy::start_in(upstream, extra, data)
+    }
+
+    pub fn start_in(upstream: u16, extra: &[&str], data: tempfile::TempDir) -> Proxy {
+        let (port, admin) = (free_port(), free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_atdp-proxy"))
+            .arg("--policy")
+            .arg(quickstart())
+            .arg("--upstream")
+            .arg(format!("http://127.0.0.1:{upstream}"))
+            .arg("--data")
+            .arg(data.path())
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut proxy = Proxy {
+            child: Some(child),
+            port,
+            admin,
+            data,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && try_http(admin, "GET", "/healthz", &[], b"").is_some_and(|r| r.status == 200)
+            {
+                break;
+            }
+            if let Some(status) = proxy.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("atdp-proxy exited at start: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "atdp-proxy did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        proxy
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM, then waits for the graceful exit (which flushes the lake); returns the data
+    /// directory.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        let mut child = self.child.take().unwrap();
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "atdp-proxy exited with {status}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "atdp-proxy did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let data = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.data, data)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs one `sdk_client.py` scenario; returns its JSON line.
+pub fn sdk(base_url: &str, key: &str, scenario: &str, text: &str, extra: &[&str]) -> Value {
+    let output = Command::new(python())
+        .arg(root().join("tests/python/sdk_client.py"))
+        .args(["--base-url", base_url, "--api-key", key, "--text", text])
+        .args(extra)
+        .arg(scenario)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{scenario} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap()
+}
+
+/// A raw HTTP/1.1 response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    try_http(port, method, path, headers, body).expect("HTTP request failed")
+}
+
+/// One request on a fresh connection (`Connection: close`); `None` when the connection fails.
+pub fn try_http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Option<Response> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .ok()?;
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+    {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).ok()?;
+    // The server may answer (413) before taking the whole body: ignore a reset here.
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&raw[..end]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = end + 2;
+        out.extend_from_slice(&raw[start..(start + size).min(raw.len())]);
+        raw = &raw[(start + size + 2).min(raw.len())..];
+    }
+    out
+}
+
+/// Everything in the lake under `data/lake`.
+pub struct LakeRows {
+    pub steps: Vec<Step>,
+    pub rewards: Vec<Reward>,
+    pub vault: Vec<VaultEntry>,
+    pub audit: Vec<AuditEvent>,
+}
+
+pub fn read_lake(data: &Path) -> LakeRows {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let lake = Lake::new(data.join("lake").to_str().unwrap(), Default::default()).unwrap();
+        let reader = LakeReader::new(lake);
+        let all = Filter::default();
+        LakeRows {
+            steps: reader.steps(&all).await.unwrap().rows,
+            rewards: reader.rewards(&all).await.unwrap().rows,
+            vault: reader.vault(&all).await.unwrap().rows,
+            audit: reader.audit(&all).await.unwrap().rows,
+        }
+    })
+}

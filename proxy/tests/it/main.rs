@@ -1,0 +1,9 @@
+//! Integration tests of `atdp-proxy`: the proxy as a child process in front of the fake
+//! upstream, driven by the official SDKs and by raw HTTP; the lake read back afterwards.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod failures;
+mod harness;
+mod rewards;
+mod sdk;

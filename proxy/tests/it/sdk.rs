@@ -1,0 +1,203 @@
+//! The official SDKs through the proxy: plain, streaming and tool calls on all three APIs.
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+/// The text the SDK reports for a scenario.
+fn reply(out: &Value) -> String {
+    out["text"].as_str().unwrap_or_default().to_owned()
+}
+
+fn tool_query(out: &Value) -> String {
+    let call = &out["tool_calls"][0];
+    match call.get("input") {
+        Some(input) => input["query"].as_str().unwrap().to_owned(),
+        None => {
+            serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap()["query"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    }
+}
+
+#[test]
+fn sdks_get_the_upstreams_reply_with_pii_restored_and_the_lake_holds_it_masked() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let email = "jane.doe@example.com";
+    let text = format!("please mail {email} about the renewal");
+    let plain = [
+        "openai-chat",
+        "openai-chat-stream",
+        "openai-responses",
+        "openai-responses-stream",
+        "anthropic-messages",
+        "anthropic-messages-stream",
+    ];
+    let mut steps = Vec::new();
+    for scenario in plain {
+        let out = sdk(&proxy.base_url(), DEMO_KEY, scenario, &text, &["--strict"]);
+        assert_eq!(reply(&out), format!("Echo: {text}"), "{scenario}: {out}");
+        let step = out["headers"]["x-atdp-step-id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(step.len(), 36, "{scenario}: step id header: {out}");
+        steps.push(step);
+    }
+    let tools = [
+        "openai-chat-tools",
+        "openai-chat-tools-stream",
+        "openai-responses-tools-stream",
+        "anthropic-tools",
+        "anthropic-tools-stream",
+    ];
+    let tool_text = format!("[[tool]] find {email}");
+    for scenario in tools {
+        let out = sdk(
+            &proxy.base_url(),
+            DEMO_KEY,
+            scenario,
+            &tool_text,
+            &["--strict"],
+        );
+        assert_eq!(
+            tool_query(&out),
+            format!("find {email}"),
+            "{scenario}: {out}"
+        );
+    }
+
+    // The upstream saw placeholders, never the address, and never the agent's key.
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), plain.len() + tools.len());
+    for request in &seen {
+        let body = request["body"].to_string();
+        assert!(!body.contains(email), "upstream saw the address: {body}");
+        assert!(body.contains("<EMAIL_ADDRESS_"), "{body}");
+        let headers = request["headers"].to_string();
+        assert!(
+            !headers.contains(DEMO_KEY),
+            "upstream saw the agent's key: {headers}"
+        );
+    }
+
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    assert_eq!(lake.steps.len(), plain.len() + tools.len());
+    for step in &lake.steps {
+        let stored = serde_json::to_string(step).unwrap();
+        assert!(!stored.contains(email), "plaintext in the lake: {stored}");
+        assert_eq!(
+            (step.status.as_str(), step.tenant_id.as_str()),
+            ("ok", "demo"),
+            "{stored}"
+        );
+        assert!(
+            step.pii.iter().any(|p| p.entity == "EMAIL_ADDRESS"),
+            "{stored}"
+        );
+        let response = step.response_message.as_ref().expect("a reply");
+        let replied = format!(
+            "{} {}",
+            response.content.clone().unwrap_or_default(),
+            response
+                .tool_calls
+                .iter()
+                .map(|c| c.arguments.clone())
+                .collect::<String>()
+        );
+        assert!(
+            replied.contains("<EMAIL_ADDRESS_"),
+            "the reply is stored masked: {stored}"
+        );
+    }
+    for step in &steps {
+        assert!(
+            lake.steps.iter().any(|s| &s.step_id == step),
+            "step {step} not in the lake"
+        );
+    }
+    let apis: std::collections::BTreeSet<&str> =
+        lake.steps.iter().map(|s| s.api.as_str()).collect();
+    assert_eq!(apis.len(), 3, "{apis:?}");
+    assert!(
+        lake.vault
+            .iter()
+            .all(|v| v.tenant_id == "demo" && v.entity == "EMAIL_ADDRESS")
+    );
+    assert!(!lake.vault.is_empty());
+    let allowed = lake
+        .audit
+        .iter()
+        .filter(|a| a.kind == "request_allowed")
+        .count();
+    assert_eq!(allowed, lake.steps.len());
+}
+
+#[test]
+fn a_conversation_is_one_trajectory_with_linked_steps() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let first = serde_json::json!({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]});
+    let a = http(
+        proxy.port,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &format!("Bearer {DEMO_KEY}")),
+            ("content-type", "application/json"),
+        ],
+        first.to_string().as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    let second = serde_json::json!({"model": "gpt-4.1-mini", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Echo: hi"},
+        {"role": "user", "content": "more"}
+    ]});
+    let b = http(
+        proxy.port,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &format!("Bearer {DEMO_KEY}")),
+            ("content-type", "application/json"),
+        ],
+        second.to_string().as_bytes(),
+    );
+    assert_eq!(b.status, 200);
+    assert_eq!(
+        a.header("x-atdp-trajectory-id"),
+        b.header("x-atdp-trajectory-id")
+    );
+    // A retry of the first turn is a new trajectory, not a continuation.
+    let c = http(
+        proxy.port,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &format!("Bearer {DEMO_KEY}")),
+            ("content-type", "application/json"),
+            ("x-atdp-session-id", "s-1"),
+        ],
+        first.to_string().as_bytes(),
+    );
+    assert_ne!(
+        a.header("x-atdp-trajectory-id"),
+        c.header("x-atdp-trajectory-id")
+    );
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let step = |id: &str| lake.steps.iter().find(|s| s.step_id == id).unwrap();
+    let (sa, sb) = (
+        step(a.header("x-atdp-step-id").unwrap()),
+        step(b.header("x-atdp-step-id").unwrap()),
+    );
+    assert_eq!(sb.parent_step_id.as_deref(), Some(sa.step_id.as_str()));
+    assert_eq!((sa.turn_index, sb.turn_index), (0, 1));
+    let sc = step(c.header("x-atdp-step-id").unwrap());
+    assert_eq!(sc.tags.get("session").map(String::as_str), Some("s-1"));
+}
