@@ -1,8 +1,9 @@
 //! The admin port: `GET /metrics` (Prometheus), `GET /healthz` (the process is up),
 //! `GET /readyz` (it can take traffic: policy loaded, the lake writer not failing or over
 //! budget), `POST /reload` (reload the policy directory; an invalid one is refused and the
-//! old one stays in force). A deliberately small HTTP/1.1 server: one request per
-//! connection, no bodies read.
+//! old one stays in force; when `ATDP_ADMIN_TOKEN` is set, only with that bearer token). A
+//! deliberately small HTTP/1.1 server: one request per connection, no bodies read, 10 s per
+//! connection. Bind it to a private address.
 
 use std::sync::Arc;
 
@@ -15,13 +16,31 @@ use crate::state::State;
 pub async fn serve(state: Arc<State>, listener: TcpListener) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors, say: do not spin.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             continue;
         };
         let state = state.clone();
         tokio::spawn(async move {
-            let _ = answer(&state, stream).await;
+            let answered =
+                tokio::time::timeout(std::time::Duration::from_secs(10), answer(&state, stream));
+            let _ = answered.await;
         });
     }
+}
+
+/// Whether the request may reload: when `ATDP_ADMIN_TOKEN` is set, it must come as
+/// `Authorization: Bearer <token>`.
+fn authorised(head: &str) -> bool {
+    let Ok(token) = std::env::var("ATDP_ADMIN_TOKEN") else {
+        return true;
+    };
+    head.lines().any(|line| {
+        line.split_once(':').is_some_and(|(name, value)| {
+            name.trim().eq_ignore_ascii_case("authorization")
+                && value.trim().strip_prefix("Bearer ") == Some(token.as_str())
+        })
+    })
 }
 
 async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
@@ -46,7 +65,9 @@ async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
         ("GET", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
         ("GET", "/readyz") => {
             let stats = state.writer.stats();
-            if stats.log_failure.is_some() {
+            if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+                (503, "text/plain", "not ready: shutting down\n".to_owned())
+            } else if stats.log_failure.is_some() {
                 (
                     503,
                     "text/plain",
@@ -62,7 +83,12 @@ async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
                 (200, "text/plain", "ready\n".to_owned())
             }
         }
-        ("POST", "/reload") => match state.reload() {
+        ("POST", "/reload") if !authorised(&line) => (
+            401,
+            "text/plain",
+            "reloading needs Authorization: Bearer $ATDP_ADMIN_TOKEN\n".to_owned(),
+        ),
+        ("POST", "/reload") => match state.reload("admin") {
             Ok(version) => {
                 tracing::info!(version, "Policy reloaded.");
                 (
@@ -84,6 +110,7 @@ async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
     };
     let reason = match status {
         200 => "OK",
+        401 => "Unauthorized",
         404 => "Not Found",
         422 => "Unprocessable Entity",
         _ => "Service Unavailable",

@@ -25,7 +25,7 @@ use crate::record::{StepEnd, StepStart, decision_event, now_micros};
 use crate::service::{Dispatch, resolve, respond_error};
 use crate::state::State;
 use crate::trajectory::Naming;
-use crate::wire::{ApiFamily, ApiKind, RequestView, parse_json_body, parse_request};
+use crate::wire::{Added, ApiFamily, ApiKind, RequestView, parse_json_body, parse_request};
 
 /// A refusal, written as an error in the API's format.
 #[derive(Debug)]
@@ -92,10 +92,9 @@ pub fn authenticate(state: &State, session: &Session) -> std::result::Result<Cal
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        });
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key);
     let key = bearer
         .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim)
@@ -133,9 +132,22 @@ pub fn authenticate(state: &State, session: &Session) -> std::result::Result<Cal
 
 /// Routes a request by path.
 pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
+    let _in_flight = crate::state::InFlight::enter(&state.in_flight);
     let path = session.req_header().uri.path().to_owned();
     let method = session.req_header().method.clone();
     let family = ApiFamily::from_path(&path);
+    if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        session.set_keepalive(None);
+        let reject = Reject {
+            retry_after: Some(1),
+            ..Reject::new(
+                503,
+                "shutting_down",
+                "this proxy instance is shutting down; retry",
+            )
+        };
+        return refuse(state, session, family, "other", reject).await;
+    }
     if let Some(api) = ApiKind::from_path(&path) {
         if method != Method::POST {
             let reject = Reject::new(405, "method_not_allowed", format!("{path} takes POST"));
@@ -214,6 +226,8 @@ struct Prepared {
     start: StepStart,
     naming: NamingOwned,
     record: bool,
+    /// Fields the proxy asked the upstream for on its own account.
+    added: Added,
 }
 
 #[derive(Debug, Clone)]
@@ -273,23 +287,15 @@ async fn prepare(
             "rate limit reached for this key or tenant; retry after the time in Retry-After",
         )
     };
-    check!(
-        state
-            .limiter
-            .take(
-                &format!("key:{}", caller.key_hash),
-                u64::from(limits.key_requests_per_minute)
-            )
-            .map_err(wait)
+    // Tokens are only checked; then the tenant's and the key's request buckets are taken
+    // from, the tenant's given back when the key's refuses.
+    let (key_bucket, tenant_bucket) = (
+        format!("key:{}", caller.key_hash),
+        format!("tenant:{tenant}"),
     );
-    check!(
-        state
-            .limiter
-            .take(
-                &format!("tenant:{tenant}"),
-                u64::from(limits.tenant_requests_per_minute)
-            )
-            .map_err(wait)
+    let (key_rate, tenant_rate) = (
+        u64::from(limits.key_requests_per_minute),
+        u64::from(limits.tenant_requests_per_minute),
     );
     check!(
         state
@@ -297,6 +303,16 @@ async fn prepare(
             .check(&format!("tokens:{tenant}"), limits.tenant_tokens_per_minute)
             .map_err(wait)
     );
+    check!(
+        state
+            .limiter
+            .take(&tenant_bucket, tenant_rate)
+            .map_err(wait)
+    );
+    if let Err(seconds) = state.limiter.take(&key_bucket, key_rate) {
+        state.limiter.give_back(&tenant_bucket, tenant_rate);
+        return Ok(Err(wait(seconds)));
+    }
 
     let stats = state.writer.stats();
     let backlogged = stats.log_failure.is_some() || stats.held_bytes >= stats.budget_bytes;
@@ -319,10 +335,16 @@ async fn prepare(
                 }));
             }
             OnBackpressure::ServeUnrecorded => {
-                state
+                let served = state
                     .metrics
                     .unrecorded
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if served.is_multiple_of(1000) {
+                    tracing::warn!(
+                        unrecorded = served + 1,
+                        "Lake back-log over budget: serving calls without recording them (x-atdp-recorded: false)."
+                    );
+                }
                 false
             }
         }
@@ -524,7 +546,25 @@ async fn prepare(
     {
         map.insert("model".into(), Value::String(model.clone()));
     }
-    let body = if changed || model != request.model {
+    // Behaviour log-probs and token ids for the trainer, when the upstream is set to give
+    // them and the client did not ask itself; stripped from the reply.
+    let mut added = Added::default();
+    if api == ApiKind::OpenAiChat
+        && let Value::Object(map) = &mut document
+    {
+        let asked = |map: &serde_json::Map<String, Value>, key: &str| {
+            map.get(key) == Some(&Value::Bool(true))
+        };
+        if upstream.record_logprobs && !asked(map, "logprobs") {
+            map.insert("logprobs".into(), Value::Bool(true));
+            added.logprobs = true;
+        }
+        if upstream.record_token_ids && !asked(map, "return_token_ids") {
+            map.insert("return_token_ids".into(), Value::Bool(true));
+            added.token_ids = true;
+        }
+    }
+    let body = if changed || model != request.model || added.any() {
         match serde_json::to_vec(&document) {
             Ok(bytes) => Bytes::from(bytes),
             Err(_) => {
@@ -542,6 +582,15 @@ async fn prepare(
         Ok(address) => address,
         Err(error) => {
             tracing::warn!(upstream = %upstream.name, error = %error, "Cannot resolve the upstream.");
+            if record {
+                let end = StepEnd {
+                    status: "upstream_error",
+                    error: Some(format!("upstream {} cannot be resolved", upstream.name)),
+                    response: None,
+                    policy_version: None,
+                };
+                crate::pump::store_step(state, &start, &request, end);
+            }
             return Ok(Err(Reject::new(
                 502,
                 "upstream_unresolvable",
@@ -578,6 +627,7 @@ async fn prepare(
         start,
         naming,
         record,
+        added,
     }))
 }
 
@@ -605,6 +655,8 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
         prepared.caller.identity.tenant.clone(),
         prepared.restore.clone(),
         state.keys(),
+        prepared.added,
+        prepared.record,
     );
     let dispatched = Instant::now();
     let outcome = pipe_subrequest(
@@ -632,11 +684,13 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
             if let Some(join) = error.state.join_handle.take() {
                 join.abort();
             }
-            if !error.state.header_received && !error.from_subreq {
-                // Nothing reached the client yet and it is still there: say what happened.
+            if !error.state.header_received && error.from_subreq {
+                // The upstream failed before answering and nothing reached the client yet:
+                // say what happened.
                 let message = "the upstream could not be reached or failed";
                 let _ = respond_error(session, api.family(), 502, "upstream_failed", message, &[])
                     .await;
+                pump.status = 502;
             }
             Some((error.from_subreq, error.error.etype().clone()))
         }

@@ -56,9 +56,9 @@ pub struct RawConfig {
     pub keys: Option<PathBuf>,
     /// The lake: a directory or an `s3://`, `gs://`, `az://` URL (default `<data>/lake`).
     pub lake: Option<String>,
-    /// Object-store options for the lake (endpoint, region, …).
+    /// Object-store options for the lake (endpoint, region, credentials, …).
     #[serde(default)]
-    pub lake_options: std::collections::HashMap<String, String>,
+    pub lake_options: StorageOptions,
     /// This instance's write-ahead log directory (default `<data>/wal`).
     pub wal: Option<PathBuf>,
     /// Where defaults for `keys`, `lake` and `wal` live (default `./atdp-data`).
@@ -100,6 +100,13 @@ pub struct RawUpstream {
     pub connect_timeout_s: Option<u64>,
     /// Longest pause between two reads of a reply, streams included (default 300).
     pub read_timeout_s: Option<u64>,
+    /// Ask this upstream for the log-probabilities of the tokens it samples (OpenAI chat
+    /// `logprobs: true`) and record them as the behaviour policy's, stripping them from the
+    /// reply when the client did not ask (default false; for vLLM, SGLang, mistral.rs).
+    pub record_logprobs: Option<bool>,
+    /// Ask for the completion's token ids (vLLM `return_token_ids: true`) and record them,
+    /// stripping them from the reply (default false; only for servers that accept it).
+    pub record_token_ids: Option<bool>,
 }
 
 /// One route as written.
@@ -151,6 +158,23 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     /// Read timeout.
     pub read_timeout: Duration,
+    /// Whether to ask for and record behaviour log-probs.
+    pub record_logprobs: bool,
+    /// Whether to ask for and record token ids.
+    pub record_token_ids: bool,
+}
+
+/// Object-store options; their values may be credentials, so `Debug` shows the names only.
+#[derive(Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct StorageOptions(pub std::collections::HashMap<String, String>);
+
+impl std::fmt::Debug for StorageOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&String> = self.0.keys().collect();
+        names.sort();
+        f.debug_tuple("StorageOptions").field(&names).finish()
+    }
 }
 
 /// A value never printed by `Debug`.
@@ -188,7 +212,7 @@ pub struct Config {
     /// Lake URL or directory.
     pub lake: String,
     /// Object-store options.
-    pub lake_options: std::collections::HashMap<String, String>,
+    pub lake_options: StorageOptions,
     /// WAL directory.
     pub wal: PathBuf,
     /// Body limit.
@@ -229,15 +253,27 @@ fn upstream(raw: &RawUpstream) -> Result<Upstream> {
         Some(at) => (&rest[..at], rest[at..].trim_end_matches('/').to_owned()),
         None => (rest, String::new()),
     };
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => (
-            host.trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned(),
-            port.parse::<u16>()
-                .map_err(|_| bad("the port is not a number"))?,
-        ),
-        _ => (authority.to_owned(), if tls { 443 } else { 80 }),
+    let default_port = if tls { 443 } else { 80 };
+    let parse_port = |port: &str| {
+        port.parse::<u16>()
+            .map_err(|_| bad("the port is not a number"))
+    };
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        // An IPv6 literal: `[::1]` or `[::1]:8000`.
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad("an IPv6 address needs its closing `]`"))?;
+        let port = match after.strip_prefix(':') {
+            Some(port) => parse_port(port)?,
+            None if after.is_empty() => default_port,
+            None => return Err(bad("unexpected text after the IPv6 address")),
+        };
+        (host.to_owned(), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host.to_owned(), parse_port(port)?),
+            None => (authority.to_owned(), default_port),
+        }
     };
     if host.is_empty() {
         return Err(bad("`url` has no host"));
@@ -260,6 +296,8 @@ fn upstream(raw: &RawUpstream) -> Result<Upstream> {
         api_key,
         connect_timeout: Duration::from_secs(raw.connect_timeout_s.unwrap_or(10)),
         read_timeout: Duration::from_secs(raw.read_timeout_s.unwrap_or(300)),
+        record_logprobs: raw.record_logprobs.unwrap_or(false),
+        record_token_ids: raw.record_token_ids.unwrap_or(false),
     })
 }
 
@@ -389,6 +427,44 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstream_urls() {
+        let parse = |url: &str| {
+            upstream(&RawUpstream {
+                name: "u".into(),
+                url: url.into(),
+                trust: None,
+                api_key_env: None,
+                connect_timeout_s: None,
+                read_timeout_s: None,
+                record_logprobs: None,
+                record_token_ids: None,
+            })
+            .map(|u| (u.host, u.port, u.tls, u.prefix))
+        };
+        assert_eq!(
+            parse("http://[::1]").unwrap(),
+            ("::1".into(), 80, false, String::new())
+        );
+        assert_eq!(
+            parse("https://[::1]:8443/v").unwrap(),
+            ("::1".into(), 8443, true, "/v".into())
+        );
+        assert_eq!(
+            parse("http://h:81").unwrap(),
+            ("h".into(), 81, false, String::new())
+        );
+        assert!(parse("http://h:x").is_err());
+        assert!(parse("http://[::1").is_err());
+    }
+
+    #[test]
+    fn storage_option_values_are_not_printed() {
+        let options =
+            StorageOptions([("aws_secret_access_key".to_owned(), "hunter2".to_owned())].into());
+        assert!(!format!("{options:?}").contains("hunter2"));
+    }
 
     #[test]
     fn globs() {

@@ -51,6 +51,15 @@ impl RateLimiter {
         })
     }
 
+    /// Returns a request taken by [`RateLimiter::take`] (when a later check refused the call).
+    pub fn give_back(&self, name: &str, per_minute: u64) {
+        if per_minute == 0 {
+            return;
+        }
+        let rate = per_minute as f64;
+        self.with_bucket(name, rate, |level| *level = (*level + 1.0).min(rate));
+    }
+
     /// Whether `name`'s bucket has anything left; `Err(seconds)` until it has.
     pub fn check(&self, name: &str, per_minute: u64) -> Result<(), u64> {
         if per_minute == 0 {
@@ -89,6 +98,11 @@ mod tests {
         assert!((1..=20).contains(&wait), "{wait}");
         assert!(limiter.take("other", 3).is_ok(), "buckets are separate");
         assert!(limiter.take("k", 0).is_ok(), "0 is unlimited");
+        limiter.give_back("k", 3);
+        assert!(
+            limiter.take("k", 3).is_ok(),
+            "a request given back can be taken again"
+        );
     }
 
     #[test]

@@ -17,13 +17,16 @@ use policies::{KeyRing, VaultItem};
 use crate::record::{StepEnd, StepStart, build_step, mask_step, vault_entries};
 use crate::state::State;
 use crate::wire::{
-    ApiKind, RequestView, ResponseView, SseParser, SseRestorer, StreamAssembler, parse_response,
-    restore_json,
+    Added, ApiKind, RequestView, SseParser, SseRestorer, SseStripper, StreamAssembler,
+    parse_response, restore_json,
 };
 
-/// Most reply bytes kept for the record; a longer non-streamed reply is recorded without
-/// its message (and says so in `error`).
+/// Most bytes of a non-streamed reply held (to rewrite it) or kept for the record.
 const MAX_RECORDED: usize = 32 << 20;
+/// Most bytes of a streamed reply fed to the record. Streams are far larger on the wire than
+/// the text they carry (a 2 MiB reply in small deltas is about 80 MB of events), and only
+/// the assembled text is kept, so this bounds the work rather than the memory.
+const MAX_RECORDED_STREAM: usize = 1 << 30;
 
 /// State of one response on its way to the client.
 pub struct Pump {
@@ -33,36 +36,49 @@ pub struct Pump {
     tenant: String,
     restore: Arc<HashMap<String, VaultItem>>,
     keys: Arc<KeyRing>,
+    added: Added,
+    recorded: bool,
     /// The upstream's status (0 until the header arrives).
     pub status: u16,
     /// When the header arrived.
     pub header_at: Option<Instant>,
     sse: bool,
     restorer: Option<SseRestorer>,
-    /// A JSON reply being collected (to restore it whole, and to record it).
+    stripper: Option<SseStripper>,
+    /// A JSON reply (kept to record it; held whole when it must be rewritten).
     json: Vec<u8>,
-    /// Whether the JSON reply must be restored before it is sent.
+    /// Whether the JSON reply is being held to be rewritten before it is sent.
     hold_json: bool,
     parser: SseParser,
     assembler: StreamAssembler,
+    /// Bytes of the reply fed to the record so far.
+    kept: usize,
     sent_end: bool,
     truncated: bool,
     policy_version: Option<String>,
-    failed: Option<String>,
+    /// Why the proxy itself cut the reply (a placeholder that would not restore, a reply
+    /// too large to rewrite).
+    proxy_failure: Option<&'static str>,
 }
 
 fn filter_error(what: &'static str) -> Box<Error> {
     Error::explain(ErrorType::InternalError, what)
 }
 
+const RESTORE_FAILED: &str = "restoring placeholders in the reply failed";
+
 impl Pump {
-    /// A pump for one call.
+    /// A pump for one call: `restore` holds the placeholders sent upstream, `added` what the
+    /// proxy asked the upstream for on its own account, `recorded` whether the call is
+    /// recorded (else the reply says so in `x-atdp-recorded: false`).
     pub fn new(
         api: ApiKind,
         start: &StepStart,
         tenant: String,
         restore: Arc<HashMap<String, VaultItem>>,
         keys: Arc<KeyRing>,
+        added: Added,
+        recorded: bool,
     ) -> Pump {
         Pump {
             api,
@@ -71,46 +87,99 @@ impl Pump {
             tenant,
             restore,
             keys,
+            added,
+            recorded,
             status: 0,
             header_at: None,
             sse: false,
             restorer: None,
+            stripper: None,
             json: Vec::new(),
             hold_json: false,
             parser: SseParser::new(),
             assembler: StreamAssembler::new(api),
+            kept: 0,
             sent_end: false,
             truncated: false,
             policy_version: None,
-            failed: None,
+            proxy_failure: None,
         }
     }
 
+    /// Feeds the record, up to [`MAX_RECORDED`] bytes.
     fn keep(&mut self, bytes: &[u8]) {
+        let limit = if self.sse { MAX_RECORDED_STREAM } else { MAX_RECORDED };
+        if self.kept + bytes.len() > limit {
+            self.truncated = true;
+            return;
+        }
+        self.kept += bytes.len();
         if self.sse {
             for event in self.parser.push(bytes) {
                 self.assembler.push_event(&event);
             }
-        } else if self.json.len() + bytes.len() <= MAX_RECORDED {
-            self.json.extend_from_slice(bytes);
         } else {
-            self.truncated = true;
+            self.json.extend_from_slice(bytes);
         }
     }
 
-    fn restored_json(&mut self) -> Result<Bytes> {
-        let body = std::mem::take(&mut self.json);
-        let Ok(mut document) = serde_json::from_slice::<serde_json::Value>(&body) else {
-            // Not JSON (an upstream error page): nothing to restore.
-            self.json = body.clone();
-            return Ok(Bytes::from(body));
+    fn fail(&mut self, why: &'static str) -> Box<Error> {
+        self.proxy_failure = Some(why);
+        filter_error(why)
+    }
+
+    /// The held JSON reply, restored (that is what is recorded) and stripped (that is what
+    /// the client gets).
+    fn rewrite_json(&mut self) -> Result<Bytes> {
+        let Ok(mut document) = serde_json::from_slice::<serde_json::Value>(&self.json) else {
+            // Not JSON (an upstream error page): nothing to rewrite.
+            return Ok(Bytes::from(self.json.clone()));
         };
-        restore_json(&mut document, &self.tenant, &self.restore, &self.keys)
-            .map_err(|_| filter_error("restoring placeholders in the reply failed"))?;
-        let restored = serde_json::to_vec(&document)
-            .map_err(|_| filter_error("the restored reply could not be encoded"))?;
+        if restore_json(&mut document, &self.tenant, &self.restore, &self.keys).is_err() {
+            return Err(self.fail(RESTORE_FAILED));
+        }
+        let encode = |d: &serde_json::Value| serde_json::to_vec(d);
+        let Ok(restored) = encode(&document) else {
+            return Err(self.fail("the restored reply could not be encoded"));
+        };
+        if self.added.strip(&mut document) {
+            let Ok(stripped) = encode(&document) else {
+                return Err(self.fail("the restored reply could not be encoded"));
+            };
+            self.json = restored;
+            return Ok(Bytes::from(stripped));
+        }
         self.json = restored.clone();
         Ok(Bytes::from(restored))
+    }
+
+    /// A streamed chunk: restored, recorded, stripped; with the end of the stream when
+    /// `end`.
+    fn stream_chunk(&mut self, bytes: &[u8], end: bool) -> Result<Bytes> {
+        let mut restored = match self.restorer.as_mut() {
+            Some(restorer) => match restorer.push(bytes) {
+                Ok(out) => out.to_vec(),
+                Err(_) => return Err(self.fail(RESTORE_FAILED)),
+            },
+            None => bytes.to_vec(),
+        };
+        if end && let Some(restorer) = self.restorer.as_mut() {
+            match restorer.finish() {
+                Ok(rest) => restored.extend_from_slice(&rest),
+                Err(_) => return Err(self.fail(RESTORE_FAILED)),
+            }
+        }
+        self.keep(&restored);
+        Ok(match self.stripper.as_mut() {
+            Some(stripper) => {
+                let mut out = stripper.push(&restored).to_vec();
+                if end {
+                    out.extend_from_slice(&stripper.finish());
+                }
+                Bytes::from(out)
+            }
+            None => Bytes::from(restored),
+        })
     }
 
     /// Transforms one task on its way to the client.
@@ -131,48 +200,44 @@ impl Pump {
                     .map(str::to_owned);
                 response.insert_header("x-atdp-step-id", self.step_id.as_str())?;
                 response.insert_header("x-atdp-trajectory-id", self.trajectory_id.as_str())?;
-                if !self.restore.is_empty() {
+                if !self.recorded {
+                    response.insert_header("x-atdp-recorded", "false")?;
+                }
+                let restoring = !self.restore.is_empty();
+                if restoring || self.added.any() {
                     if self.sse {
-                        self.restorer = Some(SseRestorer::new(
-                            self.api,
-                            self.tenant.clone(),
-                            self.restore.clone(),
-                            self.keys.clone(),
-                        ));
+                        self.restorer = restoring.then(|| {
+                            SseRestorer::new(
+                                self.api,
+                                self.tenant.clone(),
+                                self.restore.clone(),
+                                self.keys.clone(),
+                            )
+                        });
+                        self.stripper = self.added.any().then(|| SseStripper::new(self.added));
                     } else {
                         self.hold_json = true;
                     }
-                    // Restoring changes the length.
+                    // Rewriting changes the length.
                     response.remove_header(&header::CONTENT_LENGTH);
                     response.insert_header(header::TRANSFER_ENCODING, "chunked")?;
                 }
                 Ok(Some(HttpTask::Header(response, end)))
             }
+            HttpTask::Body(Some(bytes), end) if self.hold_json => {
+                if self.json.len() + bytes.len() > MAX_RECORDED {
+                    return Err(self.fail("the reply is too large to restore"));
+                }
+                self.json.extend_from_slice(&bytes);
+                if !end {
+                    return Ok(Some(HttpTask::Body(Some(Bytes::new()), false)));
+                }
+                self.hold_json = false;
+                self.sent_end = true;
+                Ok(Some(HttpTask::Body(Some(self.rewrite_json()?), true)))
+            }
             HttpTask::Body(Some(bytes), end) => {
-                let out = if let Some(restorer) = self.restorer.as_mut() {
-                    let mut out = restorer
-                        .push(&bytes)
-                        .map_err(|_| filter_error("restoring placeholders in the stream failed"))?;
-                    if end {
-                        let rest = restorer.finish().map_err(|_| {
-                            filter_error("restoring placeholders in the stream failed")
-                        })?;
-                        out = [out, rest].concat().into();
-                    }
-                    out
-                } else if self.hold_json {
-                    self.json.extend_from_slice(&bytes);
-                    if !end {
-                        return Ok(Some(HttpTask::Body(Some(Bytes::new()), false)));
-                    }
-                    self.hold_json = false;
-                    let restored = self.restored_json()?;
-                    self.sent_end = true;
-                    return Ok(Some(HttpTask::Body(Some(restored), true)));
-                } else {
-                    bytes
-                };
-                self.keep(&out);
+                let out = self.stream_chunk(&bytes, end)?;
                 self.sent_end |= end;
                 Ok(Some(HttpTask::Body(Some(out), end)))
             }
@@ -180,21 +245,13 @@ impl Pump {
                 self.sent_end = true;
                 if self.hold_json {
                     self.hold_json = false;
-                    let restored = self.restored_json()?;
-                    return Ok(Some(HttpTask::Body(Some(restored), true)));
+                    return Ok(Some(HttpTask::Body(Some(self.rewrite_json()?), true)));
                 }
-                if let Some(restorer) = self.restorer.as_mut() {
-                    let rest = restorer
-                        .finish()
-                        .map_err(|_| filter_error("restoring placeholders in the stream failed"))?;
-                    self.keep(&rest);
+                if self.restorer.is_some() || self.stripper.is_some() {
+                    let rest = self.stream_chunk(&[], true)?;
                     return Ok(Some(HttpTask::Body(Some(rest), true)));
                 }
                 Ok(Some(HttpTask::Done))
-            }
-            HttpTask::Failed(error) => {
-                self.failed = Some(format!("{:?}", error.etype()));
-                Ok(Some(HttpTask::Failed(error)))
             }
             other => Ok(Some(other)),
         }
@@ -205,59 +262,55 @@ impl Pump {
     pub fn finish(&mut self, failure: Option<(bool, ErrorType)>) -> StepEnd {
         let response = if self.sse {
             let assembler = std::mem::replace(&mut self.assembler, StreamAssembler::new(self.api));
-            let view = assembler.finish();
-            let complete = view.complete;
-            Some((view, complete))
+            Some(assembler.finish())
         } else {
             serde_json::from_slice::<serde_json::Value>(&self.json)
                 .ok()
-                .map(|document| (parse_response(self.api, &document), true))
+                .map(|document| parse_response(self.api, &document))
         };
-        let (view, complete) = match response {
-            Some((view, complete)) => (Some(view), complete),
-            None => (None, false),
-        };
-        let streaming_ok = (200..300).contains(&self.status);
-        let (status, error) = match (failure, self.status) {
-            // Cut after a successful start, by either side: the client got part of a reply.
-            (Some((true, kind)), _) if streaming_ok => (
+        let complete = response.as_ref().is_some_and(|r| r.complete);
+        let started = (200..300).contains(&self.status);
+        let (status, error) = match (self.proxy_failure, failure) {
+            (Some(why), _) => (
+                "interrupted",
+                Some(format!("the proxy cut the reply: {why}")),
+            ),
+            // Cut after a successful start by the upstream: the client got part of a reply.
+            (None, Some((true, kind))) if started => (
                 "interrupted",
                 Some(format!("the upstream cut the response ({kind:?})")),
             ),
-            (Some((false, kind)), _) if streaming_ok => (
-                "interrupted",
-                Some(format!("the client went away before the end ({kind:?})")),
-            ),
-            (Some((_, kind)), _) => (
+            (None, Some((true, kind))) => (
                 "upstream_error",
                 Some(format!("the upstream failed ({kind:?})")),
             ),
-            (None, 0) => (
+            // The client went away, before or during the reply.
+            (None, Some((false, kind))) => (
+                "interrupted",
+                Some(format!("the client went away before the end ({kind:?})")),
+            ),
+            (None, None) if self.status == 0 => (
                 "upstream_error",
                 Some("no response from the upstream".to_owned()),
             ),
-            (None, code) if !(200..300).contains(&code) => {
-                ("upstream_error", Some(format!("upstream answered {code}")))
-            }
-            (None, _) if self.sse && !complete => (
+            (None, None) if !started => (
+                "upstream_error",
+                Some(format!("upstream answered {}", self.status)),
+            ),
+            (None, None) if self.sse && !complete => (
                 "interrupted",
                 Some("the stream ended before its final event".to_owned()),
             ),
-            (None, _) if self.truncated => (
+            (None, None) if self.truncated => (
                 "ok",
-                Some("reply over the recording limit; message not recorded".to_owned()),
+                Some("reply over the recording limit; recorded in part".to_owned()),
             ),
-            (None, _) => ("ok", None),
-        };
-        let response = if self.status >= 200 && self.status < 300 {
-            view
-        } else {
-            None
+            (None, None) => ("ok", None),
         };
         StepEnd {
             status,
-            error: error.or_else(|| self.failed.clone()),
-            response: response.map(|r: ResponseView| r),
+            error,
+            response: if started { response } else { None },
             policy_version: self.policy_version.clone(),
         }
     }

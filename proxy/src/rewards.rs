@@ -21,6 +21,7 @@ use crate::call::{Reject, authenticate, read_body, refuse};
 use crate::record::{decision_event, now_micros};
 use crate::service::respond;
 use crate::state::State;
+use crate::trajectory::Ownership;
 use crate::wire::ApiFamily;
 
 /// Most rewards in one request.
@@ -48,10 +49,18 @@ struct RewardIn {
     tags: BTreeMap<String, String>,
 }
 
+/// A batch as sent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    /// The rewards.
+    rewards: Vec<RewardIn>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum Body {
-    Batch { rewards: Vec<RewardIn> },
+    Batch(Batch),
     One(RewardIn),
 }
 
@@ -118,7 +127,7 @@ async fn accept(
         e.column()
     ))));
     let rewards = match body {
-        Body::Batch { rewards } => rewards,
+        Body::Batch(batch) => batch.rewards,
         Body::One(reward) => vec![reward],
     };
     if rewards.is_empty() || rewards.len() > MAX_BATCH {
@@ -131,26 +140,56 @@ async fn accept(
     }
     let tenant = caller.identity.tenant.clone();
     let (_, policy) = state.policy.current();
+    // One decision per distinct trajectory (each adds the trajectory to a copy of the
+    // entities).
+    let mut decided: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for reward in &rewards {
-        let known = state.trajectories.tenant_of(&reward.trajectory_id);
+        let id = reward.trajectory_id.as_str();
+        if decided.contains_key(id) {
+            continue;
+        }
+        let not_found = || {
+            Reject::new(
+                404,
+                "trajectory_not_found",
+                format!("no trajectory {id} that this key may reward"),
+            )
+        };
+        if state.trajectories.ownership(&tenant, id) == Ownership::Foreign {
+            return Ok(Err(not_found()));
+        }
         let verdict = policy.access.decide_on_trajectory(
             ("ApiKey", &caller.key_hash),
             "write_reward",
-            &reward.trajectory_id,
+            id,
             &tenant,
             json!({}),
         );
-        if known.is_some_and(|owner| owner != tenant) || !verdict.allowed {
-            let message = format!(
-                "no trajectory {} that this key may reward",
-                reward.trajectory_id
-            );
-            return Ok(Err(Reject::new(
-                if verdict.allowed { 404 } else { 403 },
-                "trajectory_not_found",
-                message,
-            )));
+        if !verdict.allowed {
+            let why = if verdict.policies.is_empty() {
+                "no policy permits this key to write rewards".to_owned()
+            } else {
+                format!("denied by policy {}", verdict.policies.join(", "))
+            };
+            return Ok(Err(Reject::new(403, "policy_denied", why)));
         }
+        decided.insert(id, verdict.policies);
+    }
+    let policies_of: BTreeMap<String, Vec<String>> = decided
+        .into_iter()
+        .map(|(id, p)| (id.to_owned(), p))
+        .collect();
+    // Refuse the whole batch up front rather than write part of it.
+    let stats = state.writer.stats();
+    if stats.log_failure.is_some() || stats.held_bytes >= stats.budget_bytes {
+        return Ok(Err(Reject {
+            retry_after: Some(5),
+            ..Reject::new(
+                503,
+                "recording_unavailable",
+                "rewards cannot be recorded right now (lake back-log); retry shortly",
+            )
+        }));
     }
     let created_at = now_micros();
     let mut last = None;
@@ -177,7 +216,9 @@ async fn accept(
             &caller.identity.agent,
             &row.trajectory_id,
             true,
-            &[],
+            policies_of
+                .get(&row.trajectory_id)
+                .map_or(&[][..], Vec::as_slice),
             None,
             json!({"reward": row.name, "reward_id": row.reward_id}),
         );

@@ -2,10 +2,11 @@
 //! SIGHUP, and a graceful shutdown that lets in-flight streams finish and flushes the lake.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pingora::server::configuration::ServerConf;
-use pingora::server::{RunArgs, Server};
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -40,10 +41,12 @@ pub fn run(config: Config) -> Result<()> {
     background.spawn(crate::admin::serve(state.clone(), admin_listener));
     background.spawn(reload_on_hangup(state.clone()));
 
+    // Draining happens before Pingora is told to stop (see `Drain`), so its own grace period
+    // is not needed.
     let conf = ServerConf {
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
         grace_period_seconds: Some(0),
-        graceful_shutdown_timeout_seconds: Some(GRACE.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(5),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
@@ -57,7 +60,11 @@ pub fn run(config: Config) -> Result<()> {
     service.add_tcp(&listen.to_string());
     server.add_service(service);
     tracing::info!(%listen, %admin, "atdp-proxy listening.");
-    server.run(RunArgs::default());
+    server.run(RunArgs {
+        shutdown_signal: Box::new(Drain {
+            state: state.clone(),
+        }),
+    });
 
     tracing::info!("Shutting down: flushing the lake.");
     let flushed = background
@@ -71,13 +78,60 @@ pub fn run(config: Config) -> Result<()> {
     Ok(())
 }
 
+/// SIGTERM (or SIGQUIT): stop taking new calls (503, and `/readyz` fails), wait for the calls in flight
+/// (streams included) up to the grace time, then let Pingora stop. SIGINT: stop now.
+struct Drain {
+    state: Arc<State>,
+}
+
+#[async_trait::async_trait]
+impl ShutdownSignalWatch for Drain {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut terminate), Ok(mut interrupt), Ok(mut quit)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::quit()),
+        ) else {
+            tracing::error!("Cannot watch for signals; stopping.");
+            return ShutdownSignal::FastShutdown;
+        };
+        // SIGQUIT (Pingora's upgrade signal) drains like SIGTERM: there is no socket hand-over.
+        tokio::select! {
+            _ = interrupt.recv() => return ShutdownSignal::FastShutdown,
+            _ = terminate.recv() => {}
+            _ = quit.recv() => {}
+        }
+        self.state.draining.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + GRACE;
+        tracing::info!(
+            in_flight = self.state.in_flight.load(Ordering::SeqCst),
+            "Draining: new calls are refused, calls in flight may finish."
+        );
+        while self.state.in_flight.load(Ordering::SeqCst) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    in_flight = self.state.in_flight.load(Ordering::SeqCst),
+                    "Grace time over; closing the calls still in flight."
+                );
+                break;
+            }
+            tokio::select! {
+                _ = interrupt.recv() => return ShutdownSignal::FastShutdown,
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+        ShutdownSignal::GracefulTerminate
+    }
+}
+
 async fn reload_on_hangup(state: Arc<State>) {
     let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
     else {
         return;
     };
     while hangups.recv().await.is_some() {
-        match state.reload() {
+        match state.reload("signal") {
             Ok(version) => tracing::info!(version, "Policy reloaded."),
             Err(error) => {
                 tracing::error!(error = %error, "Policy reload refused; the old policy stays in force.")

@@ -3,9 +3,10 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use atdp_schema::{LakeWriter, WriterConfig};
+use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
 use policies::{KeyRing, Policy, PolicyStore};
 
 use crate::config::Config;
@@ -31,6 +32,28 @@ pub struct State {
     pub limiter: RateLimiter,
     /// Counters.
     pub metrics: Metrics,
+    /// Requests being handled now.
+    pub in_flight: AtomicUsize,
+    /// Set once a graceful shutdown starts: new requests get 503.
+    pub draining: AtomicBool,
+}
+
+/// Counts a request as in flight while it lives.
+#[derive(Debug)]
+pub struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    /// Starts counting.
+    pub fn enter(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Loads the key file, creating it (mode 0600) or adding keys for tenants of the policy that
@@ -82,7 +105,7 @@ impl State {
         let policy = Policy::load(&config.policy)?;
         let keys = load_keys(&config.keys, &policy.access.tenants())?;
         let mut writer_config = WriterConfig::new(config.lake.clone(), config.wal.clone());
-        writer_config.storage_options = config.lake_options.clone();
+        writer_config.storage_options = config.lake_options.0.clone();
         let writer = LakeWriter::open(writer_config).await?;
         Ok(Arc::new(State {
             policy: PolicyStore::new(policy),
@@ -91,6 +114,8 @@ impl State {
             trajectories: Trajectories::new(1 << 20),
             limiter: RateLimiter::default(),
             metrics: Metrics::default(),
+            in_flight: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
             config,
         }))
     }
@@ -101,12 +126,34 @@ impl State {
     }
 
     /// Reloads the policy directory (and adds keys for new tenants); the old policy stays in
-    /// force when the new one is invalid.
-    pub fn reload(&self) -> Result<u64> {
-        let version = self.policy.reload(&self.config.policy)?;
-        let tenants = self.policy.current().1.access.tenants();
-        let keys = load_keys(&self.config.keys, &tenants)?;
-        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
-        Ok(version)
+    /// force when the new one is invalid. Both outcomes are audited (`policy_reload`, tenant
+    /// `_system`); `by` says who asked (`signal`, `admin`).
+    pub fn reload(&self, by: &str) -> Result<u64> {
+        let outcome: Result<u64> = self
+            .policy
+            .reload(&self.config.policy)
+            .map_err(Error::from)
+            .and_then(|version| {
+                let tenants = self.policy.current().1.access.tenants();
+                let keys = load_keys(&self.config.keys, &tenants)?;
+                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
+                Ok(version)
+            });
+        let event = AuditEvent {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            tenant_id: "_system".to_owned(),
+            occurred_at: crate::record::now_micros(),
+            kind: "policy_reload".to_owned(),
+            actor: by.to_owned(),
+            subject: Some(self.config.policy.display().to_string()),
+            decision: Some(if outcome.is_ok() { "allow" } else { "deny" }.to_owned()),
+            policy_id: outcome.as_ref().ok().map(u64::to_string),
+            reason: outcome.as_ref().err().map(ToString::to_string),
+            ..AuditEvent::default()
+        };
+        if let Err(error) = self.writer.append_audit(event) {
+            tracing::error!(error = %error, "Could not record the policy reload in the audit trail.");
+        }
+        outcome
     }
 }

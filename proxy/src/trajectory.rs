@@ -44,20 +44,35 @@ pub struct Trajectories {
 #[derive(Debug, Default)]
 struct Inner {
     /// Hash of (tenant, agent, messages + reply) → the step that produced the reply.
-    by_prefix: HashMap<[u8; 32], Known>,
+    by_prefix: HashMap<[u8; 32], (Known, u64)>,
     /// (tenant, trajectory id or session key) → the last step seen in it.
-    by_name: HashMap<(String, String), Known>,
-    /// Insertion order, for eviction.
-    order: VecDeque<Key>,
-    /// Trajectory id → tenant, for rewards.
-    tenants: HashMap<String, String>,
+    by_name: HashMap<(String, String), (Known, u64)>,
+    /// Insertion order, for eviction: an entry is removed only if it was not written again
+    /// since (its sequence number still matches).
+    order: VecDeque<(Key, u64)>,
+    /// (tenant, trajectory id) pairs seen, for rewards.
+    owners: HashMap<(String, String), u64>,
+    /// Trajectory id → how many tenants use it.
+    users: HashMap<String, usize>,
+    next: u64,
 }
 
 #[derive(Debug, Clone)]
 enum Key {
     Prefix([u8; 32]),
     Name((String, String)),
-    Tenant(String),
+    Owner((String, String)),
+}
+
+/// Who a trajectory id belongs to, as far as this instance knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// Seen for this tenant.
+    Own,
+    /// Seen only for other tenants.
+    Foreign,
+    /// Not seen (recently).
+    Unknown,
 }
 
 /// How a call names its trajectory.
@@ -133,7 +148,7 @@ impl Trajectories {
             Naming::Trajectory(id) => inner
                 .by_name
                 .get(&(tenant.to_owned(), format!("t:{id}")))
-                .map(continued)
+                .map(|(known, _)| continued(known))
                 .unwrap_or_else(|| Placement {
                     trajectory_id: id.to_owned(),
                     parent_step_id: None,
@@ -142,7 +157,7 @@ impl Trajectories {
             Naming::Session(key) => inner
                 .by_name
                 .get(&(tenant.to_owned(), format!("s:{key}")))
-                .map(continued)
+                .map(|(known, _)| continued(known))
                 .unwrap_or_else(new_trajectory),
             Naming::Automatic => {
                 let hashes = prefix_hashes(tenant, agent, messages);
@@ -151,7 +166,7 @@ impl Trajectories {
                     .iter()
                     .rev()
                     .find_map(|h| inner.by_prefix.get(h))
-                    .map(continued)
+                    .map(|(known, _)| continued(known))
                     .unwrap_or_else(new_trajectory)
             }
         }
@@ -175,53 +190,77 @@ impl Trajectories {
             turn_index: placement.turn_index,
         };
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut keys = Vec::new();
-        match naming {
-            Naming::Trajectory(id) => {
-                let key = (tenant.to_owned(), format!("t:{id}"));
-                inner.by_name.insert(key.clone(), known.clone());
-                keys.push(Key::Name(key));
-            }
-            Naming::Session(session) => {
-                let key = (tenant.to_owned(), format!("s:{session}"));
-                inner.by_name.insert(key.clone(), known.clone());
-                keys.push(Key::Name(key));
-            }
-            Naming::Automatic => {}
+        inner.next += 1;
+        let seq = inner.next;
+        let named = match naming {
+            Naming::Trajectory(id) => Some(format!("t:{id}")),
+            Naming::Session(session) => Some(format!("s:{session}")),
+            Naming::Automatic => None,
+        };
+        if let Some(name) = named {
+            let key = (tenant.to_owned(), name);
+            inner.by_name.insert(key.clone(), (known.clone(), seq));
+            inner.order.push_back((Key::Name(key), seq));
         }
         if let Some(reply) = reply {
             let mut conversation = messages.to_vec();
             conversation.push(reply.clone());
             if let Some(hash) = prefix_hashes(tenant, agent, &conversation).last() {
-                inner.by_prefix.insert(*hash, known);
-                keys.push(Key::Prefix(*hash));
+                inner.by_prefix.insert(*hash, (known, seq));
+                inner.order.push_back((Key::Prefix(*hash), seq));
             }
         }
-        inner
-            .tenants
-            .insert(placement.trajectory_id.clone(), tenant.to_owned());
-        keys.push(Key::Tenant(placement.trajectory_id.clone()));
-        inner.order.extend(keys);
+        let owner = (tenant.to_owned(), placement.trajectory_id.clone());
+        if inner.owners.insert(owner.clone(), seq).is_none() {
+            *inner
+                .users
+                .entry(placement.trajectory_id.clone())
+                .or_insert(0) += 1;
+        }
+        inner.order.push_back((Key::Owner(owner), seq));
         while inner.order.len() > self.capacity {
-            match inner.order.pop_front() {
-                Some(Key::Prefix(hash)) => {
-                    inner.by_prefix.remove(&hash);
+            let Some((key, seq)) = inner.order.pop_front() else {
+                break;
+            };
+            match key {
+                Key::Prefix(hash) => {
+                    if inner.by_prefix.get(&hash).is_some_and(|(_, s)| *s == seq) {
+                        inner.by_prefix.remove(&hash);
+                    }
                 }
-                Some(Key::Name(key)) => {
-                    inner.by_name.remove(&key);
+                Key::Name(key) => {
+                    if inner.by_name.get(&key).is_some_and(|(_, s)| *s == seq) {
+                        inner.by_name.remove(&key);
+                    }
                 }
-                Some(Key::Tenant(id)) => {
-                    inner.tenants.remove(&id);
+                Key::Owner(owner) => {
+                    if inner.owners.get(&owner) == Some(&seq) {
+                        inner.owners.remove(&owner);
+                        if let Some(count) = inner.users.get_mut(&owner.1) {
+                            *count -= 1;
+                            if *count == 0 {
+                                inner.users.remove(&owner.1);
+                            }
+                        }
+                    }
                 }
-                None => break,
             }
         }
     }
 
-    /// The tenant of a trajectory this proxy recorded recently.
-    pub fn tenant_of(&self, trajectory_id: &str) -> Option<String> {
+    /// Whether `trajectory_id` is `tenant`'s, another tenant's, or unknown here.
+    pub fn ownership(&self, tenant: &str, trajectory_id: &str) -> Ownership {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.tenants.get(trajectory_id).cloned()
+        if inner
+            .owners
+            .contains_key(&(tenant.to_owned(), trajectory_id.to_owned()))
+        {
+            Ownership::Own
+        } else if inner.users.contains_key(trajectory_id) {
+            Ownership::Foreign
+        } else {
+            Ownership::Unknown
+        }
     }
 }
 
@@ -278,7 +317,9 @@ mod tests {
         assert_ne!(retry.trajectory_id, a.trajectory_id);
         let other = t.place("globex", "bot", Naming::Automatic, &second);
         assert_ne!(other.trajectory_id, a.trajectory_id);
-        assert_eq!(t.tenant_of(&a.trajectory_id).as_deref(), Some("acme"));
+        assert_eq!(t.ownership("acme", &a.trajectory_id), Ownership::Own);
+        assert_eq!(t.ownership("globex", &a.trajectory_id), Ownership::Foreign);
+        assert_eq!(t.ownership("acme", "nope"), Ownership::Unknown);
     }
 
     #[test]
@@ -351,6 +392,60 @@ mod tests {
         }
         let inner = t.inner.lock().unwrap();
         assert!(inner.order.len() <= 16);
-        assert!(inner.by_prefix.len() <= 16 && inner.tenants.len() <= 16);
+        assert!(inner.by_prefix.len() <= 16 && inner.owners.len() <= 16);
+    }
+}
+
+#[cfg(test)]
+mod eviction {
+    use super::*;
+
+    #[test]
+    fn a_name_written_again_outlives_its_old_queue_entry() {
+        let t = Trajectories::new(16);
+        let p = t.place("x", "y", Naming::Session("keep"), &[]);
+        t.remember("x", "y", Naming::Session("keep"), &p, "s0", &[], None);
+        for i in 0..20 {
+            // Other traffic, and the session again now and then.
+            let q = t.place("x", "y", Naming::Automatic, &[]);
+            t.remember("x", "y", Naming::Automatic, &q, &format!("a{i}"), &[], None);
+            if i % 4 == 0 {
+                let p = t.place("x", "y", Naming::Session("keep"), &[]);
+                t.remember(
+                    "x",
+                    "y",
+                    Naming::Session("keep"),
+                    &p,
+                    &format!("s{i}"),
+                    &[],
+                    None,
+                );
+            }
+        }
+        let again = t.place("x", "y", Naming::Session("keep"), &[]);
+        assert_eq!(
+            again.trajectory_id, p.trajectory_id,
+            "recently used, so still known"
+        );
+    }
+
+    #[test]
+    fn the_same_client_chosen_id_in_two_tenants() {
+        let t = Trajectories::new(100);
+        for tenant in ["a", "b"] {
+            let p = t.place(tenant, "y", Naming::Trajectory("shared"), &[]);
+            t.remember(
+                tenant,
+                "y",
+                Naming::Trajectory("shared"),
+                &p,
+                "s",
+                &[],
+                None,
+            );
+        }
+        assert_eq!(t.ownership("a", "shared"), Ownership::Own);
+        assert_eq!(t.ownership("b", "shared"), Ownership::Own);
+        assert_eq!(t.ownership("c", "shared"), Ownership::Foreign);
     }
 }

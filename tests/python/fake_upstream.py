@@ -463,6 +463,16 @@ class Handler(BaseHTTPRequestHandler):
         }
         finish = "tool_calls" if plan.is_tool else "stop"
         headers = {"x-request-id": "req_" + rand(HEX, 32), "openai-processing-ms": "42", "openai-version": "2020-10-01"}
+        # Like vLLM: `logprobs: true` adds per-token log-probabilities, `return_token_ids: true`
+        # the completion's token ids (one "token" per delta here; ids are the delta's length).
+        want_logprobs = body.get("logprobs") is True
+        want_ids = body.get("return_token_ids") is True
+
+        def logprobs_of(piece: str):
+            if not want_logprobs or not piece:
+                return None
+            return {"content": [{"token": piece, "logprob": -0.25, "bytes": list(piece.encode("utf-8")), "top_logprobs": []}], "refusal": None}
+
         if not stream:
             if plan.is_tool:
                 message = {
@@ -486,6 +496,11 @@ class Handler(BaseHTTPRequestHandler):
                 "service_tier": "default",
                 "system_fingerprint": FINGERPRINT,
             }
+            pieces = split_deltas(plan.text) if not plan.is_tool else []
+            if want_logprobs and pieces:
+                obj["choices"][0]["logprobs"] = {"content": [logprobs_of(p)["content"][0] for p in pieces], "refusal": None}
+            if want_ids:
+                obj["choices"][0]["token_ids"] = [len(p) for p in pieces]
             return self._send_json(200, obj, headers, pretty=True)
 
         opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
@@ -511,7 +526,11 @@ class Handler(BaseHTTPRequestHandler):
             events.append(("data: " + compact(d) + "\n\n").encode("utf-8"))
 
         def choice(delta, finish_reason=None):
-            return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+            piece = delta.get("content") or ""
+            c = {"index": 0, "delta": delta, "logprobs": logprobs_of(piece), "finish_reason": finish_reason}
+            if want_ids and piece:
+                c["token_ids"] = [len(piece)]
+            return [c]
 
         if plan.is_tool:
             first = {

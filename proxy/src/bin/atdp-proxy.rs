@@ -37,6 +37,12 @@ struct Cli {
     /// Environment variable holding --upstream's API key, injected by the proxy.
     #[arg(long, env = "ATDP_UPSTREAM_KEY_ENV")]
     upstream_key_env: Option<String>,
+    /// Ask --upstream for behaviour log-probs and record them (vLLM, SGLang, mistral.rs).
+    #[arg(long, env = "ATDP_UPSTREAM_LOGPROBS")]
+    upstream_logprobs: Option<bool>,
+    /// Ask --upstream for token ids (vLLM `return_token_ids`) and record them.
+    #[arg(long, env = "ATDP_UPSTREAM_TOKEN_IDS")]
+    upstream_token_ids: Option<bool>,
     /// The lake: a directory or s3://, gs://, az:// URL.
     #[arg(long, env = "ATDP_LAKE")]
     lake: Option<String>,
@@ -61,6 +67,21 @@ struct Cli {
     /// Detect and mask personal data: true or false (default true; false needs --record false).
     #[arg(long, env = "ATDP_MASK")]
     mask: Option<bool>,
+    /// Object-store option for the lake, KEY=VALUE (repeatable; e.g. aws_endpoint=…).
+    #[arg(long = "lake-option", value_name = "KEY=VALUE")]
+    lake_options: Vec<String>,
+    /// Under lake back-pressure: refuse (503) or serve_unrecorded.
+    #[arg(long, env = "ATDP_ON_BACKPRESSURE")]
+    on_backpressure: Option<String>,
+    /// Requests per minute per API key (0: unlimited).
+    #[arg(long, env = "ATDP_KEY_RPM")]
+    key_rpm: Option<u32>,
+    /// Requests per minute per tenant (0: unlimited).
+    #[arg(long, env = "ATDP_TENANT_RPM")]
+    tenant_rpm: Option<u32>,
+    /// Tokens per minute per tenant (0: unlimited).
+    #[arg(long, env = "ATDP_TENANT_TPM")]
+    tenant_tpm: Option<u64>,
     /// Validate everything, print a summary, and exit.
     #[arg(long)]
     check_config: bool,
@@ -92,6 +113,28 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     over!(max_body_bytes);
     over!(record);
     over!(mask);
+    for option in &cli.lake_options {
+        let (key, value) = option
+            .split_once('=')
+            .with_context(|| format!("--lake-option {option:?}: use KEY=VALUE"))?;
+        raw.lake_options.0.insert(key.to_owned(), value.to_owned());
+    }
+    if let Some(policy) = &cli.on_backpressure {
+        raw.on_backpressure = match policy.as_str() {
+            "refuse" => proxy::OnBackpressure::Refuse,
+            "serve_unrecorded" => proxy::OnBackpressure::ServeUnrecorded,
+            other => anyhow::bail!("--on-backpressure {other:?}: use refuse or serve_unrecorded"),
+        };
+    }
+    if let Some(rpm) = cli.key_rpm {
+        raw.limits.key_requests_per_minute = rpm;
+    }
+    if let Some(rpm) = cli.tenant_rpm {
+        raw.limits.tenant_requests_per_minute = rpm;
+    }
+    if let Some(tpm) = cli.tenant_tpm {
+        raw.limits.tenant_tokens_per_minute = tpm;
+    }
     if let Some(url) = &cli.upstream {
         let trust = match cli.upstream_trust.as_deref() {
             None | Some("external") => Trust::External,
@@ -105,6 +148,8 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
             api_key_env: cli.upstream_key_env.clone(),
             connect_timeout_s: None,
             read_timeout_s: None,
+            record_logprobs: cli.upstream_logprobs,
+            record_token_ids: cli.upstream_token_ids,
         }];
         raw.routes.clear();
     }
@@ -125,18 +170,35 @@ fn main() -> ExitCode {
         .and_then(|config| {
             if cli.check_config {
                 let policy = policies::Policy::load(&config.policy)?;
-                proxy::load_keys(&config.keys, &policy.access.tenants())?;
+                let tenants = policy.access.tenants();
+                // Checks the key file without creating or changing it.
+                let keys = if config.keys.exists() {
+                    let ring = policies::KeyRing::load(&config.keys)?;
+                    let missing: Vec<&String> =
+                        tenants.iter().filter(|t| !ring.has_tenant(t)).collect();
+                    if missing.is_empty() {
+                        "present, keys for every tenant".to_owned()
+                    } else {
+                        format!("present; keys would be added for {missing:?}")
+                    }
+                } else {
+                    "absent; it would be created at start".to_owned()
+                };
                 println!("listen        {}", config.listen);
                 println!("admin         {}", config.admin_listen);
                 println!(
                     "policy        {} (tenants: {})",
                     config.policy.display(),
-                    policy.access.tenants().join(", ")
+                    tenants.join(", ")
                 );
-                println!("keys          {}", config.keys.display());
-                println!("lake          {}", config.lake);
+                println!("keys          {} ({keys})", config.keys.display());
+                println!(
+                    "lake          {} (options: {:?})",
+                    config.lake, config.lake_options
+                );
                 println!("wal           {}", config.wal.display());
                 println!("record        {}   mask {}", config.record, config.mask);
+                println!("limits        {:?}", config.limits);
                 for upstream in &config.upstreams {
                     println!(
                         "upstream      {} → {}://{}:{}{} ({}, key {})",
@@ -154,10 +216,16 @@ fn main() -> ExitCode {
                     );
                 }
                 for route in &config.routes {
-                    println!(
-                        "route         {} → upstream #{}",
-                        route.model, route.upstream
-                    );
+                    let name = config
+                        .upstreams
+                        .get(route.upstream)
+                        .map_or("?", |u| u.name.as_str());
+                    match &route.rewrite {
+                        Some(rewrite) => {
+                            println!("route         {} → {name} as {rewrite}", route.model)
+                        }
+                        None => println!("route         {} → {name}", route.model),
+                    }
                 }
                 println!("configuration is valid");
                 return Ok(());

@@ -83,7 +83,9 @@ impl StreamAssembler {
         }
         (view.token_ids, view.logprobs) = self.tokens.finish();
         if self.started || !self.texts.is_empty() || !self.calls.is_empty() {
-            let content = (!self.texts.is_empty()).then(|| self.texts.into_values().collect());
+            // Text blocks are joined with a newline, as request blocks are.
+            let content = (!self.texts.is_empty())
+                .then(|| self.texts.into_values().collect::<Vec<String>>().join("\n"));
             let calls = self.calls.into_values().map(|partial| {
                 let mut call = partial.call;
                 if call.arguments.is_empty() {

@@ -19,6 +19,7 @@ mod response;
 mod restore;
 mod restore_sse;
 mod sse;
+mod strip;
 
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,7 @@ pub use response::{ResponseView, parse_response};
 pub use restore::restore_json;
 pub use restore_sse::SseRestorer;
 pub use sse::{SseEvent, SseParser};
+pub use strip::{Added, SseStripper};
 
 /// The API a request uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

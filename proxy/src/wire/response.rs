@@ -128,6 +128,11 @@ fn responses(body: &Value, view: &mut ResponseView) {
                         _ => continue,
                     };
                     if let Some(part_text) = part.get(field).and_then(Value::as_str) {
+                        // Parts are joined with a newline, as request parts are (so a
+                        // replayed reply matches what was recorded).
+                        if has_text {
+                            text.push('\n');
+                        }
                         text.push_str(part_text);
                         has_text = true;
                     }
@@ -186,7 +191,11 @@ fn anthropic(body: &Value, view: &mut ResponseView) {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => {
                 let block_text = block.get("text").and_then(Value::as_str).unwrap_or("");
-                text.get_or_insert_with(String::new).push_str(block_text);
+                let joined = text.get_or_insert_with(String::new);
+                if !joined.is_empty() {
+                    joined.push('\n');
+                }
+                joined.push_str(block_text);
             }
             Some("tool_use") => tool_calls.push(ToolCall {
                 id: str_at(block, "id").unwrap_or_default(),

@@ -254,3 +254,92 @@ fn rate_limits_answer_429_with_retry_after() {
     assert_eq!(http(proxy.admin, "GET", "/readyz", &[], b"").status, 200);
     let _ = proxy.stop();
 }
+
+/// Sends a streaming chat request on a raw connection and returns it, for tests that cut or
+/// outlive it.
+fn open_stream(port: u16, text: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let body = chat(text, true);
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEMO_KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&body).unwrap();
+    stream
+}
+
+#[test]
+fn a_client_that_leaves_mid_stream_is_recorded_as_interrupted() {
+    use std::io::Read;
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let mut stream = open_stream(proxy.port, "[[slow]] a long answer");
+    let mut first = [0u8; 256];
+    let n = stream.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    drop(stream);
+    // Let the proxy notice on its next write to the closed connection.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    assert_eq!(lake.steps.len(), 1);
+    assert_eq!(
+        lake.steps[0].status, "interrupted",
+        "{:?}",
+        lake.steps[0].error
+    );
+}
+
+#[test]
+fn a_graceful_shutdown_finishes_the_streams_in_flight() {
+    use std::io::Read;
+    let upstream = Upstream::start();
+    let mut proxy = Proxy::start(upstream.port, &[]);
+    let mut stream = open_stream(proxy.port, "[[slow]] finish me");
+    let mut first = [0u8; 64];
+    stream.read_exact(&mut first).unwrap();
+    proxy.terminate();
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
+    let text = String::from_utf8_lossy(&rest).into_owned();
+    assert!(
+        text.contains("data: [DONE]"),
+        "the stream was cut by the shutdown: {text}"
+    );
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    assert_eq!(lake.steps.len(), 1);
+    assert_eq!(lake.steps[0].status, "ok");
+}
+
+#[test]
+fn an_unreachable_upstream_is_a_502_in_the_apis_format_and_recorded() {
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let proxy = Proxy::start(closed, &[]);
+    for (path, body) in [
+        ("/v1/chat/completions", chat("hi", false)),
+        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}).to_string().into_bytes()),
+    ] {
+        let response = post(proxy.port, path, Some(DEMO_KEY), "application/json", &body);
+        assert_eq!(response.status, 502, "{path}: {}", String::from_utf8_lossy(&response.body));
+        let error = response.json();
+        assert_eq!(error["error"]["type"], "api_error", "{error}");
+        // Each API's own envelope.
+        if path == "/v1/messages" {
+            assert_eq!(error["type"], "error", "{error}");
+        } else {
+            assert_eq!(error["error"]["code"], "upstream_failed", "{error}");
+        }
+    }
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
+    assert_eq!(statuses, ["upstream_error", "upstream_error"]);
+}

@@ -78,6 +78,7 @@ impl Drop for Upstream {
 /// `atdp-proxy` as a child process, with its own data directory.
 pub struct Proxy {
     child: Option<Child>,
+    terminated: bool,
     pub port: u16,
     pub admin: u16,
     pub data: tempfile::TempDir,
@@ -90,8 +91,18 @@ impl Proxy {
     }
 
     pub fn start_in(upstream: u16, extra: &[&str], data: tempfile::TempDir) -> Proxy {
+        Proxy::start_with_env(upstream, extra, data, &[])
+    }
+
+    pub fn start_with_env(
+        upstream: u16,
+        extra: &[&str],
+        data: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Proxy {
         let (port, admin) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_atdp-proxy"))
+            .envs(env.iter().copied())
             .arg("--policy")
             .arg(quickstart())
             .arg("--upstream")
@@ -108,6 +119,7 @@ impl Proxy {
             .unwrap();
         let mut proxy = Proxy {
             child: Some(child),
+            terminated: false,
             port,
             admin,
             data,
@@ -135,14 +147,23 @@ impl Proxy {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// SIGTERM, then waits for the graceful exit (which flushes the lake); returns the data
-    /// directory.
-    pub fn stop(mut self) -> tempfile::TempDir {
-        let mut child = self.child.take().unwrap();
+    /// Sends SIGTERM (a graceful shutdown starts).
+    pub fn terminate(&mut self) {
+        if std::mem::replace(&mut self.terminated, true) {
+            return;
+        }
+        let child = self.child.as_ref().unwrap();
         Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()
             .unwrap();
+    }
+
+    /// SIGTERM, then waits for the graceful exit (which flushes the lake); returns the data
+    /// directory.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        self.terminate();
+        let mut child = self.child.take().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = child.try_wait().unwrap() {

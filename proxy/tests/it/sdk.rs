@@ -201,3 +201,100 @@ fn a_conversation_is_one_trajectory_with_linked_steps() {
     let sc = step(c.header("x-atdp-step-id").unwrap());
     assert_eq!(sc.tags.get("session").map(String::as_str), Some("s-1"));
 }
+
+#[test]
+fn the_upstreams_own_key_is_injected_and_the_agents_never_forwarded() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start_with_env(
+        upstream.port,
+        &["--upstream-key-env", "BENCH_PROVIDER_KEY"],
+        tempfile::tempdir().unwrap(),
+        &[("BENCH_PROVIDER_KEY", "provider-secret-1")],
+    );
+    let out = sdk(&proxy.base_url(), DEMO_KEY, "anthropic-messages", "hi", &[]);
+    assert_eq!(out["text"], "Echo: hi");
+    let out = sdk(&proxy.base_url(), DEMO_KEY, "openai-chat", "hi", &[]);
+    assert_eq!(out["text"], "Echo: hi");
+    let seen = upstream.requests();
+    assert_eq!(
+        seen[0]["headers"]["x-api-key"], "provider-secret-1",
+        "Anthropic's header"
+    );
+    assert_eq!(
+        seen[1]["headers"]["authorization"],
+        "Bearer provider-secret-1"
+    );
+    for request in &seen {
+        assert!(!request["headers"].to_string().contains(DEMO_KEY));
+    }
+    let _ = proxy.stop();
+}
+
+#[test]
+fn behaviour_logprobs_are_recorded_and_stripped_unless_the_client_asked() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(
+        upstream.port,
+        &[
+            "--upstream-logprobs",
+            "true",
+            "--upstream-token-ids",
+            "true",
+        ],
+    );
+    let auth = format!("Bearer {DEMO_KEY}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let ask = |stream: bool, logprobs: bool| {
+        let mut body = serde_json::json!({"model": "gpt-4.1-mini", "stream": stream,
+            "messages": [{"role": "user", "content": "count the tokens"}]});
+        if logprobs {
+            body["logprobs"] = Value::Bool(true);
+        }
+        http(
+            proxy.port,
+            "POST",
+            "/v1/chat/completions",
+            &headers,
+            body.to_string().as_bytes(),
+        )
+    };
+    for stream in [false, true] {
+        let plain = ask(stream, false);
+        assert_eq!(plain.status, 200);
+        let text = String::from_utf8_lossy(&plain.body).into_owned();
+        assert!(
+            !text.contains("\"logprob\"") && !text.contains("token_ids"),
+            "stripped (stream={stream}): {text}"
+        );
+        assert!(text.contains("Echo"), "{text}");
+        let asked = ask(stream, true);
+        let text = String::from_utf8_lossy(&asked.body).into_owned();
+        assert!(
+            text.contains("\"logprob\""),
+            "the client asked, so it gets them: {text}"
+        );
+    }
+    // The upstream was asked for both on every call.
+    for request in upstream.requests() {
+        assert_eq!(request["body"]["logprobs"], true);
+        assert_eq!(request["body"]["return_token_ids"], true);
+    }
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    assert_eq!(lake.steps.len(), 4);
+    for step in &lake.steps {
+        let logprobs = step
+            .completion_logprobs
+            .as_ref()
+            .expect("behaviour logprobs recorded");
+        let ids = step
+            .completion_token_ids
+            .as_ref()
+            .expect("token ids recorded");
+        assert!(!logprobs.is_empty() && logprobs.iter().all(|l| (*l + 0.25).abs() < 1e-6));
+        assert_eq!(ids.len(), logprobs.len(), "{step:?}");
+    }
+}

@@ -121,7 +121,8 @@ fn anthropic_message() {
     });
     let view = parse_response(ApiKind::AnthropicMessages, &body);
     let message = view.message.unwrap();
-    assert_eq!(message.content.as_deref(), Some("Checking now."));
+    // Blocks are joined with a newline, as a request's blocks are.
+    assert_eq!(message.content.as_deref(), Some("Checking\n now."));
     assert_eq!(message.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
     assert_eq!(view.finish_reason.as_deref(), Some("tool_use"));
     assert_eq!(
