@@ -5,6 +5,9 @@
 //! into a local write-ahead log and returns at once; the log is group-committed to disk,
 //! rolled into Parquet files, and committed to the Delta tables idempotently.
 //!
+//! Everything but the record types is behind the default feature `lake`; without it the
+//! crate is just the records (for `atdp-wire`, which fuzzes without building Delta Lake).
+//!
 //! ```no_run
 //! # async fn demo() -> atdp_schema::Result<()> {
 //! use atdp_schema::{Filter, LakeReader, LakeWriter, Reward, WriterConfig, new_id, now_micros};
@@ -29,30 +32,48 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "lake")]
 mod batch;
+#[cfg(feature = "lake")]
 mod chain;
+#[cfg(feature = "lake")]
 mod config;
+#[cfg(feature = "lake")]
 mod error;
+#[cfg(feature = "lake")]
 mod lake;
+#[cfg(feature = "lake")]
 pub mod maintenance;
+#[cfg(feature = "lake")]
 mod reader;
 mod record;
+#[cfg(feature = "lake")]
 pub mod synth;
+#[cfg(feature = "lake")]
 mod wal;
+#[cfg(feature = "lake")]
 mod writer;
 
+#[cfg(feature = "lake")]
 pub use batch::{
     PARTITION_COLUMNS, arrow_schema, audit_from_batch, audit_to_batch, rewards_from_batch,
     rewards_to_batch, steps_from_batch, steps_to_batch, vault_from_batch, vault_to_batch,
 };
+#[cfg(feature = "lake")]
 pub use chain::{ChainBreak, ChainHead, GENESIS_HASH, event_hash, verify_chain};
+#[cfg(feature = "lake")]
 pub use config::WriterConfig;
+#[cfg(feature = "lake")]
 pub use error::{Error, Result};
+#[cfg(feature = "lake")]
 pub use lake::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options};
+#[cfg(feature = "lake")]
 pub use reader::{Filter, LakeReader, Read};
 pub use record::{
     AuditEvent, Message, PROTOCOL_VERSION, PiiSpan, Record, Reward, Step, Table, Tool, ToolCall,
     VaultEntry, date_of_micros, new_id, now_micros,
 };
+#[cfg(feature = "lake")]
 pub use wal::{DAMAGED_DIR, Damage, DamageKind};
+#[cfg(feature = "lake")]
 pub use writer::{Appended, LakeWriter, WriterStats};

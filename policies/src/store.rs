@@ -55,6 +55,14 @@ impl PolicyStore {
         (guard.0, guard.1.clone())
     }
 
+    /// Puts an already loaded `policy` in force; returns its version.
+    pub fn replace(&self, policy: Policy) -> u64 {
+        let mut guard = self.current.write().unwrap_or_else(|p| p.into_inner());
+        guard.0 += 1;
+        guard.1 = Arc::new(policy);
+        guard.0
+    }
+
     /// Loads `dir` and puts it in force; on any error the old policy stays in force and the
     /// error is returned for the caller to report. Returns the new version.
     pub fn reload(&self, dir: &Path) -> Result<u64> {

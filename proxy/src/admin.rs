@@ -37,10 +37,22 @@ fn authorised(head: &str) -> bool {
     };
     head.lines().any(|line| {
         line.split_once(':').is_some_and(|(name, value)| {
+            let credentials = value.trim().split_once(' ');
             name.trim().eq_ignore_ascii_case("authorization")
-                && value.trim().strip_prefix("Bearer ") == Some(token.as_str())
+                && credentials.is_some_and(|(scheme, given)| {
+                    scheme.eq_ignore_ascii_case("bearer") && same(given.trim(), &token)
+                })
         })
     })
+}
+
+/// Compares without stopping at the first difference (no timing hint about the token).
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
 }
 
 async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {

@@ -686,11 +686,18 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
             }
             if !error.state.header_received && error.from_subreq {
                 // The upstream failed before answering and nothing reached the client yet:
-                // say what happened.
-                let message = "the upstream could not be reached or failed";
-                let _ = respond_error(session, api.family(), 502, "upstream_failed", message, &[])
-                    .await;
-                pump.status = 502;
+                // say what happened (as the subrequest would have).
+                let (status, message) = crate::service::upstream_failure(error.error.etype());
+                let _ = respond_error(
+                    session,
+                    api.family(),
+                    status,
+                    "upstream_failed",
+                    message,
+                    &[],
+                )
+                .await;
+                pump.status = status;
             }
             Some((error.from_subreq, error.error.etype().clone()))
         }

@@ -33,7 +33,9 @@ mod server;
 mod service;
 mod state;
 mod trajectory;
-mod wire;
+
+/// The wire formats, from their own crate.
+use atdp_wire as wire;
 
 pub use config::{Config, Limits, OnBackpressure, RawConfig, RawRoute, RawUpstream, Trust};
 pub use error::{Error, Result};

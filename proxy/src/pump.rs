@@ -108,8 +108,13 @@ impl Pump {
 
     /// Feeds the record, up to [`MAX_RECORDED`] bytes.
     fn keep(&mut self, bytes: &[u8]) {
-        let limit = if self.sse { MAX_RECORDED_STREAM } else { MAX_RECORDED };
-        if self.kept + bytes.len() > limit {
+        let limit = if self.sse {
+            MAX_RECORDED_STREAM
+        } else {
+            MAX_RECORDED
+        };
+        // Once over, stay over: a gap in the recorded bytes would misread the reply.
+        if self.truncated || self.kept + bytes.len() > limit {
             self.truncated = true;
             return;
         }
@@ -297,13 +302,13 @@ impl Pump {
                 "upstream_error",
                 Some(format!("upstream answered {}", self.status)),
             ),
-            (None, None) if self.sse && !complete => (
-                "interrupted",
-                Some("the stream ended before its final event".to_owned()),
-            ),
             (None, None) if self.truncated => (
                 "ok",
                 Some("reply over the recording limit; recorded in part".to_owned()),
+            ),
+            (None, None) if self.sse && !complete => (
+                "interrupted",
+                Some("the stream ended before its final event".to_owned()),
             ),
             (None, None) => ("ok", None),
         };

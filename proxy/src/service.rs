@@ -67,6 +67,18 @@ pub async fn resolve(upstream: &Upstream) -> std::io::Result<SocketAddr> {
         .ok_or_else(|| std::io::Error::other("the name resolves to no address"))
 }
 
+/// The status and message a client gets when the upstream fails with `kind` before
+/// answering (one mapping for the subrequest and for the parent, which may see the failure
+/// first).
+pub fn upstream_failure(kind: &ErrorType) -> (u16, &'static str) {
+    match kind {
+        ErrorType::ConnectTimedout => (504, "the upstream did not accept the connection in time"),
+        ErrorType::ReadTimedout => (504, "the upstream did not answer in time"),
+        ErrorType::HTTPStatus(code) if *code >= 400 => (*code, "the upstream failed"),
+        _ => (502, "the upstream could not be reached or failed"),
+    }
+}
+
 /// Writes a complete response.
 pub async fn respond(
     session: &mut Session,
@@ -224,14 +236,7 @@ impl ProxyHttp for Proxy {
                 can_reuse_downstream: false,
             };
         };
-        let (status, message) = match e.etype() {
-            ErrorType::ConnectTimedout => {
-                (504, "the upstream did not accept the connection in time")
-            }
-            ErrorType::ReadTimedout => (504, "the upstream did not answer in time"),
-            ErrorType::HTTPStatus(code) => (*code, "the upstream failed"),
-            _ => (502, "the upstream could not be reached or failed"),
-        };
+        let (status, message) = upstream_failure(e.etype());
         tracing::warn!(upstream = %dispatch.upstream.name, error_kind = ?e.etype(), status, "Upstream call failed.");
         let family = dispatch.api.family();
         let body = error_body(family, status, "upstream_failed", message);

@@ -129,13 +129,13 @@ impl State {
     /// force when the new one is invalid. Both outcomes are audited (`policy_reload`, tenant
     /// `_system`); `by` says who asked (`signal`, `admin`).
     pub fn reload(&self, by: &str) -> Result<u64> {
-        let outcome: Result<u64> = self
-            .policy
-            .reload(&self.config.policy)
+        // Everything that can fail happens before the swap: a new policy is only in force
+        // with keys for all its tenants.
+        let outcome: Result<u64> = Policy::load(&self.config.policy)
             .map_err(Error::from)
-            .and_then(|version| {
-                let tenants = self.policy.current().1.access.tenants();
-                let keys = load_keys(&self.config.keys, &tenants)?;
+            .and_then(|policy| {
+                let keys = load_keys(&self.config.keys, &policy.access.tenants())?;
+                let version = self.policy.replace(policy);
                 *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
                 Ok(version)
             });

@@ -4,7 +4,7 @@ use super::fixtures::{
     EMAIL, Vault, anthropic_text_delta, arguments_of, chat_chunk, sse, text_of, text_stream,
     tool_stream,
 };
-use crate::wire::{ApiKind, SseParser, WireError};
+use crate::{ApiKind, SseParser, WireError};
 
 /// The JSON data of every event of a stream.
 fn events(stream: &[u8]) -> Vec<(Option<String>, Value)> {
@@ -334,7 +334,7 @@ fn empty_vaults_pass_everything() {
 fn originals_that_do_not_open_fail_the_stream() {
     let (vault, tokens) = Vault::of(&[("EMAIL_ADDRESS", EMAIL)]);
     let (other, _) = Vault::of(&[]);
-    let mut restorer = crate::wire::SseRestorer::new(
+    let mut restorer = crate::SseRestorer::new(
         ApiKind::OpenAiChat,
         "t".to_owned(),
         vault.vault.clone(),
@@ -351,7 +351,7 @@ mod properties {
 
     use super::super::fixtures::{TENANT, Vault, text_stream, tool_stream};
     use super::delta_text;
-    use crate::wire::ApiKind;
+    use crate::ApiKind;
 
     fn api() -> impl Strategy<Value = ApiKind> {
         prop_oneof![

@@ -7,7 +7,7 @@ use super::{
     NonText, content_text, field_path, json_text, object, optional_array, optional_str, other_tool,
     required_array, required_str,
 };
-use crate::wire::WireError;
+use crate::WireError;
 
 /// Content block types that carry text, and the field holding it.
 const TEXT: &[(&str, &str)] = &[("text", "text")];

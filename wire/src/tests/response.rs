@@ -1,7 +1,7 @@
 use atdp_schema::ToolCall;
 use serde_json::json;
 
-use crate::wire::{ApiKind, parse_response};
+use crate::{ApiKind, parse_response};
 
 #[test]
 fn openai_chat_completion() {

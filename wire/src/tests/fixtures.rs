@@ -6,7 +6,7 @@ use std::sync::Arc;
 use policies::{Action, KeyRing, MaskPolicy, Scanner, VaultItem};
 use serde_json::{Value, json};
 
-use crate::wire::{ApiKind, ResponseView, SseParser, SseRestorer, StreamAssembler};
+use crate::{ApiKind, ResponseView, SseParser, SseRestorer, StreamAssembler};
 
 pub const TENANT: &str = "t";
 

@@ -4,8 +4,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{Frame, State, restore_whole};
-use crate::wire::WireError;
-use crate::wire::restore::{Originals, TextMode};
+use crate::WireError;
+use crate::restore::{Originals, TextMode};
 
 /// One streamed text field.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

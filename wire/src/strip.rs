@@ -24,10 +24,16 @@ impl Added {
 
     /// Strips one completion or chunk in place; returns whether it changed.
     pub fn strip(self, document: &mut Value) -> bool {
-        let Some(choices) = document.get_mut("choices").and_then(Value::as_array_mut) else {
-            return false;
-        };
         let mut changed = false;
+        // vLLM also returns the prompt's token ids with `return_token_ids`.
+        if self.token_ids
+            && let Some(map) = document.as_object_mut()
+        {
+            changed |= map.remove("prompt_token_ids").is_some();
+        }
+        let Some(choices) = document.get_mut("choices").and_then(Value::as_array_mut) else {
+            return changed;
+        };
         for choice in choices {
             let Some(choice) = choice.as_object_mut() else {
                 continue;
@@ -128,7 +134,7 @@ mod tests {
     #[test]
     fn whole_replies_too() {
         let mut reply: Value = serde_json::from_str(
-            r#"{"choices":[{"index":0,"message":{"content":"x"},"logprobs":{"content":[]},"token_ids":[1]}]}"#,
+            r#"{"prompt_token_ids":[5],"choices":[{"index":0,"message":{"content":"x"},"logprobs":{"content":[]},"token_ids":[1]}]}"#,
         )
         .unwrap();
         assert!(
@@ -140,5 +146,16 @@ mod tests {
         );
         assert!(reply["choices"][0]["logprobs"].is_null());
         assert_eq!(reply["choices"][0]["token_ids"][0], 1, "not added, so kept");
+        assert!(
+            Added {
+                logprobs: false,
+                token_ids: true
+            }
+            .strip(&mut reply)
+        );
+        assert!(
+            reply.get("prompt_token_ids").is_none()
+                && reply["choices"][0].get("token_ids").is_none()
+        );
     }
 }

@@ -4,7 +4,7 @@ use policies::KeyRing;
 use serde_json::{Value, json};
 
 use super::fixtures::{EMAIL, TENANT, Vault};
-use crate::wire::{WireError, restore_json};
+use crate::{WireError, restore_json};
 
 #[test]
 fn documents_are_restored_string_by_string() {

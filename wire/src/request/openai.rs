@@ -8,7 +8,7 @@ use super::{
     NonText, content_text, field_path, json_text, object, optional_array, optional_str, other_tool,
     required_array, required_str,
 };
-use crate::wire::WireError;
+use crate::WireError;
 
 /// Chat content part types that carry text, and the field holding it.
 const CHAT_TEXT: &[(&str, &str)] = &[("text", "text"), ("refusal", "refusal")];

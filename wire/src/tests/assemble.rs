@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 
 use super::fixtures::{assemble, chat_chunk, sse, text_stream, tool_stream};
-use crate::wire::{ApiKind, parse_response};
+use crate::{ApiKind, parse_response};
 
 #[test]
 fn openai_chat_stream() {

@@ -1,7 +1,7 @@
 use atdp_schema::{Message, Tool, ToolCall};
 use serde_json::{Value, json};
 
-use crate::wire::{ApiKind, WireError, parse_json_body, parse_request};
+use crate::{ApiKind, WireError, parse_json_body, parse_request};
 
 fn message(role: &str, content: Option<&str>) -> Message {
     Message {

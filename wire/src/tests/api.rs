@@ -1,6 +1,6 @@
 use serde_json::{Value, json};
 
-use crate::wire::{ApiFamily, ApiKind, error_body, error_type};
+use crate::{ApiFamily, ApiKind, error_body, error_type};
 
 #[test]
 fn paths_name_their_api() {

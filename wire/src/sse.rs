@@ -22,7 +22,7 @@ impl SseEvent {
 /// Parses a byte stream into events.
 ///
 /// ```
-/// use proxy::SseParser;
+/// use atdp_wire::SseParser;
 /// let mut parser = SseParser::new();
 /// assert!(parser.push(b"event: ping\nda").is_empty());
 /// let events = parser.push(b"ta: {}\n\n");

@@ -1,6 +1,6 @@
 use proptest::prelude::*;
 
-use crate::wire::{SseEvent, SseParser};
+use crate::{SseEvent, SseParser};
 
 fn event(name: Option<&str>, data: &str) -> SseEvent {
     SseEvent {

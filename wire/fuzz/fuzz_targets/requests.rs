@@ -1,0 +1,27 @@
+//! Any request body, on every API: parsing answers (a view or a typed error) and never
+//! panics; the JSON objects a view carries as text (`params`, `extra`, tool parameters)
+//! are valid JSON.
+#![no_main]
+
+use atdp_wire::{ApiKind, parse_json_body, parse_request, parse_response};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(body) = parse_json_body(data) else {
+        return;
+    };
+    for api in ApiKind::ALL {
+        if let Ok(view) = parse_request(api, &body) {
+            let texts = view
+                .params
+                .iter()
+                .chain(view.extra.iter())
+                .chain(view.tools.iter().filter_map(|t| t.parameters.as_ref()));
+            for text in texts {
+                assert!(serde_json::from_str::<serde_json::Value>(text).is_ok(), "not JSON: {text}");
+            }
+        }
+        // The same bytes as a reply: never a panic either.
+        let _ = parse_response(api, &body);
+    }
+});
