@@ -513,16 +513,14 @@ async fn prepare(
             detail,
         );
         if record {
-            if let Err(error) = state.writer.append_audit(event) {
-                tracing::error!(error = %error, "Could not record an audit event.");
-            }
+            state.record_event(event);
             let end = StepEnd {
                 status: "denied",
                 error: Some(why.clone()),
                 response: None,
                 policy_version: None,
             };
-            crate::pump::store_step(state, &start, &request, end);
+            state.record_step(start.clone(), request.clone(), end);
         }
         return Ok(Err(Reject::new(403, "policy_denied", why)));
     }
@@ -536,9 +534,7 @@ async fn prepare(
             None,
             detail,
         );
-        if let Err(error) = state.writer.append_audit(event) {
-            tracing::error!(error = %error, "Could not record an audit event.");
-        }
+        state.record_event(event);
     }
 
     if let Value::Object(map) = &mut document
@@ -589,7 +585,7 @@ async fn prepare(
                     response: None,
                     policy_version: None,
                 };
-                crate::pump::store_step(state, &start, &request, end);
+                state.record_step(start.clone(), request.clone(), end);
             }
             return Ok(Err(Reject::new(
                 502,
@@ -731,7 +727,7 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
         );
     }
     if prepared.record {
-        crate::pump::store_step(state, &prepared.start, &prepared.request, end);
+        state.record_step(prepared.start, prepared.request, end);
     }
     Ok(())
 }

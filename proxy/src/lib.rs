@@ -28,6 +28,7 @@ mod limits;
 mod metrics;
 mod pump;
 mod record;
+mod recorder;
 mod rewards;
 mod server;
 mod service;

@@ -13,7 +13,10 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limits::RateLimiter;
 use crate::metrics::Metrics;
+use crate::record::{StepEnd, StepStart};
+use crate::recorder::{Job, Recorder};
 use crate::trajectory::Trajectories;
+use crate::wire::RequestView;
 
 /// Shared state of one proxy instance.
 #[derive(Debug)]
@@ -36,6 +39,8 @@ pub struct State {
     pub in_flight: AtomicUsize,
     /// Set once a graceful shutdown starts: new requests get 503.
     pub draining: AtomicBool,
+    /// The queue to the recording thread.
+    pub recorder: Recorder,
 }
 
 /// Counts a request as in flight while it lives.
@@ -107,7 +112,8 @@ impl State {
         let mut writer_config = WriterConfig::new(config.lake.clone(), config.wal.clone());
         writer_config.storage_options = config.lake_options.0.clone();
         let writer = LakeWriter::open(writer_config).await?;
-        Ok(Arc::new(State {
+        let (recorder, jobs) = crate::recorder::channel();
+        let state = Arc::new(State {
             policy: PolicyStore::new(policy),
             keys: RwLock::new(Arc::new(keys)),
             writer,
@@ -116,8 +122,29 @@ impl State {
             metrics: Metrics::default(),
             in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            recorder,
             config,
-        }))
+        });
+        let recording = state.clone();
+        std::thread::Builder::new()
+            .name("atdp-recorder".into())
+            .spawn(move || crate::recorder::run(recording, jobs))
+            .map_err(|source| Error::Io {
+                what: "cannot start the recording thread".into(),
+                source,
+            })?;
+        Ok(state)
+    }
+
+    /// Records a finished call, off the response path.
+    pub fn record_step(&self, start: StepStart, request: RequestView, end: StepEnd) {
+        self.recorder
+            .submit(self, Job::Step(Box::new((start, request, end))));
+    }
+
+    /// Records a decision event, in order with the steps.
+    pub fn record_event(&self, event: AuditEvent) {
+        self.recorder.submit(self, Job::Audit(Box::new(event)));
     }
 
     /// The keys in force.

@@ -160,7 +160,12 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // Our crates at info; the libraries (Pingora, delta-rs) only when they warn.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(
+                        "warn,atdp_proxy=info,proxy=info,atdp_schema=info,policies=info",
+                    )
+                }),
         )
         .with_target(false)
         .init();
