@@ -343,3 +343,58 @@ fn an_unreachable_upstream_is_a_502_in_the_apis_format_and_recorded() {
     let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
     assert_eq!(statuses, ["upstream_error", "upstream_error"]);
 }
+
+#[test]
+fn a_masking_failure_refuses_the_call_and_forwards_nothing() {
+    // A key whose tenant is not declared as an entity: the proxy has no vault keys for it,
+    // so tokenizing fails. Nothing may go upstream unmasked.
+    let upstream = Upstream::start();
+    let policy = tempfile::tempdir().unwrap();
+    for name in ["schema.cedarschema", "policies.cedar", "masking.toml"] {
+        std::fs::copy(quickstart().join(name), policy.path().join(name)).unwrap();
+    }
+    let mut entities: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(quickstart().join("entities.json")).unwrap())
+            .unwrap();
+    let hash = policies::hash_api_key("sk-ghost-agent");
+    entities.push(
+        json!({"uid": {"type": "Atdp::Agent", "id": "ghost-agent"}, "attrs": {},
+        "parents": [{"type": "Atdp::Tenant", "id": "ghost"}]}),
+    );
+    entities.push(
+        json!({"uid": {"type": "Atdp::ApiKey", "id": hash}, "attrs": {"active": true},
+        "parents": [{"type": "Atdp::Agent", "id": "ghost-agent"}]}),
+    );
+    std::fs::write(
+        policy.path().join("entities.json"),
+        serde_json::to_string(&entities).unwrap(),
+    )
+    .unwrap();
+    let proxy = Proxy::launch(
+        upstream.port,
+        policy.path(),
+        &[],
+        tempfile::tempdir().unwrap(),
+        &[],
+    );
+    let refused = post(
+        proxy.port,
+        "/v1/chat/completions",
+        Some("sk-ghost-agent"),
+        "application/json",
+        &chat("mail jane.doe@example.com", false),
+    );
+    assert_eq!(
+        refused.status,
+        500,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert_eq!(refused.json()["error"]["code"], "masking_failed");
+    assert!(!String::from_utf8_lossy(&refused.body).contains("jane.doe"));
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing is forwarded when masking fails"
+    );
+    let _ = proxy.stop();
+}

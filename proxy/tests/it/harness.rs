@@ -100,11 +100,21 @@ impl Proxy {
         data: tempfile::TempDir,
         env: &[(&str, &str)],
     ) -> Proxy {
+        Proxy::launch(upstream, &quickstart(), extra, data, env)
+    }
+
+    pub fn launch(
+        upstream: u16,
+        policy: &Path,
+        extra: &[&str],
+        data: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Proxy {
         let (port, admin) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_atdp-proxy"))
             .envs(env.iter().copied())
             .arg("--policy")
-            .arg(quickstart())
+            .arg(policy)
             .arg("--upstream")
             .arg(format!("http://127.0.0.1:{upstream}"))
             .arg("--data")
