@@ -68,6 +68,9 @@ pub struct RawConfig {
     /// What to do under lake back-pressure.
     #[serde(default)]
     pub on_backpressure: OnBackpressure,
+    /// PEM file of the certificate authorities trusted for HTTPS upstreams, instead of the
+    /// system's (for a company CA, or a test server).
+    pub ca_file: Option<PathBuf>,
     /// Record calls in the lake (default true).
     pub record: Option<bool>,
     /// Detect and mask personal data (default true). Turning it off is only allowed with
@@ -219,6 +222,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Back-pressure policy.
     pub on_backpressure: OnBackpressure,
+    /// Trusted CAs for HTTPS upstreams (`None`: the system's).
+    pub ca_file: Option<PathBuf>,
     /// Whether calls are recorded.
     pub record: bool,
     /// Whether personal data is detected and masked.
@@ -384,6 +389,7 @@ impl RawConfig {
             wal: self.wal.unwrap_or_else(|| data.join("wal")),
             max_body_bytes,
             on_backpressure: self.on_backpressure,
+            ca_file: self.ca_file,
             record,
             mask,
             upstreams,

@@ -31,6 +31,7 @@ pub fn run(config: Config) -> Result<()> {
         })?;
     let listen = config.listen;
     let admin = config.admin_listen;
+    let config_ca = config.ca_file.clone();
     let state = background.block_on(State::open(config))?;
     let admin_listener = background
         .block_on(tokio::net::TcpListener::bind(admin))
@@ -43,8 +44,19 @@ pub fn run(config: Config) -> Result<()> {
 
     // Draining happens before Pingora is told to stop (see `Drain`), so its own grace period
     // is not needed.
+    let ca_file = match &config_ca {
+        Some(path) if !path.is_file() => {
+            return Err(Error::Config(format!(
+                "ca_file {} is not a file",
+                path.display()
+            )));
+        }
+        Some(path) => Some(path.to_string_lossy().into_owned()),
+        None => None,
+    };
     let conf = ServerConf {
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        ca_file,
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(5),
         ..ServerConf::default()

@@ -794,9 +794,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=0, help="port to bind on 127.0.0.1 (0: any free port)")
     ap.add_argument("--verbose", action="store_true", help="log each request on stderr")
+    ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (with --tls-key)")
+    ap.add_argument("--tls-key", help="the certificate's PEM private key")
     args = ap.parse_args()
     Handler.verbose = args.verbose
     server = Server(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        context.set_alpn_protocols(["http/1.1"])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     sys.stdout.write(json.dumps({"port": server.server_address[1]}) + "\n")
     sys.stdout.flush()
     try:

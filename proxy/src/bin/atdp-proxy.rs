@@ -67,6 +67,9 @@ struct Cli {
     /// Detect and mask personal data: true or false (default true; false needs --record false).
     #[arg(long, env = "ATDP_MASK")]
     mask: Option<bool>,
+    /// PEM file of the CAs trusted for HTTPS upstreams (default: the system's).
+    #[arg(long, env = "ATDP_CA_FILE")]
+    ca_file: Option<PathBuf>,
     /// Object-store option for the lake, KEY=VALUE (repeatable; e.g. aws_endpoint=…).
     #[arg(long = "lake-option", value_name = "KEY=VALUE")]
     lake_options: Vec<String>,
@@ -113,6 +116,7 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     over!(max_body_bytes);
     over!(record);
     over!(mask);
+    over!(ca_file);
     for option in &cli.lake_options {
         let (key, value) = option
             .split_once('=')

@@ -110,13 +110,28 @@ impl Proxy {
         data: tempfile::TempDir,
         env: &[(&str, &str)],
     ) -> Proxy {
+        let upstream = format!("http://127.0.0.1:{upstream}");
+        let mut args = vec!["--upstream", upstream.as_str()];
+        args.extend_from_slice(extra);
+        Proxy::spawn(policy, &args, data, env)
+    }
+
+    /// Without `--upstream` (the upstreams come from a `--config` file in `extra`).
+    pub fn launch_raw(extra: &[&str], data: tempfile::TempDir) -> Proxy {
+        Proxy::spawn(&quickstart(), extra, data, &[])
+    }
+
+    fn spawn(
+        policy: &Path,
+        extra: &[&str],
+        data: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Proxy {
         let (port, admin) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_atdp-proxy"))
             .envs(env.iter().copied())
             .arg("--policy")
             .arg(policy)
-            .arg("--upstream")
-            .arg(format!("http://127.0.0.1:{upstream}"))
             .arg("--data")
             .arg(data.path())
             .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -298,3 +298,130 @@ fn behaviour_logprobs_are_recorded_and_stripped_unless_the_client_asked() {
         assert_eq!(ids.len(), logprobs.len(), "{step:?}");
     }
 }
+
+#[test]
+fn https_upstreams_are_reached_over_tls_with_a_configured_ca() {
+    use std::io::BufRead;
+    // A throw-away certificate authority and a server certificate for 127.0.0.1 it signs;
+    // the proxy trusts the authority through --ca-file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(
+        path("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let steps: [Vec<String>; 3] = [
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=atdp-test-ca",
+            "-keyout",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([path("ca.key"), "-out".into(), path("ca.pem")])
+        .collect(),
+        [
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([path("key.pem"), "-out".into(), path("leaf.csr")])
+        .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                path("leaf.csr"),
+                "-CA".into(),
+                path("ca.pem"),
+                "-CAkey".into(),
+                path("ca.key"),
+                "-extfile".into(),
+                path("leaf.ext"),
+                "-out".into(),
+                path("cert.pem"),
+            ])
+            .collect(),
+    ];
+    for step in steps {
+        let made = std::process::Command::new("openssl")
+            .args(&step)
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    let ca = path("ca.pem");
+    let mut fake = std::process::Command::new(python())
+        .arg(root().join("tests/python/fake_upstream.py"))
+        .args(["--port", "0", "--tls-cert"])
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(fake.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = serde_json::from_str::<Value>(&line).unwrap()["port"]
+        .as_u64()
+        .unwrap();
+    // Killed however the test ends.
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _fake = Reap(fake);
+    let data = tempfile::tempdir().unwrap();
+    let config = dir.path().join("proxy.toml");
+    std::fs::write(
+        &config,
+        format!("[[upstream]]\nname = \"tls\"\nurl = \"https://127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    // The harness's --upstream would replace the file's upstream: start without it.
+    let proxy = Proxy::launch_raw(
+        &["--config", config.to_str().unwrap(), "--ca-file", &ca],
+        data,
+    );
+    let out = sdk(
+        &proxy.base_url(),
+        DEMO_KEY,
+        "openai-chat-stream",
+        "over tls",
+        &[],
+    );
+    assert_eq!(out["text"], "Echo: over tls");
+    let out = sdk(
+        &proxy.base_url(),
+        DEMO_KEY,
+        "anthropic-messages",
+        "again",
+        &[],
+    );
+    assert_eq!(out["text"], "Echo: again");
+    let _ = proxy.stop();
+}
