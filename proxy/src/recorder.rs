@@ -2,29 +2,31 @@
 //! queue to one thread that masks them for storage and appends them to the lake writer, so a
 //! keep-alive connection is free for its next request as soon as the reply is sent.
 //!
-//! Nothing is dropped: when the queue is full (or the thread is gone) the job is done on the
-//! caller's thread instead, which slows that caller down rather than losing the record. The
-//! order of one call's records (its decision event, then its step) is kept because both go
-//! through the same queue.
+//! Nothing is dropped: when the queue is full (by count, or by the bytes of text it holds) the
+//! caller waits for room, which slows it down rather than losing the record, and keeps the
+//! order; when the thread is gone the job is done on the caller's thread. A panic while
+//! recording one step is caught and counted; the thread goes on. Decision events are not
+//! queued: they are appended before the call is forwarded (`call.rs`).
 
-use std::sync::Arc;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-
-use atdp_schema::AuditEvent;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use crate::record::{StepEnd, StepStart};
 use crate::state::State;
 use crate::wire::RequestView;
 
 /// Jobs waiting at most.
-const QUEUE: usize = 16_384;
+const QUEUE: usize = 4_096;
+/// Bytes of conversation text waiting at most (requests can be 8 MiB, replies larger).
+const QUEUE_BYTES: usize = 256 << 20;
 
 /// Something to record.
 pub enum Job {
     /// A finished call.
     Step(Box<(StepStart, RequestView, StepEnd)>),
-    /// A decision event.
-    Audit(Box<AuditEvent>),
     /// Answers once every job sent before it is done.
     Barrier(SyncSender<()>),
 }
@@ -33,12 +35,46 @@ pub enum Job {
 #[derive(Debug)]
 pub struct Recorder {
     tx: SyncSender<Job>,
+    /// Text bytes of the queued steps.
+    queued: Arc<AtomicUsize>,
 }
 
-/// A new queue and its receiving end (for [`run`]).
-pub fn channel() -> (Recorder, Receiver<Job>) {
+/// The receiving side, for [`run`].
+pub struct Jobs {
+    rx: Receiver<Job>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// A new queue.
+pub fn channel() -> (Recorder, Jobs) {
     let (tx, rx) = sync_channel(QUEUE);
-    (Recorder { tx }, rx)
+    let queued = Arc::new(AtomicUsize::new(0));
+    (
+        Recorder {
+            tx,
+            queued: queued.clone(),
+        },
+        Jobs { rx, queued },
+    )
+}
+
+/// About how many bytes of text a job holds.
+fn size(job: &Job) -> usize {
+    let Job::Step(step) = job else { return 0 };
+    let (_, request, end) = &**step;
+    let message = |m: &atdp_schema::Message| {
+        m.content.as_ref().map_or(0, String::len)
+            + m.tool_calls
+                .iter()
+                .map(|c| c.arguments.len())
+                .sum::<usize>()
+    };
+    request.messages.iter().map(message).sum::<usize>()
+        + end
+            .response
+            .as_ref()
+            .and_then(|r| r.message.as_ref())
+            .map_or(0, message)
 }
 
 /// Does one job now.
@@ -48,35 +84,47 @@ fn perform(state: &State, job: Job) {
             let (start, request, end) = *step;
             crate::pump::store_step(state, &start, &request, end);
         }
-        Job::Audit(event) => {
-            if let Err(error) = state.writer.append_audit(*event) {
-                state
-                    .metrics
-                    .record_errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::error!(error = %error, "Could not record an audit event.");
-            }
-        }
         Job::Barrier(done) => {
             let _ = done.send(());
         }
     }
 }
 
-/// The recording thread's loop; ends when every sender is gone.
-pub fn run(state: Arc<State>, rx: Receiver<Job>) {
-    while let Ok(job) = rx.recv() {
-        perform(&state, job);
+/// The recording thread's loop; ends when every sender is gone or the state is.
+pub fn run(state: Weak<State>, jobs: Jobs) {
+    while let Ok(job) = jobs.rx.recv() {
+        jobs.queued.fetch_sub(size(&job), Ordering::SeqCst);
+        let Some(state) = state.upgrade() else { break };
+        if catch_unwind(AssertUnwindSafe(|| perform(&state, job))).is_err() {
+            state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("Recording a call panicked; it is not recorded, recording goes on.");
+        }
     }
 }
 
 impl Recorder {
-    /// Queues a job, or does it on this thread when the queue is full.
+    /// Queues a job, waiting for room when the queue is full; does it on this thread when
+    /// the recording thread is gone.
     pub fn submit(&self, state: &State, job: Job) {
-        match self.tx.try_send(job) {
-            Ok(()) => {}
-            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => perform(state, job),
+        let bytes = size(&job);
+        // Over the byte budget: wait for the thread to catch up (a rare, short wait).
+        while bytes > 0 && self.queued.load(Ordering::SeqCst) + bytes > QUEUE_BYTES {
+            if self.queued.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
+        self.queued.fetch_add(bytes, Ordering::SeqCst);
+        let job = match self.tx.try_send(job) {
+            Ok(()) => return,
+            Err(TrySendError::Full(job)) => match self.tx.send(job) {
+                Ok(()) => return,
+                Err(error) => error.0,
+            },
+            Err(TrySendError::Disconnected(job)) => job,
+        };
+        self.queued.fetch_sub(bytes, Ordering::SeqCst);
+        perform(state, job);
     }
 
     /// Waits until everything queued so far is recorded (before the writer is shut down).

@@ -191,6 +191,11 @@ async fn accept(
             )
         }));
     }
+    // Steps still queued for recording are appended before the rewards: the log is
+    // sequential, so making the rewards durable makes those steps durable too, and a durable
+    // reward never points at a step that a crash could still lose.
+    let recorder = state.clone();
+    let _ = tokio::task::spawn_blocking(move || recorder.recorder.drain()).await;
     let created_at = now_micros();
     let mut last = None;
     let mut out = Vec::with_capacity(rewards.len());

@@ -32,6 +32,16 @@ pub fn run(config: Config) -> Result<()> {
     let listen = config.listen;
     let admin = config.admin_listen;
     let config_ca = config.ca_file.clone();
+    let ca_file = match &config_ca {
+        Some(path) if !path.is_file() => {
+            return Err(Error::Config(format!(
+                "ca_file {} is not a file",
+                path.display()
+            )));
+        }
+        Some(path) => Some(path.to_string_lossy().into_owned()),
+        None => None,
+    };
     let state = background.block_on(State::open(config))?;
     let admin_listener = background
         .block_on(tokio::net::TcpListener::bind(admin))
@@ -44,16 +54,6 @@ pub fn run(config: Config) -> Result<()> {
 
     // Draining happens before Pingora is told to stop (see `Drain`), so its own grace period
     // is not needed.
-    let ca_file = match &config_ca {
-        Some(path) if !path.is_file() => {
-            return Err(Error::Config(format!(
-                "ca_file {} is not a file",
-                path.display()
-            )));
-        }
-        Some(path) => Some(path.to_string_lossy().into_owned()),
-        None => None,
-    };
     let conf = ServerConf {
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
         ca_file,

@@ -125,7 +125,7 @@ impl State {
             recorder,
             config,
         });
-        let recording = state.clone();
+        let recording = Arc::downgrade(&state);
         std::thread::Builder::new()
             .name("atdp-recorder".into())
             .spawn(move || crate::recorder::run(recording, jobs))
@@ -142,9 +142,15 @@ impl State {
             .submit(self, Job::Step(Box::new((start, request, end))));
     }
 
-    /// Records a decision event, in order with the steps.
+    /// Records a decision event now (before the call it decides is forwarded, so that the
+    /// log has it first).
     pub fn record_event(&self, event: AuditEvent) {
-        self.recorder.submit(self, Job::Audit(Box::new(event)));
+        if let Err(error) = self.writer.append_audit(event) {
+            self.metrics
+                .record_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!(error = %error, "Could not record an audit event.");
+        }
     }
 
     /// The keys in force.
