@@ -5,14 +5,19 @@
 //! Nothing is dropped: when the queue is full (by count, or by the bytes of text it holds) the
 //! caller waits for room, which slows it down rather than losing the record, and keeps the
 //! order; when the thread is gone the job is done on the caller's thread. A panic while
-//! recording one step is caught and counted; the thread goes on. Decision events are not
-//! queued: they are appended before the call is forwarded (`call.rs`).
+//! recording one step is caught and counted; the thread goes on. A call's decision event is
+//! queued before the call is forwarded and its step after it ends, so the log has them in
+//! that order. (Appending decision events on the request path instead was measured: the
+//! write-ahead log's lock, shared with the recording thread, tripled the p99 at 2,000
+//! calls/s.)
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use atdp_schema::AuditEvent;
 
 use crate::record::{StepEnd, StepStart};
 use crate::state::State;
@@ -27,6 +32,8 @@ const QUEUE_BYTES: usize = 256 << 20;
 pub enum Job {
     /// A finished call.
     Step(Box<(StepStart, RequestView, StepEnd)>),
+    /// A decision event.
+    Audit(Box<AuditEvent>),
     /// Answers once every job sent before it is done.
     Barrier(SyncSender<()>),
 }
@@ -83,6 +90,12 @@ fn perform(state: &State, job: Job) {
         Job::Step(step) => {
             let (start, request, end) = *step;
             crate::pump::store_step(state, &start, &request, end);
+        }
+        Job::Audit(event) => {
+            if let Err(error) = state.writer.append_audit(*event) {
+                state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %error, "Could not record an audit event.");
+            }
         }
         Job::Barrier(done) => {
             let _ = done.send(());

@@ -142,15 +142,10 @@ impl State {
             .submit(self, Job::Step(Box::new((start, request, end))));
     }
 
-    /// Records a decision event now (before the call it decides is forwarded, so that the
-    /// log has it first).
+    /// Records a decision event, in order with the steps (queued before the call it decides
+    /// is forwarded).
     pub fn record_event(&self, event: AuditEvent) {
-        if let Err(error) = self.writer.append_audit(event) {
-            self.metrics
-                .record_errors
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::error!(error = %error, "Could not record an audit event.");
-        }
+        self.recorder.submit(self, Job::Audit(Box::new(event)));
     }
 
     /// The keys in force.
