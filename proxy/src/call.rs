@@ -268,14 +268,6 @@ async fn prepare(
     api: ApiKind,
     started_at: i64,
 ) -> Result<std::result::Result<Prepared, Reject>> {
-    macro_rules! check {
-        ($e:expr) => {
-            match $e {
-                Ok(v) => v,
-                Err(reject) => return Ok(Err(reject)),
-            }
-        };
-    }
     let caller = check!(authenticate(state, session));
     let tenant = caller.identity.tenant.clone();
     let limits = state.config.limits;

@@ -19,6 +19,18 @@
 //! # Ok::<(), proxy::Error>(())
 //! ```
 
+/// Unwraps a `Result<T, Reject>` in a function that returns
+/// `pingora::Result<Result<_, Reject>>`: a refusal is returned as `Ok(Err(reject))`, for the
+/// caller to write in the API's format.
+macro_rules! check {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(reject) => return Ok(Err(reject)),
+        }
+    };
+}
+
 mod admin;
 mod call;
 mod config;

@@ -110,14 +110,6 @@ async fn accept(
     state: &Arc<State>,
     session: &mut Session,
 ) -> Result<std::result::Result<Bytes, Reject>> {
-    macro_rules! check {
-        ($e:expr) => {
-            match $e {
-                Ok(v) => v,
-                Err(reject) => return Ok(Err(reject)),
-            }
-        };
-    }
     let caller = check!(authenticate(state, session));
     let raw = check!(read_body(session, state.config.max_body_bytes).await?);
     let body: Body = check!(serde_json::from_slice(&raw).map_err(|e| bad(format!(
