@@ -455,12 +455,9 @@ async fn prepare(
         (None, Some(key)) => NamingOwned::Session(key),
         (None, None) => NamingOwned::Automatic,
     };
-    let placement = state.trajectories.place(
-        &tenant,
-        &caller.identity.agent,
-        naming.borrow(),
-        &request.messages,
-    );
+    let placement = state
+        .trajectories
+        .place(&tenant, naming.borrow(), &request.messages);
     let mut tags = BTreeMap::new();
     if let NamingOwned::Session(key) = &naming {
         tags.insert("session".to_owned(), key.clone());
@@ -710,7 +707,6 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
     if end.status == "ok" {
         state.trajectories.remember(
             &prepared.start.tenant_id,
-            &prepared.start.agent_id,
             prepared.naming.borrow(),
             &placement,
             &prepared.start.step_id,

@@ -1,11 +1,12 @@
 //! Which trajectory a call belongs to, and which step it continues.
 //!
-//! In order: an `x-atdp-trajectory-id` header names the trajectory (the call continues the
-//! last step the proxy saw in it); else an `x-atdp-session-id` header keys one trajectory per
-//! session; else calls are grouped automatically: a call whose messages extend an earlier
-//! call's messages plus that call's reply continues it and records it as `parent_step_id`.
-//! Grouping works on a tree: a retry or a branch from an earlier turn gets its own parent, so
-//! siblings never share a path.
+//! In order (`docs/atdp-v1.md` §6): an `x-atdp-trajectory-id` header names the trajectory;
+//! else an `x-atdp-session-id` header keys one trajectory per session and tenant; else calls
+//! are grouped automatically. In every case the parent is the earlier call whose messages plus
+//! reply this call's messages extend the furthest, searched among the calls of the named
+//! trajectory, or, without a header, among the tenant's calls that named none. Grouping works
+//! on a tree: a retry or a branch from an earlier turn gets its own parent, so siblings never
+//! share a path.
 //!
 //! The state is in memory, per proxy instance, bounded (oldest entries evicted first); after
 //! a restart automatic grouping starts new trajectories, while the headers keep working.
@@ -43,7 +44,8 @@ pub struct Trajectories {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Hash of (tenant, agent, messages + reply) → the step that produced the reply.
+    /// Hash of (tenant, scope, messages + reply) → the step that produced the reply; the
+    /// scope is a named trajectory or the calls that name none.
     by_prefix: HashMap<[u8; 32], (Known, u64)>,
     /// (tenant, trajectory id or session key) → the last step seen in it.
     by_name: HashMap<(String, String), (Known, u64)>,
@@ -102,13 +104,19 @@ fn canonical(message: &Message) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// The running hashes of `tenant`, `agent` and each prefix of `messages`: element `i` covers
+/// Where a parent is looked for: the calls of one named trajectory, or the calls that name
+/// none.
+fn scope_of(trajectory_id: Option<&str>) -> String {
+    trajectory_id.map_or_else(|| "auto".to_owned(), |id| format!("t:{id}"))
+}
+
+/// The running hashes of `tenant`, `scope` and each prefix of `messages`: element `i` covers
 /// `messages[..i]`.
-fn prefix_hashes(tenant: &str, agent: &str, messages: &[Message]) -> Vec<[u8; 32]> {
+fn prefix_hashes(tenant: &str, scope: &str, messages: &[Message]) -> Vec<[u8; 32]> {
     let mut hasher = Sha256::new();
     hasher.update(tenant.as_bytes());
     hasher.update([0]);
-    hasher.update(agent.as_bytes());
+    hasher.update(scope.as_bytes());
     hasher.update([0]);
     let mut out = Vec::with_capacity(messages.len() + 1);
     out.push(hasher.clone().finalize().into());
@@ -131,44 +139,41 @@ impl Trajectories {
     }
 
     /// Places a new call. `messages` are the request's messages as the client sent them.
-    pub fn place(
-        &self,
-        tenant: &str,
-        agent: &str,
-        naming: Naming<'_>,
-        messages: &[Message],
-    ) -> Placement {
+    pub fn place(&self, tenant: &str, naming: Naming<'_>, messages: &[Message]) -> Placement {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let continued = |known: &Known| Placement {
-            trajectory_id: known.trajectory_id.clone(),
-            parent_step_id: Some(known.step_id.clone()),
-            turn_index: known.turn_index + 1,
+        let trajectory_id = match naming {
+            Naming::Trajectory(id) => Some(id.to_owned()),
+            Naming::Session(key) => Some(
+                inner
+                    .by_name
+                    .get(&(tenant.to_owned(), format!("s:{key}")))
+                    .map_or_else(
+                        || uuid::Uuid::now_v7().to_string(),
+                        |(known, _)| known.trajectory_id.clone(),
+                    ),
+            ),
+            Naming::Automatic => None,
         };
-        match naming {
-            Naming::Trajectory(id) => inner
-                .by_name
-                .get(&(tenant.to_owned(), format!("t:{id}")))
-                .map(|(known, _)| continued(known))
-                .unwrap_or_else(|| Placement {
-                    trajectory_id: id.to_owned(),
-                    parent_step_id: None,
-                    turn_index: 0,
-                }),
-            Naming::Session(key) => inner
-                .by_name
-                .get(&(tenant.to_owned(), format!("s:{key}")))
-                .map(|(known, _)| continued(known))
-                .unwrap_or_else(new_trajectory),
-            Naming::Automatic => {
-                let hashes = prefix_hashes(tenant, agent, messages);
-                // The longest earlier conversation (request + reply) this one extends.
-                hashes
-                    .iter()
-                    .rev()
-                    .find_map(|h| inner.by_prefix.get(h))
-                    .map(|(known, _)| continued(known))
-                    .unwrap_or_else(new_trajectory)
-            }
+        // The parent is the earlier call of the same scope whose conversation (request and
+        // reply) this call's messages extend the furthest.
+        let scope = scope_of(trajectory_id.as_deref());
+        let parent = prefix_hashes(tenant, &scope, messages)
+            .iter()
+            .rev()
+            .find_map(|h| inner.by_prefix.get(h))
+            .map(|(known, _)| known.clone());
+        match (trajectory_id, parent) {
+            (Some(trajectory_id), parent) => Placement {
+                trajectory_id,
+                turn_index: parent.as_ref().map_or(0, |p| p.turn_index + 1),
+                parent_step_id: parent.map(|p| p.step_id),
+            },
+            (None, Some(parent)) => Placement {
+                trajectory_id: parent.trajectory_id,
+                parent_step_id: Some(parent.step_id),
+                turn_index: parent.turn_index + 1,
+            },
+            (None, None) => new_trajectory(),
         }
     }
 
@@ -177,7 +182,6 @@ impl Trajectories {
     pub fn remember(
         &self,
         tenant: &str,
-        agent: &str,
         naming: Naming<'_>,
         placement: &Placement,
         step_id: &str,
@@ -193,10 +197,13 @@ impl Trajectories {
         inner.next += 1;
         let seq = inner.next;
         let named = match naming {
-            Naming::Trajectory(id) => Some(format!("t:{id}")),
             Naming::Session(session) => Some(format!("s:{session}")),
-            Naming::Automatic => None,
+            Naming::Trajectory(_) | Naming::Automatic => None,
         };
+        let scope = scope_of(match naming {
+            Naming::Automatic => None,
+            _ => Some(placement.trajectory_id.as_str()),
+        });
         if let Some(name) = named {
             let key = (tenant.to_owned(), name);
             inner.by_name.insert(key.clone(), (known.clone(), seq));
@@ -205,7 +212,7 @@ impl Trajectories {
         if let Some(reply) = reply {
             let mut conversation = messages.to_vec();
             conversation.push(reply.clone());
-            if let Some(hash) = prefix_hashes(tenant, agent, &conversation).last() {
+            if let Some(hash) = prefix_hashes(tenant, &scope, &conversation).last() {
                 inner.by_prefix.insert(*hash, (known, seq));
                 inner.order.push_back((Key::Prefix(*hash), seq));
             }
@@ -288,12 +295,11 @@ mod tests {
     fn continuing_a_conversation_links_to_the_step_that_replied() {
         let t = Trajectories::new(1000);
         let first = vec![message("system", "s"), message("user", "hi")];
-        let a = t.place("acme", "bot", Naming::Automatic, &first);
+        let a = t.place("acme", Naming::Automatic, &first);
         assert_eq!((a.parent_step_id.as_deref(), a.turn_index), (None, 0));
         let reply = message("assistant", "hello");
         t.remember(
             "acme",
-            "bot",
             Naming::Automatic,
             &a,
             "step-a",
@@ -304,18 +310,18 @@ mod tests {
         let mut second = first.clone();
         second.push(reply.clone());
         second.push(message("user", "more"));
-        let b = t.place("acme", "bot", Naming::Automatic, &second);
+        let b = t.place("acme", Naming::Automatic, &second);
         assert_eq!(b.trajectory_id, a.trajectory_id);
         assert_eq!(
             (b.parent_step_id.as_deref(), b.turn_index),
             (Some("step-a"), 1)
         );
 
-        // A retry of the first call is a sibling, not a continuation; another tenant or
-        // agent with the same text starts its own trajectory.
-        let retry = t.place("acme", "bot", Naming::Automatic, &first);
+        // A retry of the first call is a sibling, not a continuation; another tenant with the
+        // same text starts its own trajectory.
+        let retry = t.place("acme", Naming::Automatic, &first);
         assert_ne!(retry.trajectory_id, a.trajectory_id);
-        let other = t.place("globex", "bot", Naming::Automatic, &second);
+        let other = t.place("globex", Naming::Automatic, &second);
         assert_ne!(other.trajectory_id, a.trajectory_id);
         assert_eq!(t.ownership("acme", &a.trajectory_id), Ownership::Own);
         assert_eq!(t.ownership("globex", &a.trajectory_id), Ownership::Foreign);
@@ -326,26 +332,25 @@ mod tests {
     fn branches_keep_their_own_parents() {
         let t = Trajectories::new(1000);
         let first = vec![message("user", "q")];
-        let a = t.place("x", "y", Naming::Automatic, &first);
+        let a = t.place("x", Naming::Automatic, &first);
         let reply = message("assistant", "r");
-        t.remember("x", "y", Naming::Automatic, &a, "a", &first, Some(&reply));
+        t.remember("x", Naming::Automatic, &a, "a", &first, Some(&reply));
         let mut base = first.clone();
         base.push(reply);
         let mut left = base.clone();
         left.push(message("user", "left"));
         let mut right = base.clone();
         right.push(message("user", "right"));
-        let l = t.place("x", "y", Naming::Automatic, &left);
+        let l = t.place("x", Naming::Automatic, &left);
         t.remember(
             "x",
-            "y",
             Naming::Automatic,
             &l,
             "l",
             &left,
             Some(&message("assistant", "L")),
         );
-        let r = t.place("x", "y", Naming::Automatic, &right);
+        let r = t.place("x", Naming::Automatic, &right);
         assert_eq!(l.parent_step_id.as_deref(), Some("a"));
         assert_eq!(
             r.parent_step_id.as_deref(),
@@ -357,19 +362,47 @@ mod tests {
     #[test]
     fn headers_name_trajectories_and_sessions() {
         let t = Trajectories::new(1000);
-        let p = t.place("x", "y", Naming::Trajectory("traj-1"), &[]);
+        let first = vec![message("user", "q")];
+        let p = t.place("x", Naming::Trajectory("traj-1"), &first);
         assert_eq!((p.trajectory_id.as_str(), p.turn_index), ("traj-1", 0));
-        t.remember("x", "y", Naming::Trajectory("traj-1"), &p, "s1", &[], None);
-        let q = t.place("x", "y", Naming::Trajectory("traj-1"), &[]);
+        let reply = message("assistant", "r");
+        t.remember(
+            "x",
+            Naming::Trajectory("traj-1"),
+            &p,
+            "s1",
+            &first,
+            Some(&reply),
+        );
+        let mut second = first.clone();
+        second.push(reply.clone());
+        second.push(message("user", "more"));
+        let q = t.place("x", Naming::Trajectory("traj-1"), &second);
         assert_eq!((q.parent_step_id.as_deref(), q.turn_index), (Some("s1"), 1));
-        let s = t.place("x", "y", Naming::Session("sess"), &[]);
-        t.remember("x", "y", Naming::Session("sess"), &s, "s2", &[], None);
-        let s2 = t.place("x", "y", Naming::Session("sess"), &[]);
+        // A call of the trajectory that extends nothing in it is a new root of it.
+        let r = t.place(
+            "x",
+            Naming::Trajectory("traj-1"),
+            &[message("user", "other")],
+        );
+        assert_eq!(
+            (r.trajectory_id.as_str(), r.parent_step_id.as_deref()),
+            ("traj-1", None)
+        );
+        // The same conversation without the header does not continue the named trajectory.
+        assert_ne!(
+            t.place("x", Naming::Automatic, &second).trajectory_id,
+            "traj-1"
+        );
+
+        let s = t.place("x", Naming::Session("sess"), &first);
+        t.remember("x", Naming::Session("sess"), &s, "s2", &first, Some(&reply));
+        let s2 = t.place("x", Naming::Session("sess"), &second);
         assert_eq!(s2.trajectory_id, s.trajectory_id);
+        assert_eq!(s2.parent_step_id.as_deref(), Some("s2"));
         // The same session name in another tenant is another trajectory.
         assert_ne!(
-            t.place("z", "y", Naming::Session("sess"), &[])
-                .trajectory_id,
+            t.place("z", Naming::Session("sess"), &[]).trajectory_id,
             s.trajectory_id
         );
     }
@@ -379,10 +412,9 @@ mod tests {
         let t = Trajectories::new(16);
         for i in 0..100 {
             let m = vec![message("user", &i.to_string())];
-            let p = t.place("x", "y", Naming::Automatic, &m);
+            let p = t.place("x", Naming::Automatic, &m);
             t.remember(
                 "x",
-                "y",
                 Naming::Automatic,
                 &p,
                 "s",
@@ -403,17 +435,16 @@ mod eviction {
     #[test]
     fn a_name_written_again_outlives_its_old_queue_entry() {
         let t = Trajectories::new(16);
-        let p = t.place("x", "y", Naming::Session("keep"), &[]);
-        t.remember("x", "y", Naming::Session("keep"), &p, "s0", &[], None);
+        let p = t.place("x", Naming::Session("keep"), &[]);
+        t.remember("x", Naming::Session("keep"), &p, "s0", &[], None);
         for i in 0..20 {
             // Other traffic, and the session again now and then.
-            let q = t.place("x", "y", Naming::Automatic, &[]);
-            t.remember("x", "y", Naming::Automatic, &q, &format!("a{i}"), &[], None);
+            let q = t.place("x", Naming::Automatic, &[]);
+            t.remember("x", Naming::Automatic, &q, &format!("a{i}"), &[], None);
             if i % 4 == 0 {
-                let p = t.place("x", "y", Naming::Session("keep"), &[]);
+                let p = t.place("x", Naming::Session("keep"), &[]);
                 t.remember(
                     "x",
-                    "y",
                     Naming::Session("keep"),
                     &p,
                     &format!("s{i}"),
@@ -422,7 +453,7 @@ mod eviction {
                 );
             }
         }
-        let again = t.place("x", "y", Naming::Session("keep"), &[]);
+        let again = t.place("x", Naming::Session("keep"), &[]);
         assert_eq!(
             again.trajectory_id, p.trajectory_id,
             "recently used, so still known"
@@ -433,16 +464,8 @@ mod eviction {
     fn the_same_client_chosen_id_in_two_tenants() {
         let t = Trajectories::new(100);
         for tenant in ["a", "b"] {
-            let p = t.place(tenant, "y", Naming::Trajectory("shared"), &[]);
-            t.remember(
-                tenant,
-                "y",
-                Naming::Trajectory("shared"),
-                &p,
-                "s",
-                &[],
-                None,
-            );
+            let p = t.place(tenant, Naming::Trajectory("shared"), &[]);
+            t.remember(tenant, Naming::Trajectory("shared"), &p, "s", &[], None);
         }
         assert_eq!(t.ownership("a", "shared"), Ownership::Own);
         assert_eq!(t.ownership("b", "shared"), Ownership::Own);
