@@ -164,10 +164,12 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                // Our crates at info; the libraries (Pingora, delta-rs) only when they warn.
+                // Our crates at info; the libraries (Pingora, delta-rs) only when they warn. delta-kernel
+                // logs "No files in log segment" as an error each time a new table is first read;
+                // the writer reports its own failures, so it is silenced.
                 .unwrap_or_else(|_| {
                     tracing_subscriber::EnvFilter::new(
-                        "warn,atdp_proxy=info,proxy=info,atdp_schema=info,policies=info",
+                        "warn,atdp_proxy=info,proxy=info,atdp_schema=info,policies=info,delta_kernel=off",
                     )
                 }),
         )
