@@ -68,8 +68,8 @@ pub struct Metrics {
     masked: Mutex<BTreeMap<String, u64>>,
     /// Denials by reason kind.
     denied: Mutex<BTreeMap<String, u64>>,
-    /// Time from the request's arrival to the first upstream byte, minus the upstream's own
-    /// time to first byte is not separable here: this is the proxy's work before dispatch.
+    /// The proxy's own work before a call is dispatched (from the request's arrival: auth,
+    /// body, policy, masking).
     pub added: Histogram,
     /// Time from dispatch to the upstream's response header.
     pub upstream: Histogram,
