@@ -63,7 +63,11 @@ async fn stats_optimize_and_vacuum_from_the_command_line() {
         String::from_utf8_lossy(&optimize.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&optimize.stdout).unwrap();
-    assert_eq!(report["files_removed"].as_u64(), Some(files_before));
+    // A partition that already holds one file is left alone (delta-rs does not rewrite a
+    // bin of one), so the report accounts for the change rather than naming every file.
+    let removed = report["files_removed"].as_u64().unwrap();
+    let added = report["files_added"].as_u64().unwrap();
+    assert!(removed > added, "{report}");
     let after: serde_json::Value =
         serde_json::from_slice(&atdp_lake(&lake, &["stats"]).stdout).unwrap();
     let steps_after = after
@@ -73,6 +77,7 @@ async fn stats_optimize_and_vacuum_from_the_command_line() {
         .find(|t| t["table"] == "steps")
         .unwrap();
     assert_eq!(steps_after["files"].as_u64(), Some(partitions));
+    assert_eq!(files_before - removed + added, partitions);
     assert_eq!(steps_after["rows"].as_u64(), Some(summary.steps as u64));
 
     // The replaced files are younger than any allowed retention: a dry run lists nothing.
