@@ -151,6 +151,15 @@ impl AccessPolicy {
         })
     }
 
+    /// Whether `auditor_id` names an `Auditor` entity (an auditor's key is stored as its
+    /// [`hash_api_key`], like an API key). What the auditor may do is Cedar's to decide.
+    pub fn is_auditor(&self, auditor_id: &str) -> bool {
+        self.types.get("Auditor").is_some_and(|kind| {
+            let uid = EntityUid::from_type_name_and_id(kind.clone(), EntityId::new(auditor_id));
+            self.entities.get(&uid).is_some()
+        })
+    }
+
     /// The ids of every `Tenant` entity.
     pub fn tenants(&self) -> Vec<String> {
         let mut tenants: Vec<String> = self

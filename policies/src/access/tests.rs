@@ -315,3 +315,12 @@ fn rewards_only_on_the_keys_own_tenant() {
     );
     assert!(!other.allowed);
 }
+
+#[test]
+fn auditors_are_known_by_id() {
+    let policy = policy();
+    assert!(policy.is_auditor("ana"));
+    assert!(policy.is_auditor(&hash_api_key("sk-atdp-demo-auditor")));
+    assert!(!policy.is_auditor(&hash_api_key("sk-atdp-demo-agent")));
+    assert!(!policy.is_auditor("nobody"));
+}

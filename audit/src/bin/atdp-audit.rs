@@ -1,0 +1,575 @@
+//! `atdp-audit`: verify the audit trail, query the lake, run SQL, serve the compliance
+//! console, erase, export evidence. See `docs/audit.md`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use arrow::array::RecordBatch;
+use atdp_audit::{
+    Auditor, Catalog, ConsoleConfig, Hit, MAX_PAGE, Search, Subject, Trail, event, row, seal,
+};
+use atdp_schema::{Lake, Table, WriterConfig, parse_storage_options};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "atdp-audit",
+    version,
+    about = "The compliance side of atdp: audit trail, search, reveal, erasure, evidence"
+)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug)]
+struct Common {
+    /// Directory for the default lake, key file and this tool's write-ahead log.
+    #[arg(long, env = "ATDP_DATA", default_value = "atdp-data", global = true)]
+    data: PathBuf,
+    /// The lake: a directory or an s3://, gs://, az:// URL (default <data>/lake).
+    #[arg(long, env = "ATDP_LAKE", global = true)]
+    lake: Option<String>,
+    /// Object-store option KEY=VALUE (repeatable); see docs/lake.md.
+    #[arg(long = "lake-option", global = true)]
+    lake_options: Vec<String>,
+    /// Policy directory (Cedar files and masking.toml).
+    #[arg(
+        long,
+        env = "ATDP_POLICY_DIR",
+        default_value = "policies/examples/quickstart",
+        global = true
+    )]
+    policy: PathBuf,
+    /// Vault key file, the one the proxy uses (default <data>/keys.json).
+    #[arg(long, env = "ATDP_KEY_FILE", global = true)]
+    keys: Option<PathBuf>,
+    /// This tool's write-ahead log for its audit events (default <data>/wal-audit); one per
+    /// running process.
+    #[arg(long, env = "ATDP_AUDIT_WAL", global = true)]
+    wal: Option<PathBuf>,
+    /// Pin a table to a version for repeatable evidence: TABLE=VERSION (repeatable).
+    #[arg(long = "at", global = true)]
+    at: Vec<String>,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check the audit hash chains and every file of the audit table; exit 1 on a problem.
+    Verify,
+    /// Search steps with filters (as the console does).
+    Query(QueryArgs),
+    /// Run SQL over the lake's tables (steps, rewards, audit, pii_vault).
+    Sql {
+        /// The query.
+        sql: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+        /// Who runs it, for the audit trail (default cli:$USER).
+        #[arg(long)]
+        actor: Option<String>,
+    },
+    /// Serve the web console.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "ATDP_AUDIT_LISTEN", default_value = "127.0.0.1:8710")]
+        listen: SocketAddr,
+        /// Rows per page.
+        #[arg(long, default_value_t = 50)]
+        page_size: usize,
+        /// Mark the session cookie Secure (serve behind TLS).
+        #[arg(long)]
+        secure_cookie: bool,
+    },
+    /// Crypto-shred a subject's values (or a whole tenant's keys) so they cannot be revealed.
+    Erase {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The value to erase (an e-mail address, a phone number, …); without it the
+        /// tenant's keys are erased.
+        #[arg(long)]
+        subject: Option<String>,
+        /// Why (recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// The auditor key of who erases (Cedar decides).
+        #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
+        auditor_key: String,
+    },
+    /// Export a trajectory as a JSON evidence bundle.
+    Export {
+        /// The trajectory.
+        #[arg(long)]
+        trajectory: String,
+        /// Its tenant (when two tenants use the same trajectory id).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The auditor key of who exports (Cedar decides).
+        #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
+        auditor_key: String,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+struct QueryArgs {
+    #[arg(long)]
+    tenant: Option<String>,
+    #[arg(long)]
+    agent: Option<String>,
+    /// From this time (RFC 3339, or a day YYYY-MM-DD).
+    #[arg(long)]
+    since: Option<String>,
+    /// Until this time, excluded (RFC 3339, or a day YYYY-MM-DD: its start).
+    #[arg(long)]
+    until: Option<String>,
+    #[arg(long)]
+    trajectory: Option<String>,
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    status: Option<String>,
+    /// PII entity type masked in the step.
+    #[arg(long)]
+    entity: Option<String>,
+    #[arg(long)]
+    reward_min: Option<f64>,
+    #[arg(long)]
+    reward_max: Option<f64>,
+    /// Text in the masked content (case-insensitive).
+    #[arg(long)]
+    text: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Restrict to what this auditor may read (Cedar); without it, every tenant (storage
+    /// credentials are then the boundary).
+    #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
+    auditor_key: Option<String>,
+    /// Also write the matching steps as an evidence bundle to this file.
+    #[arg(long)]
+    evidence: Option<PathBuf>,
+}
+
+fn time(value: &str) -> Result<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(value) {
+        return Ok(t.timestamp_micros());
+    }
+    let day = chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d")
+        .with_context(|| format!("{value:?} is neither RFC 3339 nor YYYY-MM-DD"))?;
+    day.and_hms_opt(0, 0, 0)
+        .map(|t| t.and_utc().timestamp_micros())
+        .context("invalid day")
+}
+
+struct Env {
+    lake: Lake,
+    lake_url: String,
+    options: std::collections::HashMap<String, String>,
+    keys: PathBuf,
+    wal: PathBuf,
+    policy: policies::Policy,
+    pins: BTreeMap<Table, u64>,
+}
+
+impl Env {
+    fn new(common: &Common) -> Result<Env> {
+        let lake_url = common
+            .lake
+            .clone()
+            .unwrap_or_else(|| common.data.join("lake").to_string_lossy().into_owned());
+        let options = parse_storage_options(&common.lake_options)?;
+        let lake = Lake::new(&lake_url, options.clone())?;
+        let policy = policies::Policy::load(&common.policy)
+            .with_context(|| format!("policy directory {}", common.policy.display()))?;
+        let mut pins = BTreeMap::new();
+        for pin in &common.at {
+            let (name, version) = pin.split_once('=').context("--at takes TABLE=VERSION")?;
+            let table = Table::from_name(name).with_context(|| format!("unknown table {name}"))?;
+            pins.insert(
+                table,
+                version.parse().context("--at: the version is a number")?,
+            );
+        }
+        Ok(Env {
+            lake,
+            lake_url,
+            options,
+            keys: common
+                .keys
+                .clone()
+                .unwrap_or_else(|| common.data.join("keys.json")),
+            wal: common
+                .wal
+                .clone()
+                .unwrap_or_else(|| common.data.join("wal-audit")),
+            policy,
+            pins,
+        })
+    }
+
+    async fn trail(&self) -> Result<Trail> {
+        let mut config = WriterConfig::new(self.lake_url.clone(), self.wal.clone());
+        config.storage_options = self.options.clone();
+        Ok(Trail::open(config).await?)
+    }
+
+    fn auditor(&self, key: &str) -> Result<Auditor> {
+        Auditor::from_key(&self.policy.access, key)
+            .context("this key is not an auditor key of the policy directory")
+    }
+}
+
+fn cli_actor(actor: Option<String>) -> String {
+    actor.unwrap_or_else(|| {
+        format!(
+            "cli:{}",
+            std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+        )
+    })
+}
+
+fn print_batches(batches: &[RecordBatch], format: Format) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match format {
+        Format::Table => writeln!(
+            out,
+            "{}",
+            arrow::util::pretty::pretty_format_batches(batches)?
+        )?,
+        Format::Csv => {
+            let mut writer = arrow::csv::Writer::new(&mut out);
+            for batch in batches {
+                writer.write(batch)?;
+            }
+        }
+        Format::Json => {
+            let mut writer = arrow::json::LineDelimitedWriter::new(&mut out);
+            writer.write_batches(&batches.iter().collect::<Vec<_>>())?;
+            writer.finish()?;
+        }
+    }
+    Ok(())
+}
+
+fn csv_field(value: &str) -> String {
+    if value.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value.to_owned()
+    }
+}
+
+fn print_hits(hits: &[Hit], format: Format) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let columns = |h: &Hit| {
+        [
+            chrono::DateTime::from_timestamp_micros(h.started_at)
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_default(),
+            h.tenant_id.clone(),
+            h.agent_id.clone(),
+            h.trajectory_id.clone(),
+            h.step_id.clone(),
+            h.turn_index.to_string(),
+            h.model.clone(),
+            h.status.clone(),
+            h.entities.join(" "),
+            h.preview.replace('\n', " "),
+        ]
+    };
+    let header = [
+        "started_at",
+        "tenant",
+        "agent",
+        "trajectory_id",
+        "step_id",
+        "turn",
+        "model",
+        "status",
+        "entities",
+        "preview",
+    ];
+    match format {
+        Format::Json => {
+            for hit in hits {
+                writeln!(out, "{}", serde_json::to_string(hit)?)?;
+            }
+        }
+        Format::Csv => {
+            writeln!(out, "{}", header.join(","))?;
+            for hit in hits {
+                let row: Vec<String> = columns(hit).iter().map(|c| csv_field(c)).collect();
+                writeln!(out, "{}", row.join(","))?;
+            }
+        }
+        Format::Table => {
+            writeln!(out, "{}", header.join("\t"))?;
+            for hit in hits {
+                writeln!(out, "{}", columns(hit).join("\t"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A SQL text for the audit trail, with personal data replaced by its entity type.
+fn redacted(policy: &policies::Policy, text: &str) -> String {
+    let mut out = String::new();
+    let mut at = 0;
+    for span in policy.scanner.scan(text) {
+        out.push_str(text.get(at..span.start).unwrap_or_default());
+        out.push_str(&format!("[{}]", span.entity));
+        at = span.end;
+    }
+    out.push_str(text.get(at..).unwrap_or_default());
+    out
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let env = Env::new(&cli.common)?;
+    match cli.command {
+        Command::Verify => {
+            let version = env.pins.get(&Table::Audit).copied();
+            let report = atdp_audit::verify(&env.lake, version).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            if let Some(problem) = report.first_problem() {
+                eprintln!("atdp-audit: the audit trail is broken: {problem}");
+                return Ok(ExitCode::from(1));
+            }
+            eprintln!(
+                "atdp-audit: {} events in {} chains, {} files: intact",
+                report.events,
+                report.chains.len(),
+                report.files
+            );
+        }
+        Command::Query(args) => {
+            let catalog = Catalog::open(&env.lake, &env.pins).await?;
+            let tenants = match &args.auditor_key {
+                Some(key) => env.auditor(key)?.scope(args.tenant.as_deref())?,
+                None => match &args.tenant {
+                    Some(t) => vec![t.clone()],
+                    None => env.policy.access.tenants(),
+                },
+            };
+            if args.limit == 0 || args.limit > MAX_PAGE {
+                bail!("--limit must be between 1 and {MAX_PAGE}");
+            }
+            let search = Search {
+                tenant: args.tenant.clone(),
+                agent: args.agent,
+                since: args.since.as_deref().map(time).transpose()?,
+                until: args.until.as_deref().map(time).transpose()?,
+                trajectory: args.trajectory,
+                model: args.model,
+                status: args.status,
+                entity: args.entity,
+                reward_min: args.reward_min,
+                reward_max: args.reward_max,
+                text: args.text,
+                offset: args.offset,
+                limit: args.limit,
+            };
+            let page = atdp_audit::search(&catalog, &tenants, &search).await?;
+            let trail = env.trail().await?;
+            let actor = match &args.auditor_key {
+                Some(key) => env.auditor(key)?.actor(),
+                None => cli_actor(None),
+            };
+            let mut audited = search.clone();
+            audited.text = audited.text.map(|t| redacted(&env.policy, &t));
+            let mut record = event("query", &actor, atdp_audit::SYSTEM_TENANT);
+            record.decision = Some("allow".into());
+            record.detail_json = Some(
+                serde_json::json!({ "filters": audited, "results": page.hits.len(), "versions": page.versions })
+                    .to_string(),
+            );
+            trail.record(record).await?;
+            print_hits(&page.hits, args.format)?;
+            if let Some(path) = &args.evidence {
+                let ids: Vec<String> = page.hits.iter().map(|h| h.step_id.clone()).collect();
+                let steps = atdp_audit::steps_by_id(&catalog, &tenants, &ids).await?;
+                let rows = steps
+                    .iter()
+                    .map(|s| row(Table::Steps, s))
+                    .collect::<atdp_audit::Result<Vec<_>>>()?;
+                let bundle = seal(
+                    &catalog,
+                    &trail,
+                    &actor,
+                    Subject {
+                        tenant: atdp_audit::SYSTEM_TENANT,
+                        subject: format!("query:{}", serde_json::to_string(&audited)?),
+                        description: "steps matching a query".into(),
+                    },
+                    rows,
+                    Vec::new(),
+                )
+                .await?;
+                std::fs::write(path, serde_json::to_string_pretty(&bundle)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            trail.close().await?;
+        }
+        Command::Sql { sql, format, actor } => {
+            let catalog = Catalog::open(&env.lake, &env.pins).await?;
+            let trail = env.trail().await?;
+            let mut record = event("query", &cli_actor(actor), atdp_audit::SYSTEM_TENANT);
+            record.decision = Some("allow".into());
+            record.detail_json = Some(
+                serde_json::json!({ "sql": redacted(&env.policy, &sql), "versions": catalog.versions().iter().map(|(t, v)| (t.name(), v)).collect::<BTreeMap<_, _>>() })
+                    .to_string(),
+            );
+            trail.record(record).await?;
+            let result = catalog.sql(&sql).await;
+            trail.close().await?;
+            print_batches(&result?, format)?;
+        }
+        Command::Serve {
+            listen,
+            page_size,
+            secure_cookie,
+        } => {
+            if page_size == 0 || page_size > MAX_PAGE {
+                bail!("--page-size must be between 1 and {MAX_PAGE}");
+            }
+            let trail = env.trail().await?;
+            let server = atdp_audit::serve(
+                env.lake.clone(),
+                trail,
+                ConsoleConfig {
+                    listen,
+                    policy_dir: cli.common.policy.clone(),
+                    keys: env.keys.clone(),
+                    secure_cookie,
+                    page_size,
+                },
+            )
+            .await?;
+            eprintln!("atdp-audit: console on http://{}", server.addr);
+            // Announce the bound address for scripts and tests (port 0 picks a free one).
+            println!(
+                "{}",
+                serde_json::json!({ "listen": server.addr.to_string() })
+            );
+            std::io::stdout().flush()?;
+            shutdown_signal().await;
+            server.stop().await?;
+        }
+        Command::Erase {
+            tenant,
+            subject,
+            reason,
+            auditor_key,
+        } => {
+            let auditor = env.auditor(&auditor_key)?;
+            let trail = env.trail().await?;
+            let report = atdp_audit::erase(
+                &env.lake,
+                &env.policy,
+                &env.keys,
+                &trail,
+                &auditor,
+                &tenant,
+                subject.as_deref(),
+                &reason,
+            )
+            .await;
+            trail.close().await?;
+            println!("{}", serde_json::to_string_pretty(&report?)?);
+        }
+        Command::Export {
+            trajectory,
+            tenant,
+            auditor_key,
+            out,
+        } => {
+            let auditor = env.auditor(&auditor_key)?;
+            let catalog = Catalog::open(&env.lake, &env.pins).await?;
+            let trail = env.trail().await?;
+            let bundle = atdp_audit::trajectory_bundle(
+                &catalog,
+                &env.policy.access,
+                &trail,
+                &auditor,
+                &trajectory,
+                tenant.as_deref(),
+            )
+            .await;
+            trail.close().await?;
+            let text = serde_json::to_string_pretty(&bundle?)?;
+            match out {
+                Some(path) => std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => println!("{text}"),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,atdp_audit=info,delta_kernel=off".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("atdp-audit: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("atdp-audit: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The lake's tables registered by name (`steps`, `rewards`, `audit`, `pii_vault`) in one
+//! DataFusion session, each pinned to a table version so that a query's answer can be
+//! reproduced as evidence later.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use atdp_schema::{Lake, Table, arrow_schema};
+use deltalake::DeltaTable;
+use deltalake::datafusion::datasource::MemTable;
+use deltalake::datafusion::prelude::{DataFrame, SessionContext};
+
+use crate::error::{Error, Result};
+
+/// The tables of one lake, as of fixed versions.
+#[derive(Clone)]
+pub struct Catalog {
+    lake: Lake,
+    ctx: SessionContext,
+    versions: BTreeMap<Table, Option<u64>>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("lake", &self.lake.root().as_str())
+            .field("versions", &self.versions)
+            .finish()
+    }
+}
+
+impl Catalog {
+    /// The lake's tables at their latest versions, or at the versions in `pins` (by table).
+    /// A table not created yet is registered empty, with its schema.
+    pub async fn open(lake: &Lake, pins: &BTreeMap<Table, u64>) -> Result<Catalog> {
+        let ctx = SessionContext::new();
+        let mut versions = BTreeMap::new();
+        for table in Table::ALL {
+            let delta = match pins.get(&table) {
+                Some(version) => Some(lake.open_table_at(table, *version).await?),
+                None => lake.open_table(table).await?,
+            };
+            let version = match delta {
+                Some(delta) => {
+                    register_delta(&ctx, table, &delta).await?;
+                    delta.version()
+                }
+                None => {
+                    let empty = MemTable::try_new(arrow_schema(table), vec![vec![]])
+                        .map_err(Error::query)?;
+                    ctx.register_table(table.name(), Arc::new(empty))
+                        .map_err(Error::query)?;
+                    None
+                }
+            };
+            versions.insert(table, version);
+        }
+        Ok(Catalog {
+            lake: lake.clone(),
+            ctx,
+            versions,
+        })
+    }
+
+    /// The lake.
+    pub fn lake(&self) -> &Lake {
+        &self.lake
+    }
+
+    /// The session, with the tables registered.
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The version each table was read at (`None`: the table does not exist yet).
+    pub fn versions(&self) -> &BTreeMap<Table, Option<u64>> {
+        &self.versions
+    }
+
+    /// A table as a data frame.
+    pub async fn frame(&self, table: Table) -> Result<DataFrame> {
+        self.ctx.table(table.name()).await.map_err(Error::query)
+    }
+
+    /// Runs SQL over the registered tables (for analysts: `atdp-audit sql`).
+    pub async fn sql(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        let frame = self.ctx.sql(sql).await.map_err(Error::query)?;
+        frame.collect().await.map_err(Error::query)
+    }
+}
+
+async fn register_delta(ctx: &SessionContext, table: Table, delta: &DeltaTable) -> Result<()> {
+    delta
+        .update_datafusion_session(&ctx.state())
+        .map_err(Error::query)?;
+    let provider = delta.table_provider().await.map_err(Error::query)?;
+    ctx.register_table(table.name(), provider)
+        .map_err(Error::query)?;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! Erasure: crypto-shredding the originals of one subject's values, or every original of a
+//! tenant, so that they can no longer be revealed anywhere. Masked trajectories stay as they
+//! are (their placeholders carry no personal data) and remain usable for training.
+//!
+//! - With a subject value: its token is computed for every entity type (tokens are keyed
+//!   hashes of the value), the matching `pii_vault` rows are deleted in a Delta commit, and
+//!   the files that held them are vacuumed at once (Delta's `lite` vacuum: only files that
+//!   commits removed, so no other writer's file in flight is touched). Time travel of
+//!   `pii_vault` to before the erasure is lost, as it must be.
+//! - Without: the tenant's keys are removed from the key file (written atomically), which
+//!   makes every vault entry of the tenant undecryptable, wherever copies of it live.
+
+use std::path::Path;
+
+use atdp_schema::{Lake, Table};
+use deltalake::datafusion::prelude::{col, lit};
+use deltalake::operations::vacuum::VacuumMode;
+use policies::{AccessPolicy, KeyRing, MaskingConfig, builtin_entities};
+use serde::Serialize;
+
+use crate::access::{self, Auditor};
+use crate::error::{Error, Result};
+use crate::trail::{Trail, event};
+
+/// What an erasure did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EraseReport {
+    /// The tenant.
+    pub tenant: String,
+    /// `subject` or `tenant`.
+    pub scope: &'static str,
+    /// Vault rows deleted (subject erasure); `None` when Delta dropped whole files without
+    /// counting their rows.
+    pub vault_rows_deleted: Option<u64>,
+    /// Vault files that held the subject's rows, removed from the table (subject erasure).
+    pub vault_files_removed: usize,
+    /// Files vacuumed (subject erasure).
+    pub files_deleted: usize,
+    /// Keys removed (tenant erasure).
+    pub keys_erased: bool,
+    /// The audit event that recorded it.
+    pub event_id: String,
+}
+
+/// Every entity type a value could have been tokenized as.
+fn entity_types(masking: &MaskingConfig) -> Vec<String> {
+    let mut names: Vec<String> = builtin_entities().iter().map(|e| (*e).to_owned()).collect();
+    names.extend(masking.detection.custom.iter().map(|c| c.name.clone()));
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Erases `subject`'s originals in `tenant`, or the whole tenant's keys when `subject` is
+/// `None`. Cedar decides (`erase` on the tenant); the erasure and its reason are recorded.
+#[allow(clippy::too_many_arguments)]
+pub async fn erase(
+    lake: &Lake,
+    policy: &policies::Policy,
+    keys_path: &Path,
+    trail: &Trail,
+    auditor: &Auditor,
+    tenant: &str,
+    subject: Option<&str>,
+    reason: &str,
+) -> Result<EraseReport> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(Error::Invalid("an erasure needs a written reason".into()));
+    }
+    let verdict = decide(&policy.access, auditor, tenant);
+    let mut record = event("erase", &auditor.actor(), tenant);
+    record.reason = Some(reason.to_owned());
+    record.policy_id = access::policy_ids(&verdict);
+    record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
+    record.subject = Some(format!("tenant:{tenant}"));
+    if !verdict.allowed {
+        trail.record_committed(record).await?;
+        return Err(Error::Denied(format!(
+            "the access policy does not let this auditor erase data of tenant {tenant}"
+        )));
+    }
+    let mut keys = KeyRing::load(keys_path)?;
+    let mut report = EraseReport {
+        tenant: tenant.to_owned(),
+        scope: if subject.is_some() {
+            "subject"
+        } else {
+            "tenant"
+        },
+        vault_rows_deleted: Some(0),
+        vault_files_removed: 0,
+        files_deleted: 0,
+        keys_erased: false,
+        event_id: String::new(),
+    };
+    match subject {
+        Some(value) => {
+            let tokens = entity_types(&policy.masking)
+                .iter()
+                .map(|entity| keys.token(tenant, entity, value))
+                .collect::<policies::Result<Vec<String>>>()?;
+            let deleted = delete_vault_rows(lake, tenant, &tokens).await?;
+            report.vault_rows_deleted = deleted.rows;
+            report.vault_files_removed = deleted.files_removed;
+            report.files_deleted = deleted.files_deleted;
+            // The subject's tokens (not the value) say what was erased.
+            record.detail_json = Some(
+                serde_json::json!({
+                    "scope": "subject",
+                    "tokens": tokens.len(),
+                    "vault_rows_deleted": deleted.rows,
+                    "vault_files_removed": deleted.files_removed,
+                    "files_deleted": deleted.files_deleted,
+                })
+                .to_string(),
+            );
+        }
+        None => {
+            report.keys_erased = keys.erase_tenant(tenant);
+            write_keys(keys_path, &keys)?;
+            record.detail_json = Some(
+                serde_json::json!({ "scope": "tenant", "keys_erased": report.keys_erased })
+                    .to_string(),
+            );
+        }
+    }
+    report.event_id = trail.record_committed(record).await?.event_id;
+    Ok(report)
+}
+
+fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> policies::Verdict {
+    policy.decide(
+        ("Auditor", &auditor.id),
+        "erase",
+        ("Tenant", tenant),
+        serde_json::json!({}),
+    )
+}
+
+struct Deleted {
+    rows: Option<u64>,
+    files_removed: usize,
+    files_deleted: usize,
+}
+
+async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Result<Deleted> {
+    let mut deleted = Deleted {
+        rows: Some(0),
+        files_removed: 0,
+        files_deleted: 0,
+    };
+    let Some(table) = lake.open_table(Table::PiiVault).await? else {
+        return Ok(deleted);
+    };
+    let predicate = col("tenant_id")
+        .eq(lit(tenant.to_owned()))
+        .and(col("token").in_list(tokens.iter().map(|t| lit(t.clone())).collect(), false));
+    let (table, metrics) = table
+        .delete()
+        .with_predicate(predicate)
+        .await
+        .map_err(Error::query)?;
+    deleted.rows = metrics.num_deleted_rows.and_then(|n| u64::try_from(n).ok());
+    deleted.files_removed = metrics.num_removed_files;
+    if deleted.files_removed == 0 {
+        return Ok(deleted);
+    }
+    let (_, vacuum) = table
+        .vacuum()
+        .with_retention_period(chrono::Duration::zero())
+        .with_enforce_retention_duration(false)
+        .with_mode(VacuumMode::Lite)
+        .await
+        .map_err(Error::query)?;
+    deleted.files_deleted = vacuum.files_deleted.len();
+    Ok(deleted)
+}
+
+/// Writes the key file through a temporary file and a rename, so that a crash leaves the
+/// old file or the new one, never half of one.
+fn write_keys(path: &Path, keys: &KeyRing) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let text = keys.to_json()?;
+    let tmp = path.with_extension("erasing");
+    std::fs::write(&tmp, text).map_err(io)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}

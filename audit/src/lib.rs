@@ -1,0 +1,52 @@
+//! The compliance side of atdp: the tamper-evident audit trail, search over the lake, a
+//! reviewer's view of trajectories, reveal with a reason, erasure and evidence export, as
+//! the `atdp-audit` command and its web console.
+//!
+//! Everything an auditor does goes through Cedar (`policies/`): which tenants an auditor
+//! may read ([`Auditor`]), whether a value may be revealed, whether a tenant may be erased;
+//! and everything it does is an event in this process's audit hash chain ([`Trail`]),
+//! written before the result is shown.
+//!
+//! ```no_run
+//! # async fn demo() -> atdp_audit::Result<()> {
+//! use std::collections::BTreeMap;
+//! use atdp_audit::{Catalog, Search, search};
+//!
+//! let lake = atdp_schema::Lake::new("./lake", Default::default())?;
+//! let catalog = Catalog::open(&lake, &BTreeMap::new()).await?;
+//! let page = search(&catalog, &["demo".to_owned()], &Search {
+//!     entity: Some("EMAIL_ADDRESS".into()),
+//!     limit: 20,
+//!     ..Search::default()
+//! }).await?;
+//! for hit in page.hits {
+//!     println!("{} {} {}", hit.trajectory_id, hit.status, hit.preview);
+//! }
+//! let report = atdp_audit::verify(&lake, None).await?;
+//! assert!(report.ok(), "{:?}", report.first_problem());
+//! # Ok(()) }
+//! ```
+
+mod access;
+mod catalog;
+mod erase;
+mod error;
+mod export;
+mod reveal;
+mod search;
+mod trail;
+mod trajectory;
+mod verify;
+mod web;
+
+pub use access::Auditor;
+pub use catalog::Catalog;
+pub use erase::{EraseReport, erase};
+pub use error::{Error, Result};
+pub use export::{Bundle, BundleRow, FORMAT, Subject, digest, row, seal, trajectory_bundle};
+pub use reveal::{MAX_REASON, RevealRequest, Revealed, reveal};
+pub use search::{Hit, MAX_PAGE, MAX_TEXT, Page, Search, search, steps_by_id};
+pub use trail::{SYSTEM_TENANT, Trail, event};
+pub use trajectory::{CallView, MessageView, Segment, StepView, TrajectoryView, load, view};
+pub use verify::{ChainReport, FileProblem, VerifyReport, verify};
+pub use web::{ConsoleConfig, Server, serve};

@@ -1,0 +1,168 @@
+//! Revealing a masked value: allowed only by policy, only with a written reason, only for a
+//! value that appears in a trajectory the auditor may read, and recorded in the audit trail
+//! (committed to the lake) before the value is shown.
+
+use std::path::Path;
+
+use atdp_schema::{Table, vault_from_batch};
+use deltalake::datafusion::prelude::{col, lit};
+use policies::{AccessPolicy, KeyRing, SealedValue};
+use serde::Serialize;
+
+use crate::access::{self, Auditor};
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+use crate::trail::{Trail, event};
+use crate::trajectory;
+
+/// Longest reason accepted, in characters.
+pub const MAX_REASON: usize = 2_000;
+
+/// What a reveal showed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Revealed {
+    /// The original value.
+    pub value: String,
+    /// Its entity type.
+    pub entity: String,
+    /// The audit event that recorded the reveal.
+    pub event_id: String,
+}
+
+/// A request to reveal `token` in trajectory `trajectory_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevealRequest<'a> {
+    /// The trajectory the value was seen in.
+    pub trajectory_id: &'a str,
+    /// Its tenant, when known (a hint; the stored tenant decides).
+    pub tenant: Option<&'a str>,
+    /// The placeholder (`<EMAIL_ADDRESS_7f3a9c…>`).
+    pub token: &'a str,
+    /// Why, in the reviewer's words.
+    pub reason: &'a str,
+}
+
+/// Reveals a value. The key file is read on every reveal, so an erasure done meanwhile
+/// (by `atdp-audit erase` in another process) takes effect at once.
+pub async fn reveal(
+    catalog: &Catalog,
+    policy: &AccessPolicy,
+    keys_path: &Path,
+    trail: &Trail,
+    auditor: &Auditor,
+    request: &RevealRequest<'_>,
+) -> Result<Revealed> {
+    let reason = request.reason.trim();
+    if reason.is_empty() {
+        return Err(Error::Invalid("a reveal needs a written reason".into()));
+    }
+    if reason.chars().count() > MAX_REASON {
+        return Err(Error::Invalid(format!(
+            "the reason is longer than {MAX_REASON} characters"
+        )));
+    }
+    let (steps, _) = trajectory::load(
+        catalog,
+        policy,
+        auditor,
+        request.trajectory_id,
+        request.tenant,
+    )
+    .await?;
+    let tenant = steps
+        .first()
+        .map(|s| s.tenant_id.clone())
+        .ok_or_else(|| Error::NotFound(format!("trajectory {}", request.trajectory_id)))?;
+    let span = steps
+        .iter()
+        .flat_map(|s| &s.pii)
+        .find(|p| p.token == request.token && p.action == "tokenize")
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "a revealable value {} in trajectory {}",
+                request.token, request.trajectory_id
+            ))
+        })?;
+    let entity = span.entity.clone();
+    let verdict = access::decide(
+        policy,
+        auditor,
+        "reveal_pii",
+        request.trajectory_id,
+        &tenant,
+        serde_json::json!({ "reason": reason }),
+    );
+    let mut record = event("reveal", &auditor.actor(), &tenant);
+    record.subject = Some(request.token.to_owned());
+    record.reason = Some(reason.to_owned());
+    record.policy_id = access::policy_ids(&verdict);
+    record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
+    if !verdict.allowed {
+        record.detail_json = Some(
+            serde_json::json!({ "trajectory_id": request.trajectory_id, "entity": entity })
+                .to_string(),
+        );
+        trail.record_committed(record).await?;
+        return Err(Error::Denied(
+            "the access policy does not let this auditor reveal values of this tenant".into(),
+        ));
+    }
+    let opened = open(catalog, keys_path, &tenant, request.token, &entity).await;
+    let outcome = match &opened {
+        Ok(_) => "revealed",
+        Err(_) => "unavailable",
+    };
+    record.detail_json = Some(
+        serde_json::json!({
+            "trajectory_id": request.trajectory_id,
+            "entity": entity,
+            "outcome": outcome,
+        })
+        .to_string(),
+    );
+    let recorded = trail.record_committed(record).await?;
+    Ok(Revealed {
+        value: opened?,
+        entity,
+        event_id: recorded.event_id,
+    })
+}
+
+/// Finds and decrypts the vault entry of `token`.
+async fn open(
+    catalog: &Catalog,
+    keys_path: &Path,
+    tenant: &str,
+    token: &str,
+    entity: &str,
+) -> Result<String> {
+    let erased = || Error::NotFound(format!("the original of {token} (erased, or never stored)"));
+    let batches = catalog
+        .frame(Table::PiiVault)
+        .await?
+        .filter(
+            col("tenant_id")
+                .eq(lit(tenant.to_owned()))
+                .and(col("token").eq(lit(token.to_owned()))),
+        )
+        .map_err(Error::query)?
+        .collect()
+        .await
+        .map_err(Error::query)?;
+    let mut entries = Vec::new();
+    for batch in &batches {
+        entries.extend(vault_from_batch(batch)?);
+    }
+    let entry = entries.into_iter().next().ok_or_else(erased)?;
+    let keys = KeyRing::load(keys_path)?;
+    keys.open(
+        tenant,
+        entity,
+        &SealedValue {
+            key_id: entry.key_id,
+            nonce: entry.nonce,
+            ciphertext: entry.ciphertext,
+        },
+    )
+    .map_err(|_| erased())
+}

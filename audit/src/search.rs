@@ -1,0 +1,378 @@
+//! Search over the lake: steps by tenant, agent, time range, trajectory, model, status, PII
+//! entity type, reward range and free text in the masked content.
+//!
+//! Every filter is a DataFusion expression built from typed values (never SQL text), so what
+//! a user types into a search field is only ever compared against, not run. Tenant and time
+//! filters are pushed into the Delta scan: partitions of other tenants and days are not
+//! opened. The search runs in two passes: ids and times of the matching steps (sorted,
+//! paginated), then the full rows of that one page, found by id.
+
+use std::collections::BTreeMap;
+
+use atdp_schema::{Step, Table, date_of_micros, steps_from_batch};
+use deltalake::datafusion::common::{JoinType, ScalarValue};
+use deltalake::datafusion::functions::core::expr_fn::get_field;
+use deltalake::datafusion::functions::string::expr_fn::lower;
+use deltalake::datafusion::functions::unicode::expr_fn::strpos;
+use deltalake::datafusion::prelude::{DataFrame, Expr, col, lit};
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+
+/// Largest page.
+pub const MAX_PAGE: usize = 500;
+/// Longest free-text query, in bytes.
+pub const MAX_TEXT: usize = 1_000;
+
+/// What to look for. Unset fields do not filter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Search {
+    /// Only this tenant (it must be one the auditor may read).
+    pub tenant: Option<String>,
+    /// Only this agent.
+    pub agent: Option<String>,
+    /// Steps started at or after this time (µs since epoch, UTC).
+    pub since: Option<i64>,
+    /// Steps started before this time (µs since epoch, UTC).
+    pub until: Option<i64>,
+    /// Only this trajectory.
+    pub trajectory: Option<String>,
+    /// The model asked for or served.
+    pub model: Option<String>,
+    /// `ok`, `upstream_error`, `interrupted` or `denied`.
+    pub status: Option<String>,
+    /// Steps with a masked span of this entity type (`EMAIL_ADDRESS`, …).
+    pub entity: Option<String>,
+    /// Steps of trajectories with a reward at or above this value.
+    pub reward_min: Option<f64>,
+    /// Steps of trajectories with a reward at or below this value.
+    pub reward_max: Option<f64>,
+    /// Case-insensitive text in a message's (masked) content or in the reply.
+    pub text: Option<String>,
+    /// Rows to skip (pagination).
+    pub offset: usize,
+    /// Rows per page (at most [`MAX_PAGE`]).
+    pub limit: usize,
+}
+
+/// One step found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// The step.
+    pub step_id: String,
+    /// Its trajectory.
+    pub trajectory_id: String,
+    /// Its tenant.
+    pub tenant_id: String,
+    /// Its agent.
+    pub agent_id: String,
+    /// When it started (µs since epoch, UTC).
+    pub started_at: i64,
+    /// Position in the trajectory.
+    pub turn_index: i32,
+    /// The model asked for.
+    pub model: String,
+    /// The step's status.
+    pub status: String,
+    /// The start of the reply (masked), or the tools it called.
+    pub preview: String,
+    /// Entity types masked in the step, sorted.
+    pub entities: Vec<String>,
+}
+
+/// One page of hits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Page {
+    /// The hits, newest first.
+    pub hits: Vec<Hit>,
+    /// Whether there are more after this page.
+    pub more: bool,
+    /// The table versions searched (for evidence).
+    pub versions: BTreeMap<String, Option<u64>>,
+}
+
+impl Search {
+    /// Checks the values that a page or a flag can get wrong.
+    pub fn validate(&self) -> Result<()> {
+        if self.limit == 0 || self.limit > MAX_PAGE {
+            return Err(Error::Invalid(format!(
+                "the page size must be between 1 and {MAX_PAGE}"
+            )));
+        }
+        if let (Some(since), Some(until)) = (self.since, self.until)
+            && since >= until
+        {
+            return Err(Error::Invalid("`since` must be before `until`".into()));
+        }
+        if let (Some(min), Some(max)) = (self.reward_min, self.reward_max)
+            && min > max
+        {
+            return Err(Error::Invalid(
+                "the lowest reward must not be above the highest".into(),
+            ));
+        }
+        if [self.reward_min, self.reward_max]
+            .into_iter()
+            .flatten()
+            .any(|v| !v.is_finite())
+        {
+            return Err(Error::Invalid(
+                "reward bounds must be finite numbers".into(),
+            ));
+        }
+        if self.text.as_ref().is_some_and(|t| t.len() > MAX_TEXT) {
+            return Err(Error::Invalid(format!(
+                "the search text is longer than {MAX_TEXT} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn timestamp(micros: i64) -> Expr {
+    lit(ScalarValue::TimestampMicrosecond(
+        Some(micros),
+        Some("UTC".into()),
+    ))
+}
+
+fn date(micros: i64) -> Expr {
+    lit(ScalarValue::Date32(Some(date_of_micros(micros))))
+}
+
+fn tenant_in(tenants: &[String]) -> Expr {
+    col("tenant_id").in_list(tenants.iter().map(|t| lit(t.clone())).collect(), false)
+}
+
+/// The filters that prune partitions and files: tenant and time.
+fn scope(tenants: &[String], search: &Search, time: &str) -> Expr {
+    let mut parts = vec![tenant_in(tenants)];
+    if let Some(since) = search.since {
+        parts.push(col("date").gt_eq(date(since)));
+        parts.push(col(time).gt_eq(timestamp(since)));
+    }
+    if let Some(until) = search.until {
+        parts.push(col("date").lt_eq(date(until)));
+        parts.push(col(time).lt(timestamp(until)));
+    }
+    parts.into_iter().fold(lit(true), Expr::and)
+}
+
+fn steps_filter(tenants: &[String], search: &Search) -> Expr {
+    let mut parts = vec![scope(tenants, search, "started_at")];
+    if let Some(agent) = &search.agent {
+        parts.push(col("agent_id").eq(lit(agent.clone())));
+    }
+    if let Some(trajectory) = &search.trajectory {
+        parts.push(col("trajectory_id").eq(lit(trajectory.clone())));
+    }
+    if let Some(status) = &search.status {
+        parts.push(col("status").eq(lit(status.clone())));
+    }
+    if let Some(model) = &search.model {
+        parts.push(
+            col("model_requested")
+                .eq(lit(model.clone()))
+                .or(col("model_served").eq(lit(model.clone()))),
+        );
+    }
+    parts.into_iter().fold(lit(true), Expr::and)
+}
+
+fn contains(haystack: Expr, needle: &str) -> Expr {
+    strpos(lower(haystack), lit(needle.to_lowercase())).gt(lit(0i64))
+}
+
+/// Keeps the rows of `frame` whose `key` is among the `hit_id`s of `hits`.
+fn semi_join(frame: DataFrame, hits: DataFrame, key: &str) -> Result<DataFrame> {
+    frame
+        .join(hits, JoinType::LeftSemi, &[key], &["hit_id"], None)
+        .map_err(Error::query)
+}
+
+/// Step ids whose `column` (a list of structs) has an element whose `field` passes `test`.
+fn listed(
+    base: DataFrame,
+    column: &str,
+    field: &str,
+    test: impl Fn(Expr) -> Expr,
+) -> Result<DataFrame> {
+    base.select(vec![col("step_id").alias("hit_id"), col(column)])
+        .and_then(|f| f.unnest_columns(&[column]))
+        .and_then(|f| f.filter(test(get_field(col(column), field))))
+        .and_then(|f| f.select(vec![col("hit_id")]))
+        .map_err(Error::query)
+}
+
+/// Searches the steps of `tenants` (the tenants the caller may read).
+pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> Result<Page> {
+    search.validate()?;
+    let versions = catalog
+        .versions()
+        .iter()
+        .map(|(t, v)| (t.name().to_owned(), *v))
+        .collect();
+    if tenants.is_empty() {
+        return Ok(Page {
+            hits: Vec::new(),
+            more: false,
+            versions,
+        });
+    }
+    let steps = catalog
+        .frame(Table::Steps)
+        .await?
+        .filter(steps_filter(tenants, search))
+        .map_err(Error::query)?;
+    let mut matching = steps.clone();
+    if let Some(entity) = &search.entity {
+        let hits = listed(steps.clone(), "pii", "entity", |e| {
+            e.eq(lit(entity.clone()))
+        })?;
+        matching = semi_join(matching, hits.distinct().map_err(Error::query)?, "step_id")?;
+    }
+    if let Some(text) = search
+        .text
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let in_request = listed(steps.clone(), "request_messages", "content", |e| {
+            contains(e, text)
+        })?;
+        let in_reply = steps
+            .clone()
+            .filter(contains(
+                get_field(col("response_message"), "content"),
+                text,
+            ))
+            .and_then(|f| f.select(vec![col("step_id").alias("hit_id")]))
+            .map_err(Error::query)?;
+        let hits = in_request
+            .union(in_reply)
+            .and_then(DataFrame::distinct)
+            .map_err(Error::query)?;
+        matching = semi_join(matching, hits, "step_id")?;
+    }
+    if search.reward_min.is_some() || search.reward_max.is_some() {
+        let mut filter = scope(tenants, &Search::default(), "created_at");
+        if let Some(min) = search.reward_min {
+            filter = filter.and(col("value").gt_eq(lit(min)));
+        }
+        if let Some(max) = search.reward_max {
+            filter = filter.and(col("value").lt_eq(lit(max)));
+        }
+        let hits = catalog
+            .frame(Table::Rewards)
+            .await?
+            .filter(filter)
+            .and_then(|f| f.select(vec![col("trajectory_id").alias("hit_id")]))
+            .and_then(DataFrame::distinct)
+            .map_err(Error::query)?;
+        matching = semi_join(matching, hits, "trajectory_id")?;
+    }
+    // Pass one: the page's ids, newest first (ties broken by id, so pages do not overlap).
+    let ids = matching
+        .select(vec![col("step_id"), col("started_at")])
+        .and_then(|f| {
+            f.sort(vec![
+                col("started_at").sort(false, false),
+                col("step_id").sort(false, false),
+            ])
+        })
+        .and_then(|f| f.limit(search.offset, Some(search.limit + 1)))
+        .map_err(Error::query)?
+        .collect()
+        .await
+        .map_err(Error::query)?;
+    let mut order: Vec<String> = Vec::new();
+    for batch in &ids {
+        // Engines hand strings back as `Utf8View` or `Utf8`: bring them to one type.
+        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Utf8)
+            .map_err(Error::query)?;
+        let column = column
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .ok_or_else(|| Error::Query("step_id is not a string column".into()))?;
+        order.extend(column.iter().flatten().map(str::to_owned));
+    }
+    let more = order.len() > search.limit;
+    order.truncate(search.limit);
+    // Pass two: the rows of this page.
+    let rows = steps_by_id(catalog, tenants, &order).await?;
+    let hits = order
+        .iter()
+        .filter_map(|id| rows.iter().find(|s| &s.step_id == id))
+        .map(hit)
+        .collect();
+    Ok(Page {
+        hits,
+        more,
+        versions,
+    })
+}
+
+/// The steps with these ids, among those of `tenants`.
+pub async fn steps_by_id(
+    catalog: &Catalog,
+    tenants: &[String],
+    ids: &[String],
+) -> Result<Vec<Step>> {
+    if ids.is_empty() || tenants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let filter = tenant_in(tenants)
+        .and(col("step_id").in_list(ids.iter().map(|id| lit(id.clone())).collect(), false));
+    collect_steps(catalog.frame(Table::Steps).await?.filter(filter)).await
+}
+
+pub(crate) async fn collect_steps(
+    frame: deltalake::datafusion::error::Result<DataFrame>,
+) -> Result<Vec<Step>> {
+    let batches = frame
+        .map_err(Error::query)?
+        .collect()
+        .await
+        .map_err(Error::query)?;
+    let mut steps = Vec::new();
+    for batch in &batches {
+        steps.extend(steps_from_batch(batch)?);
+    }
+    Ok(steps)
+}
+
+const PREVIEW_CHARS: usize = 160;
+
+fn hit(step: &Step) -> Hit {
+    let reply = step.response_message.as_ref();
+    let mut preview: String = reply
+        .and_then(|m| m.content.as_deref())
+        .unwrap_or_default()
+        .chars()
+        .take(PREVIEW_CHARS)
+        .collect();
+    if preview.is_empty()
+        && let Some(message) = reply
+    {
+        let names: Vec<&str> = message.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        if !names.is_empty() {
+            preview = format!("calls {}", names.join(", "));
+        }
+    }
+    let mut entities: Vec<String> = step.pii.iter().map(|p| p.entity.clone()).collect();
+    entities.sort();
+    entities.dedup();
+    Hit {
+        step_id: step.step_id.clone(),
+        trajectory_id: step.trajectory_id.clone(),
+        tenant_id: step.tenant_id.clone(),
+        agent_id: step.agent_id.clone(),
+        started_at: step.started_at,
+        turn_index: step.turn_index,
+        model: step.model_requested.clone(),
+        status: step.status.clone(),
+        preview,
+        entities,
+    }
+}

@@ -1,0 +1,202 @@
+//! Reveal, then erase, then reveal fails; the masked trajectory stays readable; the vault's
+//! ciphertext is gone from storage.
+
+use atdp_audit::{Error, RevealRequest};
+
+use crate::common::*;
+
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if std::fs::read(&path)
+            .map(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+            .unwrap_or(false)
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reveal_then_erase_then_reveal_fails() {
+    let f = fixture().await;
+    let officer = f.auditor(DEMO_AUDITOR);
+    let analyst = f.auditor(DEMO_ANALYST);
+    let trail = f.trail("officer").await;
+    let email = f.token_of("EMAIL_ADDRESS", EMAIL).await;
+    let card = f.token_of("CREDIT_CARD", CARD).await;
+    let reveal = |token: String, reason: &'static str| {
+        let f = &f;
+        let officer = &officer;
+        let trail = &trail;
+        async move {
+            let catalog = f.catalog().await;
+            atdp_audit::reveal(
+                &catalog,
+                &f.policy.access,
+                &f.keys,
+                trail,
+                officer,
+                &RevealRequest {
+                    trajectory_id: &f.demo_trajectory,
+                    tenant: Some("demo"),
+                    token: &token,
+                    reason,
+                },
+            )
+            .await
+        }
+    };
+
+    let revealed = reveal(email.clone(), "Subject access request #4411")
+        .await
+        .unwrap();
+    assert_eq!(revealed.value, EMAIL);
+    assert_eq!(revealed.entity, "EMAIL_ADDRESS");
+    assert_eq!(
+        reveal(card.clone(), "chargeback").await.unwrap().value,
+        CARD
+    );
+    assert!(matches!(
+        reveal(email.clone(), " ").await,
+        Err(Error::Invalid(_))
+    ));
+    // A token that is not in this trajectory is not revealable through it.
+    let foreign = f.token_of("EMAIL_ADDRESS", "someone@else.example").await;
+    assert!(matches!(
+        reveal(foreign, "fishing").await,
+        Err(Error::NotFound(_))
+    ));
+
+    // The email's ciphertext, as stored, before erasure.
+    let catalog = f.catalog().await;
+    let rows = catalog
+        .sql(&format!(
+            "SELECT ciphertext FROM pii_vault WHERE token = '{email}'"
+        ))
+        .await
+        .unwrap();
+    let column =
+        arrow::compute::cast(rows[0].column(0), &arrow::datatypes::DataType::Binary).unwrap();
+    let ciphertext = column
+        .as_any()
+        .downcast_ref::<arrow::array::BinaryArray>()
+        .unwrap()
+        .value(0)
+        .to_vec();
+    let vault_dir = f.lake_root().join("atdp/v1/pii_vault");
+    assert!(!files_containing(&vault_dir, &ciphertext).is_empty());
+
+    // An analyst may not erase.
+    let denied = atdp_audit::erase(
+        &f.lake,
+        &f.policy,
+        &f.keys,
+        &trail,
+        &analyst,
+        "demo",
+        Some(EMAIL),
+        "tidy up",
+    )
+    .await;
+    assert!(matches!(denied, Err(Error::Denied(_))), "{denied:?}");
+
+    let report = atdp_audit::erase(
+        &f.lake,
+        &f.policy,
+        &f.keys,
+        &trail,
+        &officer,
+        "demo",
+        Some(EMAIL),
+        "Erasure request #4412 (GDPR art. 17)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.scope, "subject");
+    assert!(report.vault_files_removed >= 1, "{report:?}");
+    assert!(report.files_deleted >= 1, "{report:?}");
+    assert!(matches!(
+        reveal(email.clone(), "again").await,
+        Err(Error::NotFound(_))
+    ));
+    // Gone from storage, not only from the current table version.
+    assert_eq!(
+        files_containing(&vault_dir, &ciphertext),
+        Vec::<std::path::PathBuf>::new()
+    );
+    // Other values of the tenant are still revealable.
+    assert_eq!(
+        reveal(card.clone(), "chargeback").await.unwrap().value,
+        CARD
+    );
+
+    // Erasing the tenant shreds the rest.
+    let report = atdp_audit::erase(
+        &f.lake,
+        &f.policy,
+        &f.keys,
+        &trail,
+        &officer,
+        "demo",
+        None,
+        "Tenant offboarded",
+    )
+    .await
+    .unwrap();
+    assert!(report.keys_erased);
+    assert!(matches!(
+        reveal(card.clone(), "chargeback").await,
+        Err(Error::NotFound(_))
+    ));
+    // The other tenant's keys are untouched.
+    assert!(
+        policies::KeyRing::load(&f.keys)
+            .unwrap()
+            .has_tenant("other")
+    );
+
+    // The masked trajectory is still there for training and review.
+    let (steps, _) = atdp_audit::load(
+        &f.catalog().await,
+        &f.policy.access,
+        &officer,
+        &f.demo_trajectory,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(steps.len(), 2);
+    assert!(
+        steps[0..]
+            .iter()
+            .any(|s| s.pii.iter().any(|p| p.token == email))
+    );
+
+    trail.close().await.unwrap();
+    let events = f
+        .catalog()
+        .await
+        .sql("SELECT kind, decision, reason FROM audit WHERE kind IN ('reveal', 'erase') ORDER BY chain_seq")
+        .await
+        .unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&events)
+        .unwrap()
+        .to_string();
+    for expected in [
+        "Subject access request #4411",
+        "Erasure request #4412 (GDPR art. 17)",
+        "Tenant offboarded",
+        "tidy up",
+    ] {
+        assert!(text.contains(expected), "{expected} not in\n{text}");
+    }
+    assert!(!text.contains(EMAIL));
+    let report = atdp_audit::verify(&f.lake, None).await.unwrap();
+    assert!(report.ok(), "{:?}", report.first_problem());
+    assert_eq!(report.chains.len(), 2);
+}

@@ -1,0 +1,10 @@
+//! Integration tests of `atdp-audit`: a lake of masked trajectories written through the real
+//! writer and vault crypto, then searched, read, revealed, erased, exported and verified;
+//! the console over HTTP and in headless Chromium.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod access;
+mod common;
+mod erasure;
+mod verify;
