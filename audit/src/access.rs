@@ -61,6 +61,21 @@ impl Auditor {
         self.id.get(..12).unwrap_or(&self.id)
     }
 
+    /// Whether Cedar lets this auditor read trajectory `trajectory_id` of `tenant` (asked
+    /// for every search hit, so a policy that singles out trajectories is obeyed there too).
+    pub fn may_read(&self, policy: &AccessPolicy, trajectory_id: &str, tenant: &str) -> bool {
+        self.sees(tenant)
+            && decide(
+                policy,
+                self,
+                "read_trajectory",
+                trajectory_id,
+                tenant,
+                serde_json::json!({}),
+            )
+            .allowed
+    }
+
     /// Whether `tenant` is one this auditor may read.
     pub fn sees(&self, tenant: &str) -> bool {
         self.tenants.iter().any(|t| t == tenant)

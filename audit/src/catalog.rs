@@ -9,6 +9,7 @@ use arrow::array::RecordBatch;
 use atdp_schema::{Lake, Table, arrow_schema};
 use deltalake::DeltaTable;
 use deltalake::datafusion::datasource::MemTable;
+use deltalake::datafusion::execution::context::SQLOptions;
 use deltalake::datafusion::prelude::{DataFrame, SessionContext};
 
 use crate::error::{Error, Result};
@@ -83,9 +84,19 @@ impl Catalog {
         self.ctx.table(table.name()).await.map_err(Error::query)
     }
 
-    /// Runs SQL over the registered tables (for analysts: `atdp-audit sql`).
+    /// Runs a read-only SQL query over the registered tables (for analysts: `atdp-audit
+    /// sql`). DDL (`CREATE EXTERNAL TABLE`), DML (`INSERT`, `COPY … TO`) and statements
+    /// (`SET`) are refused: the lake is evidence, and this is not a way to change it.
     pub async fn sql(&self, sql: &str) -> Result<Vec<RecordBatch>> {
-        let frame = self.ctx.sql(sql).await.map_err(Error::query)?;
+        let options = SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false);
+        let frame = self
+            .ctx
+            .sql_with_options(sql, options)
+            .await
+            .map_err(Error::query)?;
         frame.collect().await.map_err(Error::query)
     }
 }

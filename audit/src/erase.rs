@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::access::{self, Auditor};
 use crate::error::{Error, Result};
-use crate::trail::{Trail, event};
+use crate::trail::{Trail, event, redact};
 
 /// What an erasure did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -70,7 +70,7 @@ pub async fn erase(
     }
     let verdict = decide(&policy.access, auditor, tenant);
     let mut record = event("erase", &auditor.actor(), tenant);
-    record.reason = Some(reason.to_owned());
+    record.reason = Some(redact(&policy.scanner, reason));
     record.policy_id = access::policy_ids(&verdict);
     record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
     record.subject = Some(format!("tenant:{tenant}"));
@@ -81,51 +81,56 @@ pub async fn erase(
         )));
     }
     let mut keys = KeyRing::load(keys_path)?;
+    let tokens = match subject {
+        Some(value) => entity_types(&policy.masking)
+            .iter()
+            .map(|entity| keys.token(tenant, entity, value))
+            .collect::<policies::Result<Vec<String>>>()?,
+        None => Vec::new(),
+    };
+    // Recorded (and committed) before anything is erased: an erasure that cannot be
+    // recorded is not done. The subject's tokens (never the value) say what is erased.
+    let scope = if subject.is_some() { "subject" } else { "tenant" };
+    record.detail_json = Some(serde_json::json!({ "scope": scope, "tokens": tokens }).to_string());
+    let recorded = trail.record_committed(record).await?;
     let mut report = EraseReport {
         tenant: tenant.to_owned(),
-        scope: if subject.is_some() {
-            "subject"
-        } else {
-            "tenant"
-        },
+        scope,
         vault_rows_deleted: Some(0),
         vault_files_removed: 0,
         files_deleted: 0,
         keys_erased: false,
-        event_id: String::new(),
+        event_id: recorded.event_id.clone(),
     };
-    match subject {
-        Some(value) => {
-            let tokens = entity_types(&policy.masking)
-                .iter()
-                .map(|entity| keys.token(tenant, entity, value))
-                .collect::<policies::Result<Vec<String>>>()?;
-            let deleted = delete_vault_rows(lake, tenant, &tokens).await?;
+    let done = match subject {
+        Some(_) => delete_vault_rows(lake, tenant, &tokens).await.map(|deleted| {
             report.vault_rows_deleted = deleted.rows;
             report.vault_files_removed = deleted.files_removed;
             report.files_deleted = deleted.files_deleted;
-            // The subject's tokens (not the value) say what was erased.
-            record.detail_json = Some(
-                serde_json::json!({
-                    "scope": "subject",
-                    "tokens": tokens.len(),
-                    "vault_rows_deleted": deleted.rows,
-                    "vault_files_removed": deleted.files_removed,
-                    "files_deleted": deleted.files_deleted,
-                })
-                .to_string(),
-            );
-        }
+        }),
         None => {
             report.keys_erased = keys.erase_tenant(tenant);
-            write_keys(keys_path, &keys)?;
-            record.detail_json = Some(
-                serde_json::json!({ "scope": "tenant", "keys_erased": report.keys_erased })
-                    .to_string(),
-            );
+            write_keys(keys_path, &keys)
         }
-    }
-    report.event_id = trail.record_committed(record).await?.event_id;
+    };
+    // The outcome follows as its own event, linked to the first by its subject.
+    let mut outcome = event("erase_completed", &auditor.actor(), tenant);
+    outcome.subject = Some(recorded.event_id);
+    outcome.decision = Some(if done.is_ok() { "allow" } else { "deny" }.to_owned());
+    outcome.detail_json = Some(
+        serde_json::json!({
+            "scope": scope,
+            "ok": done.is_ok(),
+            "vault_rows_deleted": report.vault_rows_deleted,
+            "vault_files_removed": report.vault_files_removed,
+            "files_deleted": report.files_deleted,
+            "keys_erased": report.keys_erased,
+        })
+        .to_string(),
+    );
+    let completed = trail.record_committed(outcome).await;
+    done?;
+    completed?;
     Ok(report)
 }
 
@@ -186,9 +191,14 @@ fn write_keys(path: &Path, keys: &KeyRing) -> Result<()> {
     };
     let text = keys.to_json()?;
     let tmp = path.with_extension("erasing");
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(io)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    // Keys are secrets: owner-only, as the proxy creates the file.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&tmp).map_err(io)?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    drop(file);
     std::fs::rename(&tmp, path).map_err(io)
 }

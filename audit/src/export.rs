@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::access::Auditor;
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
-use crate::trail::{Trail, event};
+use crate::trail::{Trail, event, record_refusal};
 use crate::trajectory;
 
 /// The bundle format's name.
@@ -137,11 +137,12 @@ async fn related(
 ) -> Result<Vec<AuditEvent>> {
     let mut subjects = vec![lit(trajectory_id.to_owned())];
     subjects.extend(tokens.iter().map(|t| lit(t.clone())));
-    let about = col("subject").in_list(subjects, false).or(strpos(
-        col("detail_json"),
-        lit(trajectory_id.to_owned()),
-    )
-    .gt(lit(0i64)));
+    // Details are compact JSON written by atdp: the quoted pair matches this id only.
+    let mention = serde_json::json!({ "trajectory_id": trajectory_id }).to_string();
+    let mention = mention.trim_start_matches('{').trim_end_matches('}').to_owned();
+    let about = col("subject")
+        .in_list(subjects, false)
+        .or(strpos(col("detail_json"), lit(mention)).gt(lit(0i64)));
     let batches = catalog
         .frame(Table::Audit)
         .await?
@@ -169,7 +170,13 @@ pub async fn trajectory_bundle(
     tenant: Option<&str>,
 ) -> Result<Bundle> {
     let (mut steps, rewards) =
-        trajectory::load(catalog, policy, auditor, trajectory_id, tenant).await?;
+        match trajectory::load(catalog, policy, auditor, trajectory_id, tenant).await {
+            Ok(found) => found,
+            Err(e) => {
+                record_refusal(trail, "export", &auditor.actor(), trajectory_id, &e).await;
+                return Err(e);
+            }
+        };
     steps.sort_by(|a, b| (a.started_at, &a.step_id).cmp(&(b.started_at, &b.step_id)));
     let owner = steps
         .first()

@@ -6,13 +6,13 @@ use std::path::Path;
 
 use atdp_schema::{Table, vault_from_batch};
 use deltalake::datafusion::prelude::{col, lit};
-use policies::{AccessPolicy, KeyRing, SealedValue};
+use policies::{KeyRing, Policy, SealedValue};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
-use crate::trail::{Trail, event};
+use crate::trail::{Trail, event, record_refusal, redact};
 use crate::trajectory;
 
 /// Longest reason accepted, in characters.
@@ -43,10 +43,12 @@ pub struct RevealRequest<'a> {
 }
 
 /// Reveals a value. The key file is read on every reveal, so an erasure done meanwhile
-/// (by `atdp-audit erase` in another process) takes effect at once.
+/// (by `atdp-audit erase` in another process) takes effect at once. Every attempt past the
+/// reason check is recorded: refused ones (not found, denied) and allowed ones, with the
+/// reason (personal data in it replaced by its entity type).
 pub async fn reveal(
     catalog: &Catalog,
-    policy: &AccessPolicy,
+    policy: &Policy,
     keys_path: &Path,
     trail: &Trail,
     auditor: &Auditor,
@@ -61,31 +63,38 @@ pub async fn reveal(
             "the reason is longer than {MAX_REASON} characters"
         )));
     }
-    let (steps, _) = trajectory::load(
+    let found = trajectory::load(
         catalog,
-        policy,
+        &policy.access,
         auditor,
         request.trajectory_id,
         request.tenant,
     )
-    .await?;
-    let tenant = steps
-        .first()
-        .map(|s| s.tenant_id.clone())
-        .ok_or_else(|| Error::NotFound(format!("trajectory {}", request.trajectory_id)))?;
-    let span = steps
-        .iter()
-        .flat_map(|s| &s.pii)
-        .find(|p| p.token == request.token && p.action == "tokenize")
-        .ok_or_else(|| {
-            Error::NotFound(format!(
+    .await
+    .and_then(|(steps, _)| {
+        let span = steps
+            .iter()
+            .flat_map(|s| &s.pii)
+            .find(|p| p.token == request.token && p.action == "tokenize")
+            .cloned();
+        match (steps.first(), span) {
+            (Some(step), Some(span)) => Ok((step.tenant_id.clone(), span)),
+            _ => Err(Error::NotFound(format!(
                 "a revealable value {} in trajectory {}",
                 request.token, request.trajectory_id
-            ))
-        })?;
+            ))),
+        }
+    });
+    let (tenant, span) = match found {
+        Ok(found) => found,
+        Err(e) => {
+            record_refusal(trail, "reveal", &auditor.actor(), request.token, &e).await;
+            return Err(e);
+        }
+    };
     let entity = span.entity.clone();
     let verdict = access::decide(
-        policy,
+        &policy.access,
         auditor,
         "reveal_pii",
         request.trajectory_id,
@@ -94,7 +103,7 @@ pub async fn reveal(
     );
     let mut record = event("reveal", &auditor.actor(), &tenant);
     record.subject = Some(request.token.to_owned());
-    record.reason = Some(reason.to_owned());
+    record.reason = Some(redact(&policy.scanner, reason));
     record.policy_id = access::policy_ids(&verdict);
     record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
     if !verdict.allowed {

@@ -263,14 +263,28 @@ pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> R
         if let Some(max) = search.reward_max {
             filter = filter.and(col("value").lt_eq(lit(max)));
         }
+        // Trajectory ids are unique per tenant (a client may name its own): match both.
         let hits = catalog
             .frame(Table::Rewards)
             .await?
             .filter(filter)
-            .and_then(|f| f.select(vec![col("trajectory_id").alias("hit_id")]))
+            .and_then(|f| {
+                f.select(vec![
+                    col("tenant_id").alias("hit_tenant"),
+                    col("trajectory_id").alias("hit_id"),
+                ])
+            })
             .and_then(DataFrame::distinct)
             .map_err(Error::query)?;
-        matching = semi_join(matching, hits, "trajectory_id")?;
+        matching = matching
+            .join(
+                hits,
+                JoinType::LeftSemi,
+                &["tenant_id", "trajectory_id"],
+                &["hit_tenant", "hit_id"],
+                None,
+            )
+            .map_err(Error::query)?;
     }
     // Pass one: the page's ids, newest first (ties broken by id, so pages do not overlap).
     let ids = matching

@@ -17,6 +17,40 @@ pub struct Trail {
     writer: LakeWriter,
 }
 
+/// `text` with every value the scanner finds replaced by `[ENTITY]`: what a person typed
+/// (a search, a reason) goes into the audit trail without the personal data it may hold.
+pub fn redact(scanner: &policies::Scanner, text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for span in scanner.scan(text) {
+        out.push_str(text.get(at..span.start).unwrap_or_default());
+        out.push('[');
+        out.push_str(span.entity);
+        out.push(']');
+        at = span.end;
+    }
+    out.push_str(text.get(at..).unwrap_or_default());
+    out
+}
+
+/// Records a refused attempt (`kind` by `actor` on `subject`), so that probing for data one
+/// may not see leaves a trace. The tenant is `_system`: the attempt named none it may see.
+pub async fn record_refusal(trail: &Trail, kind: &str, actor: &str, subject: &str, error: &Error) {
+    let outcome = match error {
+        Error::NotFound(_) => "not_found",
+        Error::Denied(_) => "denied",
+        Error::Invalid(_) => "invalid",
+        _ => return,
+    };
+    let mut record = event(kind, actor, SYSTEM_TENANT);
+    record.subject = Some(subject.to_owned());
+    record.decision = Some("deny".into());
+    record.detail_json = Some(serde_json::json!({ "outcome": outcome }).to_string());
+    if let Err(e) = trail.record(record).await {
+        tracing::error!(error = %e, "A refused attempt could not be recorded.");
+    }
+}
+
 /// A new event of `kind` by `actor` about `tenant`; the chain fields are set on recording.
 pub fn event(kind: &str, actor: &str, tenant: &str) -> AuditEvent {
     AuditEvent {
@@ -65,12 +99,21 @@ impl Trail {
         Ok(event)
     }
 
-    /// Commits what is recorded and stops the writer.
+    /// Commits what is recorded and stops the writer. Events that could not be committed
+    /// in time stay in the write-ahead log (on disk) and are committed on the next start;
+    /// that is reported as an error so that a command does not claim more than it did.
     pub async fn close(&self) -> Result<()> {
-        self.writer
+        let committed = self
+            .writer
             .shutdown(Duration::from_secs(30))
             .await
-            .map(|_| ())
-            .map_err(|e| Error::Trail(e.to_string()))
+            .map_err(|e| Error::Trail(e.to_string()))?;
+        if committed {
+            Ok(())
+        } else {
+            Err(Error::Trail(
+                "audit events are safe in the write-ahead log but not yet in the lake; they are committed when this tool next starts with the same --wal".into(),
+            ))
+        }
     }
 }

@@ -162,8 +162,8 @@ struct QueryArgs {
     offset: usize,
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
-    /// Restrict to what this auditor may read (Cedar); without it, every tenant (storage
-    /// credentials are then the boundary).
+    /// Restrict to what this auditor may read (Cedar); without it, every tenant of the
+    /// policy directory (storage credentials are then the boundary).
     #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
     auditor_key: Option<String>,
     /// Also write the matching steps as an evidence bundle to this file.
@@ -188,7 +188,8 @@ struct Env {
     options: std::collections::HashMap<String, String>,
     keys: PathBuf,
     wal: PathBuf,
-    policy: policies::Policy,
+    policy_dir: PathBuf,
+    policy: std::cell::OnceCell<policies::Policy>,
     pins: BTreeMap<Table, u64>,
 }
 
@@ -200,8 +201,6 @@ impl Env {
             .unwrap_or_else(|| common.data.join("lake").to_string_lossy().into_owned());
         let options = parse_storage_options(&common.lake_options)?;
         let lake = Lake::new(&lake_url, options.clone())?;
-        let policy = policies::Policy::load(&common.policy)
-            .with_context(|| format!("policy directory {}", common.policy.display()))?;
         let mut pins = BTreeMap::new();
         for pin in &common.at {
             let (name, version) = pin.split_once('=').context("--at takes TABLE=VERSION")?;
@@ -223,7 +222,8 @@ impl Env {
                 .wal
                 .clone()
                 .unwrap_or_else(|| common.data.join("wal-audit")),
-            policy,
+            policy_dir: common.policy.clone(),
+            policy: std::cell::OnceCell::new(),
             pins,
         })
     }
@@ -234,8 +234,18 @@ impl Env {
         Ok(Trail::open(config).await?)
     }
 
+    /// The policy directory, loaded on first use (`verify` and `sql` do not need it).
+    fn policy(&self) -> Result<&policies::Policy> {
+        if let Some(policy) = self.policy.get() {
+            return Ok(policy);
+        }
+        let policy = policies::Policy::load(&self.policy_dir)
+            .with_context(|| format!("policy directory {}", self.policy_dir.display()))?;
+        Ok(self.policy.get_or_init(|| policy))
+    }
+
     fn auditor(&self, key: &str) -> Result<Auditor> {
-        Auditor::from_key(&self.policy.access, key)
+        Auditor::from_key(&self.policy()?.access, key)
             .context("this key is not an auditor key of the policy directory")
     }
 }
@@ -335,19 +345,6 @@ fn print_hits(hits: &[Hit], format: Format) -> Result<()> {
     Ok(())
 }
 
-/// A SQL text for the audit trail, with personal data replaced by its entity type.
-fn redacted(policy: &policies::Policy, text: &str) -> String {
-    let mut out = String::new();
-    let mut at = 0;
-    for span in policy.scanner.scan(text) {
-        out.push_str(text.get(at..span.start).unwrap_or_default());
-        out.push_str(&format!("[{}]", span.entity));
-        at = span.end;
-    }
-    out.push_str(text.get(at..).unwrap_or_default());
-    out
-}
-
 async fn run(cli: Cli) -> Result<ExitCode> {
     let env = Env::new(&cli.common)?;
     match cli.command {
@@ -372,7 +369,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Some(key) => env.auditor(key)?.scope(args.tenant.as_deref())?,
                 None => match &args.tenant {
                     Some(t) => vec![t.clone()],
-                    None => env.policy.access.tenants(),
+                    None => env.policy()?.access.tenants(),
                 },
             };
             if args.limit == 0 || args.limit > MAX_PAGE {
@@ -393,14 +390,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 offset: args.offset,
                 limit: args.limit,
             };
-            let page = atdp_audit::search(&catalog, &tenants, &search).await?;
+            let mut page = atdp_audit::search(&catalog, &tenants, &search).await?;
+            if let Some(key) = &args.auditor_key {
+                let auditor = env.auditor(key)?;
+                let access = &env.policy()?.access;
+                page.hits
+                    .retain(|h| auditor.may_read(access, &h.trajectory_id, &h.tenant_id));
+            }
             let trail = env.trail().await?;
             let actor = match &args.auditor_key {
                 Some(key) => env.auditor(key)?.actor(),
                 None => cli_actor(None),
             };
             let mut audited = search.clone();
-            audited.text = audited.text.map(|t| redacted(&env.policy, &t));
+            let scanner = &env.policy()?.scanner;
+            audited.text = audited.text.map(|t| atdp_audit::redact(scanner, &t));
             let mut record = event("query", &actor, atdp_audit::SYSTEM_TENANT);
             record.decision = Some("allow".into());
             record.detail_json = Some(
@@ -437,10 +441,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sql { sql, format, actor } => {
             let catalog = Catalog::open(&env.lake, &env.pins).await?;
             let trail = env.trail().await?;
+            // Personal data typed into the SQL is redacted with the policy's detectors (or
+            // the built-in ones when there is no policy directory here).
+            let redacted = match env.policy() {
+                Ok(policy) => atdp_audit::redact(&policy.scanner, &sql),
+                Err(_) => atdp_audit::redact(&policies::Scanner::new(None)?, &sql),
+            };
             let mut record = event("query", &cli_actor(actor), atdp_audit::SYSTEM_TENANT);
             record.decision = Some("allow".into());
             record.detail_json = Some(
-                serde_json::json!({ "sql": redacted(&env.policy, &sql), "versions": catalog.versions().iter().map(|(t, v)| (t.name(), v)).collect::<BTreeMap<_, _>>() })
+                serde_json::json!({ "sql": redacted, "versions": catalog.versions().iter().map(|(t, v)| (t.name(), v)).collect::<BTreeMap<_, _>>() })
                     .to_string(),
             );
             trail.record(record).await?;
@@ -489,7 +499,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let trail = env.trail().await?;
             let report = atdp_audit::erase(
                 &env.lake,
-                &env.policy,
+                env.policy()?,
                 &env.keys,
                 &trail,
                 &auditor,
@@ -512,7 +522,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let trail = env.trail().await?;
             let bundle = atdp_audit::trajectory_bundle(
                 &catalog,
-                &env.policy.access,
+                &env.policy()?.access,
                 &trail,
                 &auditor,
                 &trajectory,

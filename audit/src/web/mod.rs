@@ -122,7 +122,8 @@ impl Console {
             .remove(session);
     }
 
-    /// The auditor of a session; re-decided from the current policy on every request.
+    /// The auditor of a session; its tenants are decided again by the console's policy on
+    /// every request (the policy is loaded at start: restart the console to change it).
     fn auditor(&self, session: &str) -> Option<Auditor> {
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let s = sessions

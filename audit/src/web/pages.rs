@@ -18,7 +18,7 @@ use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::reveal::RevealRequest;
 use crate::search::{Page, Search};
-use crate::trail::{SYSTEM_TENANT, event};
+use crate::trail::{SYSTEM_TENANT, event, record_refusal, redact};
 use crate::trajectory::TrajectoryView;
 use crate::verify::VerifyReport;
 
@@ -414,17 +414,10 @@ fn encode(value: &str) -> String {
 fn search_detail(console: &Console, search: &Search, results: usize) -> String {
     let mut filters = serde_json::to_value(search).unwrap_or_default();
     if let (Some(text), Some(object)) = (&search.text, filters.as_object_mut()) {
-        let mut redacted = String::new();
-        let mut at = 0;
-        for span in console.policy.scanner.scan(text) {
-            if let Some(before) = text.get(at..span.start) {
-                redacted.push_str(before);
-            }
-            redacted.push_str(&format!("[{}]", span.entity));
-            at = span.end;
-        }
-        redacted.push_str(text.get(at..).unwrap_or_default());
-        object.insert("text".into(), serde_json::Value::String(redacted));
+        object.insert(
+            "text".into(),
+            serde_json::Value::String(redact(&console.policy.scanner, text)),
+        );
     }
     serde_json::json!({ "filters": filters, "results": results }).to_string()
 }
@@ -447,7 +440,9 @@ pub(crate) async fn search(
     let searched = async {
         let search = form.to_search(page_size)?;
         let tenants = auditor.scope(search.tenant.as_deref())?;
-        let page = crate::search::search(&catalog, &tenants, &search).await?;
+        let mut page = crate::search::search(&catalog, &tenants, &search).await?;
+        page.hits
+            .retain(|h| auditor.may_read(&console.policy.access, &h.trajectory_id, &h.tenant_id));
         let tenant = match tenants.as_slice() {
             [one] => one.clone(),
             _ => SYSTEM_TENANT.to_owned(),
@@ -527,7 +522,10 @@ pub(crate) async fn trajectory(
     .await;
     let (steps, rewards) = match loaded {
         Ok(found) => found,
-        Err(e) => return failure(&e, &frame),
+        Err(e) => {
+            record_refusal(&console.trail, "read", &auditor.actor(), &id, &e).await;
+            return failure(&e, &frame);
+        }
     };
     let view = crate::trajectory::view(
         &id,
@@ -655,7 +653,7 @@ pub(crate) async fn reveal(
     let tenant = text(&form.tenant);
     let revealed = crate::reveal::reveal(
         &catalog,
-        &console.policy.access,
+        &console.policy,
         &console.config.keys,
         &console.trail,
         &auditor,
@@ -697,12 +695,19 @@ async fn audit_events(
     offset: usize,
     limit: usize,
 ) -> Result<(Vec<AuditEvent>, bool)> {
-    let mut tenants: Vec<_> = auditor.tenants.iter().map(|t| lit(t.clone())).collect();
-    tenants.push(lit(SYSTEM_TENANT));
+    // The auditor's tenants' events, its own, and system-wide policy changes; not other
+    // auditors' logins and cross-tenant searches.
+    let tenants: Vec<_> = auditor.tenants.iter().map(|t| lit(t.clone())).collect();
+    let visible = col("tenant_id")
+        .in_list(tenants, false)
+        .or(col("actor").eq(lit(auditor.actor())))
+        .or(col("tenant_id").eq(lit(SYSTEM_TENANT)).and(
+            col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false),
+        ));
     let batches = catalog
         .frame(Table::Audit)
         .await?
-        .filter(col("tenant_id").in_list(tenants, false))
+        .filter(visible)
         .and_then(|f| {
             f.sort(vec![
                 col("occurred_at").sort(false, false),

@@ -109,6 +109,17 @@ async fn tenants_are_isolated_and_search_input_is_inert() {
         auditor.scope(Some("other")),
         Err(Error::Denied(_))
     ));
+    // Analysts' SQL reads; it does not define, write or set anything.
+    for statement in [
+        "CREATE EXTERNAL TABLE x STORED AS PARQUET LOCATION '/tmp/x'",
+        "INSERT INTO steps SELECT * FROM steps",
+        "COPY (SELECT * FROM steps) TO '/tmp/atdp-copy-test.parquet'",
+        "SET datafusion.execution.batch_size = 1",
+        "DROP TABLE steps",
+    ] {
+        assert!(catalog.sql(statement).await.is_err(), "{statement}");
+    }
+    assert!(!std::path::Path::new("/tmp/atdp-copy-test.parquet").exists());
     // The tables are intact afterwards.
     let again = f.catalog().await;
     assert_eq!(
@@ -155,7 +166,7 @@ async fn an_analyst_reads_but_cedar_denies_the_reveal() {
     assert_eq!(rewards.len(), 2);
     let denied = atdp_audit::reveal(
         &catalog,
-        &f.policy.access,
+        &f.policy,
         &f.keys,
         &trail,
         &analyst,
@@ -383,6 +394,17 @@ async fn the_console_keeps_tenants_apart_over_http() {
     let (status, body) = c.get("/audit").await;
     assert_eq!(status, reqwest::StatusCode::OK);
     assert!(body.contains("intact"), "{body}");
+    // Probing for the other tenant's trajectory left a trace.
+    let refused = f
+        .catalog()
+        .await
+        .sql(&format!(
+            "SELECT count(*) AS n FROM audit WHERE kind = 'read' AND decision = 'deny' AND subject = '{other}'"
+        ))
+        .await
+        .unwrap();
+    let n = arrow::util::pretty::pretty_format_batches(&refused).unwrap().to_string();
+    assert!(n.contains("| 3 "), "{n}");
     assert!(body.contains("Subject access request #4411"));
     assert!(body.contains("curious"));
     server.stop().await.unwrap();

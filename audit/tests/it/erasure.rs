@@ -37,7 +37,7 @@ async fn reveal_then_erase_then_reveal_fails() {
             let catalog = f.catalog().await;
             atdp_audit::reveal(
                 &catalog,
-                &f.policy.access,
+                &f.policy,
                 &f.keys,
                 trail,
                 officer,
@@ -52,7 +52,7 @@ async fn reveal_then_erase_then_reveal_fails() {
         }
     };
 
-    let revealed = reveal(email.clone(), "Subject access request #4411")
+    let revealed = reveal(email.clone(), "Subject access request #4411 from jane.doe@example.com")
         .await
         .unwrap();
     assert_eq!(revealed.value, EMAIL);
@@ -149,6 +149,12 @@ async fn reveal_then_erase_then_reveal_fails() {
     .await
     .unwrap();
     assert!(report.keys_erased);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&f.keys).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the key file stays owner-only");
+    }
     assert!(matches!(
         reveal(card.clone(), "chargeback").await,
         Err(Error::NotFound(_))
@@ -181,14 +187,15 @@ async fn reveal_then_erase_then_reveal_fails() {
     let events = f
         .catalog()
         .await
-        .sql("SELECT kind, decision, reason FROM audit WHERE kind IN ('reveal', 'erase') ORDER BY chain_seq")
+        .sql("SELECT kind, decision, reason FROM audit WHERE kind IN ('reveal', 'erase', 'erase_completed') ORDER BY chain_seq")
         .await
         .unwrap();
     let text = arrow::util::pretty::pretty_format_batches(&events)
         .unwrap()
         .to_string();
     for expected in [
-        "Subject access request #4411",
+        "Subject access request #4411 from [EMAIL_ADDRESS]",
+        "erase_completed",
         "Erasure request #4412 (GDPR art. 17)",
         "Tenant offboarded",
         "tidy up",
