@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::access::{self, Auditor};
 use crate::error::{Error, Result};
+use crate::keys::write_keys;
 use crate::trail::{Trail, event, redact};
 
 /// What an erasure did.
@@ -90,7 +91,11 @@ pub async fn erase(
     };
     // Recorded (and committed) before anything is erased: an erasure that cannot be
     // recorded is not done. The subject's tokens (never the value) say what is erased.
-    let scope = if subject.is_some() { "subject" } else { "tenant" };
+    let scope = if subject.is_some() {
+        "subject"
+    } else {
+        "tenant"
+    };
     record.detail_json = Some(serde_json::json!({ "scope": scope, "tokens": tokens }).to_string());
     let recorded = trail.record_committed(record).await?;
     let mut report = EraseReport {
@@ -103,11 +108,13 @@ pub async fn erase(
         event_id: recorded.event_id.clone(),
     };
     let done = match subject {
-        Some(_) => delete_vault_rows(lake, tenant, &tokens).await.map(|deleted| {
-            report.vault_rows_deleted = deleted.rows;
-            report.vault_files_removed = deleted.files_removed;
-            report.files_deleted = deleted.files_deleted;
-        }),
+        Some(_) => delete_vault_rows(lake, tenant, &tokens)
+            .await
+            .map(|deleted| {
+                report.vault_rows_deleted = deleted.rows;
+                report.vault_files_removed = deleted.files_removed;
+                report.files_deleted = deleted.files_deleted;
+            }),
         None => {
             report.keys_erased = keys.erase_tenant(tenant);
             write_keys(keys_path, &keys)
@@ -180,25 +187,4 @@ async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Resu
         .map_err(Error::query)?;
     deleted.files_deleted = vacuum.files_deleted.len();
     Ok(deleted)
-}
-
-/// Writes the key file through a temporary file and a rename, so that a crash leaves the
-/// old file or the new one, never half of one.
-fn write_keys(path: &Path, keys: &KeyRing) -> Result<()> {
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let text = keys.to_json()?;
-    let tmp = path.with_extension("erasing");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    // Keys are secrets: owner-only, as the proxy creates the file.
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp).map_err(io)?;
-    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(io)
 }

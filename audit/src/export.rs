@@ -139,10 +139,14 @@ async fn related(
     subjects.extend(tokens.iter().map(|t| lit(t.clone())));
     // Details are compact JSON written by atdp: the quoted pair matches this id only.
     let mention = serde_json::json!({ "trajectory_id": trajectory_id }).to_string();
-    let mention = mention.trim_start_matches('{').trim_end_matches('}').to_owned();
-    let about = col("subject")
-        .in_list(subjects, false)
-        .or(strpos(col("detail_json"), lit(mention)).gt(lit(0i64)));
+    let mention = mention
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .to_owned();
+    let about =
+        col("subject")
+            .in_list(subjects, false)
+            .or(strpos(col("detail_json"), lit(mention)).gt(lit(0i64)));
     let batches = catalog
         .frame(Table::Audit)
         .await?

@@ -111,6 +111,18 @@ enum Command {
         #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
         auditor_key: String,
     },
+    /// Rotate a tenant's vault key (new values sealed under a new key id; old ones still open).
+    RotateKey {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Why (recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// The auditor key of who rotates (Cedar decides).
+        #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
+        auditor_key: String,
+    },
     /// Export a trajectory as a JSON evidence bundle.
     Export {
         /// The trajectory.
@@ -505,6 +517,25 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 &auditor,
                 &tenant,
                 subject.as_deref(),
+                &reason,
+            )
+            .await;
+            trail.close().await?;
+            println!("{}", serde_json::to_string_pretty(&report?)?);
+        }
+        Command::RotateKey {
+            tenant,
+            reason,
+            auditor_key,
+        } => {
+            let auditor = env.auditor(&auditor_key)?;
+            let trail = env.trail().await?;
+            let report = atdp_audit::rotate_key(
+                env.policy()?,
+                &env.keys,
+                &trail,
+                &auditor,
+                &tenant,
                 &reason,
             )
             .await;

@@ -701,9 +701,9 @@ async fn audit_events(
     let visible = col("tenant_id")
         .in_list(tenants, false)
         .or(col("actor").eq(lit(auditor.actor())))
-        .or(col("tenant_id").eq(lit(SYSTEM_TENANT)).and(
-            col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false),
-        ));
+        .or(col("tenant_id")
+            .eq(lit(SYSTEM_TENANT))
+            .and(col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false)));
     let batches = catalog
         .frame(Table::Audit)
         .await?

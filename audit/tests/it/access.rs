@@ -403,7 +403,9 @@ async fn the_console_keeps_tenants_apart_over_http() {
         ))
         .await
         .unwrap();
-    let n = arrow::util::pretty::pretty_format_batches(&refused).unwrap().to_string();
+    let n = arrow::util::pretty::pretty_format_batches(&refused)
+        .unwrap()
+        .to_string();
     assert!(n.contains("| 3 "), "{n}");
     assert!(body.contains("Subject access request #4411"));
     assert!(body.contains("curious"));

@@ -52,9 +52,12 @@ async fn reveal_then_erase_then_reveal_fails() {
         }
     };
 
-    let revealed = reveal(email.clone(), "Subject access request #4411 from jane.doe@example.com")
-        .await
-        .unwrap();
+    let revealed = reveal(
+        email.clone(),
+        "Subject access request #4411 from jane.doe@example.com",
+    )
+    .await
+    .unwrap();
     assert_eq!(revealed.value, EMAIL);
     assert_eq!(revealed.entity, "EMAIL_ADDRESS");
     assert_eq!(
@@ -206,4 +209,58 @@ async fn reveal_then_erase_then_reveal_fails() {
     let report = atdp_audit::verify(&f.lake, None).await.unwrap();
     assert!(report.ok(), "{:?}", report.first_problem());
     assert_eq!(report.chains.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_keeps_old_values_revealable_and_is_audited() {
+    let f = fixture().await;
+    let officer = f.auditor(DEMO_AUDITOR);
+    let analyst = f.auditor(DEMO_ANALYST);
+    let trail = f.trail("rotate").await;
+    let denied =
+        atdp_audit::rotate_key(&f.policy, &f.keys, &trail, &analyst, "demo", "routine").await;
+    assert!(matches!(denied, Err(Error::Denied(_))), "{denied:?}");
+    let report = atdp_audit::rotate_key(&f.policy, &f.keys, &trail, &officer, "demo", "routine")
+        .await
+        .unwrap();
+    assert_eq!(report.key_id, "k2");
+    // New values are sealed under k2; the old entry (k1) still opens.
+    let ring = policies::KeyRing::load(&f.keys).unwrap();
+    assert_eq!(
+        ring.seal("demo", "EMAIL_ADDRESS", "x@y.example")
+            .unwrap()
+            .key_id,
+        "k2"
+    );
+    let token = f.token_of("EMAIL_ADDRESS", EMAIL).await;
+    let revealed = atdp_audit::reveal(
+        &f.catalog().await,
+        &f.policy,
+        &f.keys,
+        &trail,
+        &officer,
+        &RevealRequest {
+            trajectory_id: &f.demo_trajectory,
+            tenant: None,
+            token: &token,
+            reason: "after rotation",
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(revealed.value, EMAIL);
+    trail.close().await.unwrap();
+    let events = f
+        .catalog()
+        .await
+        .sql("SELECT decision, detail_json FROM audit WHERE kind = 'key_rotation' ORDER BY chain_seq")
+        .await
+        .unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&events)
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("deny") && text.contains(r#"{"key_id":"k2"}"#),
+        "{text}"
+    );
 }

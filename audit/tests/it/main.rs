@@ -6,6 +6,7 @@
 
 mod access;
 mod browser;
+mod cli;
 mod common;
 mod erasure;
 mod verify;
