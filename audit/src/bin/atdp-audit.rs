@@ -71,7 +71,7 @@ enum Command {
     /// Check the audit hash chains and every file of the audit table; exit 1 on a problem.
     Verify,
     /// Search steps with filters (as the console does).
-    Query(QueryArgs),
+    Query(Box<QueryArgs>),
     /// Run SQL over the lake's tables (steps, rewards, audit, pii_vault).
     Sql {
         /// The query.

@@ -229,17 +229,19 @@ fn session_id(headers: &HeaderMap) -> Option<String> {
         .map(|(_, value)| value.to_owned())
 }
 
-/// The logged-in auditor, or a redirect to the login page.
-fn require(console: &Console, headers: &HeaderMap) -> std::result::Result<Auditor, Response> {
-    session_id(headers)
-        .and_then(|id| console.auditor(&id))
-        .ok_or_else(|| Redirect::to("/login").into_response())
+/// The logged-in auditor, if the request carries a live session.
+fn require(console: &Console, headers: &HeaderMap) -> Option<Auditor> {
+    session_id(headers).and_then(|id| console.auditor(&id))
+}
+
+fn to_login() -> Response {
+    Redirect::to("/login").into_response()
 }
 
 pub(crate) async fn home(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     match require(&console, &headers) {
-        Ok(_) => Redirect::to("/search").into_response(),
-        Err(redirect) => redirect,
+        Some(_) => Redirect::to("/search").into_response(),
+        None => to_login(),
     }
 }
 
@@ -427,9 +429,8 @@ pub(crate) async fn search(
     headers: HeaderMap,
     Query(form): Query<SearchForm>,
 ) -> Response {
-    let auditor = match require(&console, &headers) {
-        Ok(a) => a,
-        Err(redirect) => return redirect,
+    let Some(auditor) = require(&console, &headers) else {
+        return to_login();
     };
     let catalog = match console.catalog().await {
         Ok(c) => c,
@@ -502,9 +503,8 @@ pub(crate) async fn trajectory(
     Path(id): Path<String>,
     Query(hint): Query<TenantHint>,
 ) -> Response {
-    let auditor = match require(&console, &headers) {
-        Ok(a) => a,
-        Err(redirect) => return redirect,
+    let Some(auditor) = require(&console, &headers) else {
+        return to_login();
     };
     let catalog = match console.catalog().await {
         Ok(c) => c,
@@ -561,9 +561,8 @@ pub(crate) async fn export(
     Path(id): Path<String>,
     Query(hint): Query<TenantHint>,
 ) -> Response {
-    let auditor = match require(&console, &headers) {
-        Ok(a) => a,
-        Err(redirect) => return redirect,
+    let Some(auditor) = require(&console, &headers) else {
+        return to_login();
     };
     let frame = Frame::new(Some(&auditor), None);
     let exported = async {
@@ -628,9 +627,8 @@ pub(crate) async fn reveal_form(
     headers: HeaderMap,
     Query(form): Query<RevealForm>,
 ) -> Response {
-    let auditor = match require(&console, &headers) {
-        Ok(a) => a,
-        Err(redirect) => return redirect,
+    let Some(auditor) = require(&console, &headers) else {
+        return to_login();
     };
     let frame = Frame::new(Some(&auditor), None);
     html(StatusCode::OK, reveal_page(&frame, &form).render())
@@ -641,9 +639,8 @@ pub(crate) async fn reveal(
     headers: HeaderMap,
     Form(form): Form<RevealForm>,
 ) -> Response {
-    let auditor = match require(&console, &headers) {
-        Ok(a) => a,
-        Err(redirect) => return redirect,
+    let Some(auditor) = require(&console, &headers) else {
+        return to_login();
     };
     let catalog = match console.catalog().await {
         Ok(c) => c,
@@ -733,9 +730,8 @@ pub(crate) async fn audit(
     headers: HeaderMap,
     Query(form): Query<AuditForm>,
 ) -> Response {
-    let auditor = match require(&console, &headers) {
-        Ok(a) => a,
-        Err(redirect) => return redirect,
+    let Some(auditor) = require(&console, &headers) else {
+        return to_login();
     };
     let catalog = match console.catalog().await {
         Ok(c) => c,
