@@ -170,3 +170,63 @@ async fn query_sql_export_and_an_independently_checked_bundle() {
     assert_eq!(other.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&other.stdout).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_announces_its_address_and_commits_its_events_on_sigterm() {
+    use std::io::BufRead;
+
+    let f = fixture().await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_atdp-audit"))
+        .args(["--lake", &f.lake_url, "--policy"])
+        .arg(&f.policy_dir)
+        .arg("--keys")
+        .arg(&f.keys)
+        .arg("--wal")
+        .arg(f.dir.path().join("wal-serve"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let listen: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let base = format!("http://{}", listen["listen"].as_str().unwrap());
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), reqwest::StatusCode::OK);
+    let login = http
+        .post(format!("{base}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("key={DEMO_AUDITOR}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), reqwest::StatusCode::SEE_OTHER);
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    // The login event reached the lake before the process exited.
+    let logins = f
+        .catalog()
+        .await
+        .sql("SELECT count(*) AS n FROM audit WHERE kind = 'login' AND decision = 'allow'")
+        .await
+        .unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&logins)
+        .unwrap()
+        .to_string();
+    assert!(text.contains("| 1 "), "{text}");
+}
