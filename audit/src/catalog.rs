@@ -20,6 +20,9 @@ pub struct Catalog {
     lake: Lake,
     ctx: SessionContext,
     versions: BTreeMap<Table, Option<u64>>,
+    /// The loaded tables (absent: not created yet), kept for incremental refreshes.
+    tables: BTreeMap<Table, DeltaTable>,
+    pinned: bool,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -35,16 +38,52 @@ impl Catalog {
     /// The lake's tables at their latest versions, or at the versions in `pins` (by table).
     /// A table not created yet is registered empty, with its schema.
     pub async fn open(lake: &Lake, pins: &BTreeMap<Table, u64>) -> Result<Catalog> {
-        let ctx = SessionContext::new();
-        let mut versions = BTreeMap::new();
+        let mut tables = BTreeMap::new();
         for table in Table::ALL {
             let delta = match pins.get(&table) {
                 Some(version) => Some(lake.open_table_at(table, *version).await?),
                 None => lake.open_table(table).await?,
             };
-            let version = match delta {
+            if let Some(delta) = delta {
+                tables.insert(table, delta);
+            }
+        }
+        Catalog::build(lake, tables, !pins.is_empty()).await
+    }
+
+    /// The same lake at its latest versions, reading only the commits made since this
+    /// catalog was loaded (a catalog with pinned versions is returned as it is).
+    pub async fn refresh(&self) -> Result<Catalog> {
+        if self.pinned {
+            return Ok(self.clone());
+        }
+        let mut tables = BTreeMap::new();
+        for table in Table::ALL {
+            let delta = match self.tables.get(&table) {
                 Some(delta) => {
-                    register_delta(&ctx, table, &delta).await?;
+                    let mut delta = delta.clone();
+                    delta
+                        .update_incremental(None)
+                        .await
+                        .map_err(Error::query)?;
+                    Some(delta)
+                }
+                None => self.lake.open_table(table).await?,
+            };
+            if let Some(delta) = delta {
+                tables.insert(table, delta);
+            }
+        }
+        Catalog::build(&self.lake, tables, false).await
+    }
+
+    async fn build(lake: &Lake, tables: BTreeMap<Table, DeltaTable>, pinned: bool) -> Result<Catalog> {
+        let ctx = SessionContext::new();
+        let mut versions = BTreeMap::new();
+        for table in Table::ALL {
+            let version = match tables.get(&table) {
+                Some(delta) => {
+                    register_delta(&ctx, table, delta).await?;
                     delta.version()
                 }
                 None => {
@@ -61,6 +100,8 @@ impl Catalog {
             lake: lake.clone(),
             ctx,
             versions,
+            tables,
+            pinned,
         })
     }
 

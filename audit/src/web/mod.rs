@@ -30,8 +30,8 @@ use crate::verify::VerifyReport;
 
 /// How long a login lasts.
 const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
-/// How long a loaded catalog (table versions) is reused before the lake is read again.
-const CATALOG_TTL: Duration = Duration::from_secs(5);
+/// How long a loaded catalog (table versions) is reused before new commits are read.
+const CATALOG_TTL: Duration = Duration::from_secs(2);
 /// The session cookie's name.
 const COOKIE: &str = "atdp_session";
 
@@ -61,27 +61,32 @@ pub(crate) struct Console {
     config: ConsoleConfig,
     trail: Trail,
     sessions: Mutex<HashMap<String, Session>>,
-    catalog: tokio::sync::Mutex<Option<(Instant, Arc<Catalog>)>>,
+    /// The catalog and when it was loaded (`None`: to refresh before the next use).
+    catalog: tokio::sync::Mutex<Option<(Option<Instant>, Arc<Catalog>)>>,
     verified: tokio::sync::Mutex<Option<Arc<VerifyReport>>>,
 }
 
 impl Console {
-    /// The catalog, reloaded when older than [`CATALOG_TTL`].
+    /// The catalog, brought up to date (only the commits since the last load are read) when
+    /// older than [`CATALOG_TTL`].
     async fn catalog(&self) -> Result<Arc<Catalog>> {
         let mut cached = self.catalog.lock().await;
-        if let Some((at, catalog)) = cached.as_ref()
-            && at.elapsed() < CATALOG_TTL
-        {
-            return Ok(catalog.clone());
-        }
-        let catalog = Arc::new(Catalog::open(&self.lake, &BTreeMap::new()).await?);
-        *cached = Some((Instant::now(), catalog.clone()));
+        let catalog = match cached.as_ref() {
+            Some((Some(at), catalog)) if at.elapsed() < CATALOG_TTL => {
+                return Ok(catalog.clone());
+            }
+            Some((_, catalog)) => Arc::new(catalog.refresh().await?),
+            None => Arc::new(Catalog::open(&self.lake, &BTreeMap::new()).await?),
+        };
+        *cached = Some((Some(Instant::now()), catalog.clone()));
         Ok(catalog)
     }
 
-    /// Forgets the cached catalog (after this console wrote to the lake).
+    /// Makes the next request see the lake as it is now (after this console wrote to it).
     async fn refresh(&self) {
-        *self.catalog.lock().await = None;
+        if let Some((at, _)) = self.catalog.lock().await.as_mut() {
+            *at = None;
+        }
     }
 
     /// The verification of the audit table at `catalog`'s version, computed once per version.
@@ -188,6 +193,8 @@ pub async fn serve(lake: Lake, trail: Trail, config: ConsoleConfig) -> Result<Se
         catalog: tokio::sync::Mutex::new(None),
         verified: tokio::sync::Mutex::new(None),
     });
+    // Load the tables now, so that the first request does not pay for it.
+    console.catalog().await?;
     let app = Router::new()
         .route("/", get(pages::home))
         .route("/healthz", get(|| async { "ok" }))

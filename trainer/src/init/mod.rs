@@ -1,0 +1,226 @@
+//! Small random models in Hugging Face format (`atdp-train init-model`), for tests, demos and
+//! benchmarks where no model hub is reachable: `config.json`, `model.safetensors` (f32), a
+//! byte-level BPE `tokenizer.json`, `tokenizer_config.json` with a ChatML chat template, and
+//! `generation_config.json`. The same seed gives the same bytes. transformers, vLLM and
+//! mistral.rs load the result like any checkpoint.
+
+mod tokenizer;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use serde_json::{Value, json};
+
+use crate::config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling};
+use crate::model::weights::{self, TensorKind, WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
+use crate::rng::Rng;
+use crate::{Error, Result};
+pub use tokenizer::{
+    CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, VOCAB_SIZE as TOKENIZER_VOCAB_SIZE, added_token_id,
+};
+
+/// The tokenizer file.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// The tokenizer settings and chat template.
+pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+/// Default generation settings (stop tokens).
+pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+
+/// Spread of the random norm scales around 1, so that tests see them.
+const NORM_NOISE: f64 = 0.1;
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitSpec {
+    /// The architecture and sizes; `vocab_size` must cover the tokenizer's 300 tokens.
+    pub config: ModelConfig,
+    /// Seeds every weight (each tensor has its own stream, named by the tensor).
+    pub seed: u64,
+    /// Standard deviation of embeddings, projections and biases (transformers'
+    /// `initializer_range`, 0.02 by default). Norm scales are `1 + N(0, 0.1²)`.
+    pub init_std: f64,
+}
+
+impl InitSpec {
+    /// The tiny preset: vocabulary 300, hidden 64, 2 layers, 4 heads, 2 key/value heads,
+    /// MLP 128. Qwen2 has q/k/v biases and a tied head; Llama an untied head and Llama 3.1
+    /// RoPE scaling (`rope_theta` 500000, factor 8, original context 64, so that all three
+    /// frequency bands occur); Qwen3 q/k norms, a tied head and `head_dim` 32 (not 64 / 4).
+    pub fn tiny(arch: Arch) -> Self {
+        let config = ModelConfig {
+            arch,
+            vocab_size: TOKENIZER_VOCAB_SIZE,
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            head_dim: if arch == Arch::Qwen3 { 32 } else { 16 },
+            rms_norm_eps: 1e-6,
+            rope_theta: if arch == Arch::Llama {
+                500_000.0
+            } else {
+                10_000.0
+            },
+            rope_scaling: (arch == Arch::Llama).then_some(RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 64,
+            }),
+            max_position_embeddings: 2048,
+            tie_word_embeddings: arch != Arch::Llama,
+            qkv_bias: arch == Arch::Qwen2,
+            o_proj_bias: false,
+            mlp_bias: false,
+            qk_norm: arch == Arch::Qwen3,
+            torch_dtype: Some(candle_core::DType::F32),
+        };
+        InitSpec {
+            config,
+            seed: 0,
+            init_std: 0.02,
+        }
+    }
+}
+
+/// What [`init_model`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitReport {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// Every file written.
+    pub files: Vec<PathBuf>,
+    /// Number of weights.
+    pub num_parameters: usize,
+}
+
+/// Writes a random model to `dir` (created if needed). Refuses a directory that already
+/// holds a model.
+pub fn init_model(dir: impl AsRef<Path>, spec: &InitSpec) -> Result<InitReport> {
+    let dir = dir.as_ref();
+    let config = &spec.config;
+    config.validate()?;
+    if config.vocab_size < TOKENIZER_VOCAB_SIZE {
+        return Err(Error::invalid(
+            "vocab_size",
+            format!(
+                "{} is below the tokenizer's {TOKENIZER_VOCAB_SIZE} tokens",
+                config.vocab_size
+            ),
+        ));
+    }
+    if !(spec.init_std.is_finite() && spec.init_std > 0.0) {
+        return Err(Error::invalid(
+            "init_std",
+            format!("{} must be a positive number", spec.init_std),
+        ));
+    }
+    for existing in [CONFIG_FILE, WEIGHTS_FILE, WEIGHTS_INDEX_FILE] {
+        if dir.join(existing).exists() {
+            return Err(Error::invalid(
+                "output directory",
+                format!(
+                    "{} already holds a model ({existing}); choose a new or empty directory",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+
+    let tensors = random_weights(spec)?;
+    let num_parameters = tensors.iter().map(|(_, t)| t.elem_count()).sum();
+    let weights_path = dir.join(WEIGHTS_FILE);
+    let tmp = dir.join(format!("{WEIGHTS_FILE}.tmp"));
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize_to_file(tensors, Some(metadata), &tmp).map_err(|e| {
+        Error::Safetensors {
+            path: tmp.clone(),
+            message: e.to_string(),
+        }
+    })?;
+    std::fs::rename(&tmp, &weights_path).map_err(|e| Error::io(&weights_path, e))?;
+
+    let ids = |token| added_token_id(token).map_or(Value::Null, |id| json!(id));
+    let mut config_json = config.to_hf_json();
+    if let Some(map) = config_json.as_object_mut() {
+        map.insert("bos_token_id".into(), ids(ENDOFTEXT));
+        map.insert("eos_token_id".into(), ids(IM_END));
+        map.insert("initializer_range".into(), json!(spec.init_std));
+    }
+    let mut files = vec![weights_path];
+    for (name, value) in [
+        (TOKENIZER_FILE, tokenizer::tokenizer_json()),
+        (TOKENIZER_CONFIG_FILE, tokenizer::tokenizer_config_json()),
+        (GENERATION_CONFIG_FILE, tokenizer::generation_config_json()),
+        // Last: a directory with a config.json is a whole model.
+        (CONFIG_FILE, config_json),
+    ] {
+        let path = dir.join(name);
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Error::json(&path, e))?;
+        std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))?;
+        files.push(path);
+    }
+    Ok(InitReport {
+        dir: dir.to_path_buf(),
+        files,
+        num_parameters,
+    })
+}
+
+/// Every tensor of the model, named as in a Hugging Face checkpoint, f32 on the CPU.
+pub(crate) fn random_weights(spec: &InitSpec) -> Result<Vec<(String, Tensor)>> {
+    weights::expected_tensors(&spec.config)
+        .into_iter()
+        .map(|t| {
+            let mut rng = Rng::stream(spec.seed, &t.name);
+            let n: usize = t.shape.iter().product();
+            let values: Vec<f32> = (0..n)
+                .map(|_| match t.kind {
+                    TensorKind::Norm => (1.0 + NORM_NOISE * rng.normal()) as f32,
+                    TensorKind::Embedding | TensorKind::Linear | TensorKind::Bias => {
+                        (spec.init_std * rng.normal()) as f32
+                    }
+                })
+                .collect();
+            let tensor = Tensor::from_vec(values, t.shape.as_slice(), &Device::Cpu)?;
+            Ok((t.name, tensor))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn tiny_presets_are_valid_and_differ_as_documented() {
+        for arch in Arch::ALL {
+            let spec = InitSpec::tiny(arch);
+            spec.config.validate().unwrap();
+            assert_eq!(spec.config.vocab_size, 300);
+        }
+        assert_eq!(InitSpec::tiny(Arch::Qwen3).config.q_dim(), 128);
+        assert!(!InitSpec::tiny(Arch::Llama).config.tie_word_embeddings);
+    }
+
+    #[test]
+    fn weights_are_seeded_per_tensor() {
+        let spec = InitSpec::tiny(Arch::Qwen2);
+        let a = random_weights(&spec).unwrap();
+        let b = random_weights(&spec).unwrap();
+        let c = random_weights(&InitSpec { seed: 1, ..spec }).unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for ((na, ta), (_, tb)) in a.iter().zip(&b) {
+            assert_eq!(flat(ta), flat(tb), "{na}");
+        }
+        assert_ne!(flat(&a[0].1), flat(&c[0].1));
+        let norm = a.iter().find(|(n, _)| n == "model.norm.weight").unwrap();
+        let values = flat(&norm.1);
+        assert!(values.iter().all(|v| (v - 1.0).abs() < 0.6) && values.iter().any(|v| *v != 1.0));
+    }
+}

@@ -1,0 +1,260 @@
+//! The decoder block: RMSNorm, attention with grouped-query heads and RoPE, the SwiGLU MLP,
+//! and the projections LoRA attaches to. Everything is composed from tensor ops that have a
+//! backward pass; hidden states travel as `[batch * seq, hidden]`.
+
+use candle_core::{D, DType, Tensor};
+
+use super::rope;
+use crate::Result;
+use crate::lora::{Lora, TargetModule};
+
+/// The dtype reductions run in: f32 for half-precision weights (as transformers does for
+/// RMSNorm and softmax), the weights' own dtype otherwise.
+pub(crate) fn upcast(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    }
+}
+
+/// Softmax over the last dimension: `exp(x - max) / sum(exp(x - max))`. The max is a
+/// constant for the gradient (the result does not depend on it).
+pub(crate) fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let exp = x.broadcast_sub(&max)?.exp()?;
+    let sum = exp.sum_keepdim(D::Minus1)?;
+    Ok(exp.broadcast_div(&sum)?)
+}
+
+/// The adapter in effect for one forward pass.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Active<'a> {
+    pub(crate) lora: Option<&'a Lora>,
+    /// `Some(step)` in training: dropout on, masks seeded by the step.
+    pub(crate) dropout_step: Option<u64>,
+}
+
+/// `y = x Wᵀ + b`, plus the LoRA update of this module when an adapter is active.
+#[derive(Debug)]
+pub(crate) struct Linear {
+    pub(crate) weight: Tensor,
+    pub(crate) bias: Option<Tensor>,
+    pub(crate) module: TargetModule,
+}
+
+impl Linear {
+    pub(crate) fn forward(&self, x: &Tensor, layer: usize, adapter: Active<'_>) -> Result<Tensor> {
+        let mut y = x.matmul(&self.weight.t()?)?;
+        if let Some(bias) = &self.bias {
+            y = y.broadcast_add(bias)?;
+        }
+        if let Some(lora) = adapter.lora
+            && let Some(delta) = lora.delta(layer, self.module, x, adapter.dropout_step)?
+        {
+            y = y.add(&delta)?;
+        }
+        Ok(y)
+    }
+}
+
+/// `x / sqrt(mean(x²) + eps) * weight` over the last dimension, computed in f32 for
+/// half-precision inputs.
+#[derive(Debug)]
+pub(crate) struct RmsNorm {
+    pub(crate) weight: Tensor,
+    pub(crate) eps: f64,
+}
+
+impl RmsNorm {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        let wide = x.to_dtype(upcast(dtype))?;
+        let inv_rms = wide
+            .sqr()?
+            .mean_keepdim(D::Minus1)?
+            .affine(1.0, self.eps)?
+            .sqrt()?
+            .recip()?;
+        Ok(wide
+            .broadcast_mul(&inv_rms)?
+            .to_dtype(dtype)?
+            .broadcast_mul(&self.weight)?)
+    }
+}
+
+/// What every layer of one forward pass shares: the batch shape, RoPE tables and the mask.
+#[derive(Debug)]
+pub(crate) struct PassContext<'a> {
+    pub(crate) batch: usize,
+    pub(crate) seq: usize,
+    pub(crate) cos: Tensor,
+    pub(crate) sin: Tensor,
+    /// `[seq, seq]`, 0 on and below the diagonal, -inf above, in the upcast dtype.
+    pub(crate) causal_mask: Tensor,
+    pub(crate) adapter: Active<'a>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Attention {
+    pub(crate) q_proj: Linear,
+    pub(crate) k_proj: Linear,
+    pub(crate) v_proj: Linear,
+    pub(crate) o_proj: Linear,
+    pub(crate) q_norm: Option<RmsNorm>,
+    pub(crate) k_norm: Option<RmsNorm>,
+    pub(crate) num_heads: usize,
+    pub(crate) num_kv_heads: usize,
+    pub(crate) head_dim: usize,
+}
+
+impl Attention {
+    /// `[batch, heads, seq, head_dim]` from a projection's `[batch * seq, heads * head_dim]`,
+    /// with the per-head norm (Qwen3) applied first.
+    fn heads(
+        &self,
+        x: &Tensor,
+        heads: usize,
+        norm: Option<&RmsNorm>,
+        ctx: &PassContext<'_>,
+    ) -> Result<Tensor> {
+        let mut x = x.reshape((ctx.batch, ctx.seq, heads, self.head_dim))?;
+        if let Some(norm) = norm {
+            x = norm.forward(&x)?;
+        }
+        Ok(x.transpose(1, 2)?)
+    }
+
+    fn forward(&self, x: &Tensor, layer: usize, ctx: &PassContext<'_>) -> Result<Tensor> {
+        let adapter = ctx.adapter;
+        let q = self.q_proj.forward(x, layer, adapter)?;
+        let k = self.k_proj.forward(x, layer, adapter)?;
+        let v = self.v_proj.forward(x, layer, adapter)?;
+        let q = self.heads(&q, self.num_heads, self.q_norm.as_ref(), ctx)?;
+        let k = self.heads(&k, self.num_kv_heads, self.k_norm.as_ref(), ctx)?;
+        let v = self.heads(&v, self.num_kv_heads, None, ctx)?;
+        let q = rope::apply(&q, &ctx.cos, &ctx.sin)?.contiguous()?;
+        let k = rope::apply(&k, &ctx.cos, &ctx.sin)?;
+        let n_rep = self.num_heads / self.num_kv_heads;
+        let k = repeat_kv(&k, n_rep)?.contiguous()?;
+        let v = repeat_kv(&v, n_rep)?.contiguous()?;
+
+        let dtype = q.dtype();
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let scores = q
+            .matmul(&k.t()?)?
+            .to_dtype(upcast(dtype))?
+            .affine(scale, 0.0)?
+            .broadcast_add(&ctx.causal_mask)?;
+        let probs = softmax_last_dim(&scores)?.to_dtype(dtype)?;
+        let out = probs
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .reshape((ctx.batch * ctx.seq, self.num_heads * self.head_dim))?;
+        self.o_proj.forward(&out, layer, adapter)
+    }
+}
+
+/// Repeats each key/value head `n_rep` times, head `h` of the result being kv head
+/// `h / n_rep` (transformers' `repeat_kv`).
+fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
+    if n_rep == 1 {
+        return Ok(x.clone());
+    }
+    let (b, kv, s, d) = x.dims4()?;
+    Ok(x.unsqueeze(2)?
+        .broadcast_as((b, kv, n_rep, s, d))?
+        .reshape((b, kv * n_rep, s, d))?)
+}
+
+/// `down(silu(gate(x)) * up(x))`.
+#[derive(Debug)]
+pub(crate) struct Mlp {
+    pub(crate) gate_proj: Linear,
+    pub(crate) up_proj: Linear,
+    pub(crate) down_proj: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor, layer: usize, adapter: Active<'_>) -> Result<Tensor> {
+        let gate = self.gate_proj.forward(x, layer, adapter)?.silu()?;
+        let up = self.up_proj.forward(x, layer, adapter)?;
+        self.down_proj.forward(&gate.mul(&up)?, layer, adapter)
+    }
+}
+
+/// One pre-norm decoder layer.
+#[derive(Debug)]
+pub(crate) struct Block {
+    pub(crate) input_layernorm: RmsNorm,
+    pub(crate) attention: Attention,
+    pub(crate) post_attention_layernorm: RmsNorm,
+    pub(crate) mlp: Mlp,
+}
+
+impl Block {
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        layer: usize,
+        ctx: &PassContext<'_>,
+    ) -> Result<Tensor> {
+        let attn = self
+            .attention
+            .forward(&self.input_layernorm.forward(x)?, layer, ctx)?;
+        let x = x.add(&attn)?;
+        let mlp = self.mlp.forward(
+            &self.post_attention_layernorm.forward(&x)?,
+            layer,
+            ctx.adapter,
+        )?;
+        Ok(x.add(&mlp)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use candle_core::Device;
+
+    use super::*;
+
+    #[test]
+    fn softmax_matches_definition_and_ignores_minus_infinity() {
+        let x = Tensor::new(
+            &[[1.0f64, 2.0, f64::NEG_INFINITY], [1000.0, 1000.0, 1000.0]],
+            &Device::Cpu,
+        )
+        .unwrap();
+        let p = softmax_last_dim(&x).unwrap().to_vec2::<f64>().unwrap();
+        let e = 1f64.exp() + 2f64.exp();
+        assert!((p[0][0] - 1f64.exp() / e).abs() < 1e-15);
+        assert_eq!(p[0][2], 0.0);
+        assert!(p[1].iter().all(|v| (v - 1.0 / 3.0).abs() < 1e-15));
+    }
+
+    #[test]
+    fn rms_norm_matches_definition() {
+        let x = Tensor::new(&[[3.0f64, 4.0]], &Device::Cpu).unwrap();
+        let norm = RmsNorm {
+            weight: Tensor::new(&[1.0f64, 2.0], &Device::Cpu).unwrap(),
+            eps: 0.5,
+        };
+        let y = norm.forward(&x).unwrap().to_vec2::<f64>().unwrap();
+        let rms = (12.5f64 + 0.5).sqrt();
+        assert!((y[0][0] - 3.0 / rms).abs() < 1e-15 && (y[0][1] - 8.0 / rms).abs() < 1e-15);
+    }
+
+    #[test]
+    fn repeat_kv_orders_heads_like_transformers() {
+        // 2 kv heads [0.., 1..] repeated twice → heads 0, 0, 1, 1.
+        let x = Tensor::from_vec(vec![0.0f32, 1.0], (1, 2, 1, 1), &Device::Cpu).unwrap();
+        let y = repeat_kv(&x, 2)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(y, vec![0.0, 0.0, 1.0, 1.0]);
+    }
+}

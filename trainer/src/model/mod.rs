@@ -1,0 +1,418 @@
+//! The differentiable Llama/Qwen2/Qwen3 forward pass: logits for every position, so that a
+//! policy-gradient loss can be taken over whole completions, with gradients reaching the
+//! LoRA weights through every op. The base weights are plain tensors (frozen).
+
+mod layers;
+pub(crate) mod rope;
+pub(crate) mod weights;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{D, DType, Device, Tensor};
+
+use crate::config::ModelConfig;
+use crate::lora::{Lora, TargetModule};
+use crate::{Error, Result};
+use layers::{Active, Attention, Block, Linear, Mlp, PassContext, RmsNorm, upcast};
+pub use weights::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
+
+/// Where and in which dtype a model is loaded.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The dtype weights are converted to and the forward pass computes in: `F32` (the
+    /// default), `BF16` or `F16` (reductions and softmax still run in f32), or `F64` (for
+    /// numerical checks).
+    pub dtype: DType,
+    /// The device the weights live on.
+    pub device: Device,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            dtype: DType::F32,
+            device: Device::Cpu,
+        }
+    }
+}
+
+/// Which weights a forward pass runs with. The base weights are shared, so the reference
+/// policy of a KL penalty is the same model with the adapter switched off: no second copy.
+#[derive(Debug, Clone, Copy)]
+pub enum Adapter<'a> {
+    /// The frozen base model alone (the reference policy).
+    Off,
+    /// Base plus the adapter, without dropout (evaluation, log-probs for sampling).
+    On(&'a Lora),
+    /// Base plus the adapter with its dropout; `step` seeds the dropout masks, so a run
+    /// resumed at a step draws the same masks as one that never stopped.
+    Train {
+        /// The adapter being trained.
+        lora: &'a Lora,
+        /// The optimizer step (or micro-batch counter) the masks are drawn for.
+        step: u64,
+    },
+}
+
+/// A causal language model of the Llama family, ready for forward passes.
+#[derive(Debug)]
+pub struct Model {
+    config: ModelConfig,
+    embed_tokens: Tensor,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    /// `None` when tied to the embedding.
+    lm_head: Option<Tensor>,
+    inv_freq: Vec<f64>,
+    dtype: DType,
+    device: Device,
+    weight_files: Vec<PathBuf>,
+}
+
+impl Model {
+    /// Loads a local Hugging Face model directory: `config.json` and `model.safetensors` (or
+    /// shards listed in `model.safetensors.index.json`), converting the weights to
+    /// `options.dtype` on `options.device`. A missing or misshapen tensor is an error that
+    /// names it.
+    pub fn load(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Self> {
+        let dir = dir.as_ref();
+        let config = ModelConfig::from_file(dir.join(crate::config::CONFIG_FILE))?;
+        check_dtype(options.dtype)?;
+        let specs = weights::expected_tensors(&config);
+        let (tensors, files) = weights::load(dir, &specs, options.dtype, &options.device)?;
+        let mut model = Self::assemble(config, tensors, options)?;
+        model.weight_files = files;
+        Ok(model)
+    }
+
+    /// Builds a model from tensors already in memory, named as in a Hugging Face checkpoint;
+    /// each is checked for presence and shape and converted as `options` says.
+    pub fn from_tensors(
+        config: ModelConfig,
+        tensors: HashMap<String, Tensor>,
+        options: &LoadOptions,
+    ) -> Result<Self> {
+        config.validate()?;
+        check_dtype(options.dtype)?;
+        let mut converted = HashMap::with_capacity(tensors.len());
+        for spec in weights::expected_tensors(&config) {
+            let Some(t) = tensors.get(&spec.name) else {
+                return Err(Error::MissingTensor {
+                    name: spec.name,
+                    location: "the tensors given".into(),
+                });
+            };
+            if t.dims() != spec.shape.as_slice() {
+                return Err(Error::Shape {
+                    name: spec.name,
+                    location: "the tensors given".into(),
+                    expected: spec.shape,
+                    found: t.dims().to_vec(),
+                });
+            }
+            let t = t
+                .to_device(&options.device)?
+                .to_dtype(options.dtype)?
+                .detach();
+            converted.insert(spec.name, t);
+        }
+        Self::assemble(config, converted, options)
+    }
+
+    /// Wires checked tensors into layers (every name of `expected_tensors` is present).
+    fn assemble(
+        config: ModelConfig,
+        mut t: HashMap<String, Tensor>,
+        options: &LoadOptions,
+    ) -> Result<Self> {
+        let mut take = |name: String| -> Result<Tensor> {
+            t.remove(&name).ok_or(Error::MissingTensor {
+                name,
+                location: "the loaded weights".into(),
+            })
+        };
+        let eps = config.rms_norm_eps;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for layer in 0..config.num_hidden_layers {
+            let p = weights::layer_prefix(layer);
+            let mut linear = |module: TargetModule, bias: bool| -> Result<Linear> {
+                let path = module.module_path(layer);
+                Ok(Linear {
+                    weight: take(format!("{path}.weight"))?,
+                    bias: if bias {
+                        Some(take(format!("{path}.bias"))?)
+                    } else {
+                        None
+                    },
+                    module,
+                })
+            };
+            let attention = Attention {
+                q_proj: linear(TargetModule::QProj, config.qkv_bias)?,
+                k_proj: linear(TargetModule::KProj, config.qkv_bias)?,
+                v_proj: linear(TargetModule::VProj, config.qkv_bias)?,
+                o_proj: linear(TargetModule::OProj, config.o_proj_bias)?,
+                q_norm: None,
+                k_norm: None,
+                num_heads: config.num_attention_heads,
+                num_kv_heads: config.num_key_value_heads,
+                head_dim: config.head_dim,
+            };
+            let mlp = Mlp {
+                gate_proj: linear(TargetModule::GateProj, config.mlp_bias)?,
+                up_proj: linear(TargetModule::UpProj, config.mlp_bias)?,
+                down_proj: linear(TargetModule::DownProj, config.mlp_bias)?,
+            };
+            let (q_norm, k_norm) = if config.qk_norm {
+                (
+                    Some(RmsNorm {
+                        weight: take(format!("{p}.self_attn.q_norm.weight"))?,
+                        eps,
+                    }),
+                    Some(RmsNorm {
+                        weight: take(format!("{p}.self_attn.k_norm.weight"))?,
+                        eps,
+                    }),
+                )
+            } else {
+                (None, None)
+            };
+            layers.push(Block {
+                input_layernorm: RmsNorm {
+                    weight: take(format!("{p}.input_layernorm.weight"))?,
+                    eps,
+                },
+                attention: Attention {
+                    q_norm,
+                    k_norm,
+                    ..attention
+                },
+                post_attention_layernorm: RmsNorm {
+                    weight: take(format!("{p}.post_attention_layernorm.weight"))?,
+                    eps,
+                },
+                mlp,
+            });
+        }
+        let embed_tokens = take("model.embed_tokens.weight".into())?;
+        let norm = RmsNorm {
+            weight: take("model.norm.weight".into())?,
+            eps,
+        };
+        let lm_head = if config.tie_word_embeddings {
+            None
+        } else {
+            Some(take("lm_head.weight".into())?)
+        };
+        let inv_freq = rope::inv_freq(config.head_dim, config.rope_theta, config.rope_scaling);
+        Ok(Model {
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            inv_freq,
+            dtype: options.dtype,
+            device: options.device.clone(),
+            weight_files: Vec::new(),
+        })
+    }
+
+    /// The checked configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The dtype the weights are held and computed in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The safetensors files the weights were read from (empty for [`Model::from_tensors`]);
+    /// the run manifest hashes them.
+    pub fn weight_files(&self) -> &[PathBuf] {
+        &self.weight_files
+    }
+
+    /// Logits `[batch, seq, vocab]` for every position of `input_ids` (`[batch, seq]`, u32 or
+    /// i64), position `t` predicting token `t + 1`. Attention is causal and positions start at
+    /// 0 in every row: pad on the right, and ignore the padded positions.
+    pub fn forward(&self, input_ids: &Tensor, adapter: Adapter<'_>) -> Result<Tensor> {
+        let (batch, seq) = input_ids.dims2().map_err(|_| {
+            Error::invalid(
+                "input_ids",
+                format!("expected shape [batch, seq], got {:?}", input_ids.dims()),
+            )
+        })?;
+        if batch == 0 || seq == 0 {
+            return Err(Error::invalid("input_ids", "empty batch or sequence"));
+        }
+        let ids = self.checked_ids(input_ids)?;
+        let active = match adapter {
+            Adapter::Off => Active {
+                lora: None,
+                dropout_step: None,
+            },
+            Adapter::On(lora) => Active {
+                lora: Some(lora),
+                dropout_step: None,
+            },
+            Adapter::Train { lora, step } => Active {
+                lora: Some(lora),
+                dropout_step: Some(step),
+            },
+        };
+        if let Some(lora) = active.lora {
+            lora.check_fits(&self.config)?;
+        }
+
+        let (cos, sin) = rope::tables(&self.inv_freq, seq, self.dtype, &self.device)?;
+        let mut mask = Vec::with_capacity(seq * seq);
+        for i in 0..seq {
+            mask.extend((0..seq).map(|j| if j <= i { 0.0 } else { f64::NEG_INFINITY }));
+        }
+        let causal_mask =
+            Tensor::from_vec(mask, (seq, seq), &self.device)?.to_dtype(upcast(self.dtype))?;
+        let ctx = PassContext {
+            batch,
+            seq,
+            cos,
+            sin,
+            causal_mask,
+            adapter: active,
+        };
+
+        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
+        for (i, block) in self.layers.iter().enumerate() {
+            x = block.forward(&x, i, &ctx)?;
+        }
+        let x = self.norm.forward(&x)?;
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let logits = x.matmul(&head.t()?)?;
+        Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
+    }
+
+    /// `log p(input_ids[t + 1] | input_ids[..=t])` for every row, `[batch, seq - 1]`, in f32
+    /// (f64 for an f64 model).
+    pub fn next_token_log_probs(&self, input_ids: &Tensor, adapter: Adapter<'_>) -> Result<Tensor> {
+        let seq = input_ids.dim(D::Minus1)?;
+        if seq < 2 {
+            return Err(Error::invalid(
+                "input_ids",
+                "need at least 2 tokens to score a next token",
+            ));
+        }
+        let logits = self.forward(input_ids, adapter)?;
+        token_log_probs(
+            &logits.narrow(1, 0, seq - 1)?,
+            &input_ids.narrow(1, 1, seq - 1)?,
+        )
+    }
+
+    /// Token ids as u32, checked against the vocabulary.
+    fn checked_ids(&self, ids: &Tensor) -> Result<Tensor> {
+        let ids = match ids.dtype() {
+            DType::U32 => ids.clone(),
+            DType::U8 => ids.to_dtype(DType::U32)?,
+            DType::I64 => {
+                let min = ids.min_all()?.to_scalar::<i64>()?;
+                if min < 0 {
+                    return Err(Error::invalid(
+                        "input_ids",
+                        format!("negative token id {min}"),
+                    ));
+                }
+                ids.to_dtype(DType::U32)?
+            }
+            other => {
+                return Err(Error::invalid(
+                    "input_ids",
+                    format!("token ids must be u32 or i64, got {other:?}"),
+                ));
+            }
+        };
+        let max = ids.max_all()?.to_scalar::<u32>()?;
+        if max as usize >= self.config.vocab_size {
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "token id {max} is outside the vocabulary (vocab_size {}); is this the model's own tokenizer?",
+                    self.config.vocab_size
+                ),
+            ));
+        }
+        Ok(ids)
+    }
+}
+
+fn check_dtype(dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 | DType::F64 => Ok(()),
+        other => Err(Error::invalid(
+            "dtype",
+            format!("{other:?}: compute in f32, bf16, f16 or f64"),
+        )),
+    }
+}
+
+/// `log softmax(logits)[.., target]`: the log-probability of each target token, for logits
+/// `[.., vocab]` and targets `[..]` (the same leading shape). Computed in f32 (f64 for f64
+/// logits) and differentiable.
+pub fn token_log_probs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let dims = logits.dims();
+    if dims.is_empty() || targets.dims() != &dims[..dims.len() - 1] {
+        return Err(Error::invalid(
+            "targets",
+            format!(
+                "shape {:?} does not match logits {:?} without their last dimension",
+                targets.dims(),
+                dims
+            ),
+        ));
+    }
+    let x = logits.to_dtype(upcast(logits.dtype()))?;
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let log_sum_exp = x
+        .broadcast_sub(&max)?
+        .exp()?
+        .sum_keepdim(D::Minus1)?
+        .log()?
+        .add(&max)?;
+    let index = targets
+        .to_dtype(DType::U32)?
+        .unsqueeze(D::Minus1)?
+        .contiguous()?;
+    let picked = x.contiguous()?.gather(&index, D::Minus1)?;
+    Ok(picked.sub(&log_sum_exp)?.squeeze(D::Minus1)?)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn token_log_probs_matches_log_softmax() {
+        let logits = Tensor::new(&[[[1.0f64, 2.0, 3.0], [0.0, 0.0, 0.0]]], &Device::Cpu).unwrap();
+        let targets = Tensor::new(&[[2u32, 1]], &Device::Cpu).unwrap();
+        let lp = token_log_probs(&logits, &targets)
+            .unwrap()
+            .to_vec2::<f64>()
+            .unwrap();
+        let lse = (1f64.exp() + 2f64.exp() + 3f64.exp()).ln();
+        assert!((lp[0][0] - (3.0 - lse)).abs() < 1e-12);
+        assert!((lp[0][1] + 3f64.ln()).abs() < 1e-12);
+        let bad = Tensor::new(&[[2u32]], &Device::Cpu).unwrap();
+        assert!(matches!(
+            token_log_probs(&logits, &bad),
+            Err(Error::Invalid { .. })
+        ));
+    }
+}

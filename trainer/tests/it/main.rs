@@ -1,0 +1,13 @@
+//! Integration tests of the trainer crate: the forward pass against an independent f64
+//! reference, gradients against finite differences, LoRA and PEFT adapters, loading from
+//! sharded and half-precision checkpoints, bad input, and the `atdp-train` command.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod adapter;
+mod checkpoints;
+mod cli;
+mod errors;
+mod gradients;
+mod reference;
+mod util;
