@@ -62,10 +62,7 @@ impl Catalog {
             let delta = match self.tables.get(&table) {
                 Some(delta) => {
                     let mut delta = delta.clone();
-                    delta
-                        .update_incremental(None)
-                        .await
-                        .map_err(Error::query)?;
+                    delta.update_incremental(None).await.map_err(Error::query)?;
                     Some(delta)
                 }
                 None => self.lake.open_table(table).await?,
@@ -77,7 +74,11 @@ impl Catalog {
         Catalog::build(&self.lake, tables, false).await
     }
 
-    async fn build(lake: &Lake, tables: BTreeMap<Table, DeltaTable>, pinned: bool) -> Result<Catalog> {
+    async fn build(
+        lake: &Lake,
+        tables: BTreeMap<Table, DeltaTable>,
+        pinned: bool,
+    ) -> Result<Catalog> {
         let ctx = SessionContext::new();
         let mut versions = BTreeMap::new();
         for table in Table::ALL {
@@ -140,6 +141,23 @@ impl Catalog {
             .map_err(Error::query)?;
         frame.collect().await.map_err(Error::query)
     }
+}
+
+/// Runs `frame` and converts its batches to records (`atdp_schema::steps_from_batch`, …).
+pub(crate) async fn rows<T>(
+    frame: deltalake::datafusion::error::Result<DataFrame>,
+    convert: fn(&RecordBatch) -> atdp_schema::Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    let batches = frame
+        .map_err(Error::query)?
+        .collect()
+        .await
+        .map_err(Error::query)?;
+    let mut out = Vec::new();
+    for batch in &batches {
+        out.extend(convert(batch)?);
+    }
+    Ok(out)
 }
 
 async fn register_delta(ctx: &SessionContext, table: Table, delta: &DeltaTable) -> Result<()> {

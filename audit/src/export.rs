@@ -18,7 +18,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::access::Auditor;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event, record_refusal};
 use crate::trajectory;
@@ -147,18 +147,14 @@ async fn related(
         col("subject")
             .in_list(subjects, false)
             .or(strpos(col("detail_json"), lit(mention)).gt(lit(0i64)));
-    let batches = catalog
-        .frame(Table::Audit)
-        .await?
-        .filter(col("tenant_id").eq(lit(tenant.to_owned())).and(about))
-        .map_err(Error::query)?
-        .collect()
-        .await
-        .map_err(Error::query)?;
-    let mut events = Vec::new();
-    for batch in &batches {
-        events.extend(audit_from_batch(batch)?);
-    }
+    let mut events = rows(
+        catalog
+            .frame(Table::Audit)
+            .await?
+            .filter(col("tenant_id").eq(lit(tenant.to_owned())).and(about)),
+        audit_from_batch,
+    )
+    .await?;
     events.sort_by(|a, b| (&a.chain_id, a.chain_seq).cmp(&(&b.chain_id, b.chain_seq)));
     Ok(events)
 }

@@ -10,7 +10,7 @@ use policies::{KeyRing, Policy, SealedValue};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event, record_refusal, redact};
 use crate::trajectory;
@@ -146,22 +146,15 @@ async fn open(
     entity: &str,
 ) -> Result<String> {
     let erased = || Error::NotFound(format!("the original of {token} (erased, or never stored)"));
-    let batches = catalog
-        .frame(Table::PiiVault)
-        .await?
-        .filter(
+    let entries = rows(
+        catalog.frame(Table::PiiVault).await?.filter(
             col("tenant_id")
                 .eq(lit(tenant.to_owned()))
                 .and(col("token").eq(lit(token.to_owned()))),
-        )
-        .map_err(Error::query)?
-        .collect()
-        .await
-        .map_err(Error::query)?;
-    let mut entries = Vec::new();
-    for batch in &batches {
-        entries.extend(vault_from_batch(batch)?);
-    }
+        ),
+        vault_from_batch,
+    )
+    .await?;
     let entry = entries.into_iter().next().ok_or_else(erased)?;
     let keys = KeyRing::load(keys_path)?;
     keys.open(

@@ -17,7 +17,7 @@ use deltalake::datafusion::functions::unicode::expr_fn::strpos;
 use deltalake::datafusion::prelude::{DataFrame, Expr, col, lit};
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 
 /// Largest page.
@@ -338,22 +338,11 @@ pub async fn steps_by_id(
     }
     let filter = tenant_in(tenants)
         .and(col("step_id").in_list(ids.iter().map(|id| lit(id.clone())).collect(), false));
-    collect_steps(catalog.frame(Table::Steps).await?.filter(filter)).await
-}
-
-pub(crate) async fn collect_steps(
-    frame: deltalake::datafusion::error::Result<DataFrame>,
-) -> Result<Vec<Step>> {
-    let batches = frame
-        .map_err(Error::query)?
-        .collect()
-        .await
-        .map_err(Error::query)?;
-    let mut steps = Vec::new();
-    for batch in &batches {
-        steps.extend(steps_from_batch(batch)?);
-    }
-    Ok(steps)
+    rows(
+        catalog.frame(Table::Steps).await?.filter(filter),
+        steps_from_batch,
+    )
+    .await
 }
 
 const PREVIEW_CHARS: usize = 160;

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::access::{self, Auditor};
 use crate::catalog::Catalog;
+use crate::catalog::rows;
 use crate::error::{Error, Result};
-use crate::search::collect_steps;
 
 /// A piece of displayed text: plain, or a masked span.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -102,8 +102,11 @@ pub async fn load(
     let in_tenants =
         col("tenant_id").in_list(tenants.iter().map(|t| lit(t.clone())).collect(), false);
     let filter = in_tenants.and(col("trajectory_id").eq(lit(id.to_owned())));
-    let mut steps =
-        collect_steps(catalog.frame(Table::Steps).await?.filter(filter.clone())).await?;
+    let mut steps = rows(
+        catalog.frame(Table::Steps).await?.filter(filter),
+        atdp_schema::steps_from_batch,
+    )
+    .await?;
     let Some(owner) = steps.iter().map(|s| s.tenant_id.clone()).min() else {
         return Err(not_found());
     };
@@ -121,22 +124,15 @@ pub async fn load(
             "this auditor may not read trajectory {id}"
         )));
     }
-    let batches = catalog
-        .frame(Table::Rewards)
-        .await?
-        .filter(
+    let mut rewards = rows(
+        catalog.frame(Table::Rewards).await?.filter(
             col("tenant_id")
                 .eq(lit(owner.clone()))
                 .and(col("trajectory_id").eq(lit(id.to_owned()))),
-        )
-        .map_err(Error::query)?
-        .collect()
-        .await
-        .map_err(Error::query)?;
-    let mut rewards = Vec::new();
-    for batch in &batches {
-        rewards.extend(atdp_schema::rewards_from_batch(batch)?);
-    }
+        ),
+        atdp_schema::rewards_from_batch,
+    )
+    .await?;
     rewards.sort_by_key(|r| r.created_at);
     Ok((steps, rewards))
 }

@@ -14,7 +14,7 @@ import sys
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.support.ui import WebDriverWait
 
 
@@ -22,8 +22,18 @@ def click_and_wait(driver, element):
     """Clicks something that loads a new page, and waits until the new page is there."""
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(old))
-    WebDriverWait(driver, 30).until(
+
+    def replaced(_driver):
+        # Chromium reports a node of an unloaded document either as stale or, while the
+        # new one is being built, as "does not belong to the document": both mean gone.
+        try:
+            old.tag_name
+            return False
+        except (StaleElementReferenceException, WebDriverException):
+            return True
+
+    WebDriverWait(driver, 30).until(replaced)
+    WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(
         lambda d: d.execute_script("return document.readyState") == "complete"
     )
 

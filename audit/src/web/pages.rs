@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{COOKIE, Console};
 use crate::access::Auditor;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::reveal::RevealRequest;
 use crate::search::{Page, Search};
@@ -238,6 +238,24 @@ fn to_login() -> Response {
     Redirect::to("/login").into_response()
 }
 
+/// The logged-in auditor, the lake as of now, and the page frame; or the response to send
+/// instead (the login page, or an error page when the lake cannot be read).
+async fn signed_in(
+    console: &Console,
+    headers: &HeaderMap,
+) -> std::result::Result<(Auditor, Arc<Catalog>, Frame), Box<Response>> {
+    let Some(auditor) = require(console, headers) else {
+        return Err(Box::new(to_login()));
+    };
+    match console.catalog().await {
+        Ok(catalog) => {
+            let frame = Frame::new(Some(&auditor), Some(&catalog));
+            Ok((auditor, catalog, frame))
+        }
+        Err(e) => Err(Box::new(failure(&e, &Frame::new(Some(&auditor), None)))),
+    }
+}
+
 pub(crate) async fn home(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     match require(&console, &headers) {
         Some(_) => Redirect::to("/search").into_response(),
@@ -429,14 +447,10 @@ pub(crate) async fn search(
     headers: HeaderMap,
     Query(form): Query<SearchForm>,
 ) -> Response {
-    let Some(auditor) = require(&console, &headers) else {
-        return to_login();
+    let (auditor, catalog, frame) = match signed_in(&console, &headers).await {
+        Ok(session) => session,
+        Err(response) => return *response,
     };
-    let catalog = match console.catalog().await {
-        Ok(c) => c,
-        Err(e) => return failure(&e, &Frame::new(Some(&auditor), None)),
-    };
-    let frame = Frame::new(Some(&auditor), Some(&catalog));
     let page_size = console.config.page_size;
     let searched = async {
         let search = form.to_search(page_size)?;
@@ -503,14 +517,10 @@ pub(crate) async fn trajectory(
     Path(id): Path<String>,
     Query(hint): Query<TenantHint>,
 ) -> Response {
-    let Some(auditor) = require(&console, &headers) else {
-        return to_login();
+    let (auditor, catalog, frame) = match signed_in(&console, &headers).await {
+        Ok(session) => session,
+        Err(response) => return *response,
     };
-    let catalog = match console.catalog().await {
-        Ok(c) => c,
-        Err(e) => return failure(&e, &Frame::new(Some(&auditor), None)),
-    };
-    let frame = Frame::new(Some(&auditor), Some(&catalog));
     let tenant = text(&hint.tenant);
     let loaded = crate::trajectory::load(
         &catalog,
@@ -639,14 +649,10 @@ pub(crate) async fn reveal(
     headers: HeaderMap,
     Form(form): Form<RevealForm>,
 ) -> Response {
-    let Some(auditor) = require(&console, &headers) else {
-        return to_login();
+    let (auditor, catalog, frame) = match signed_in(&console, &headers).await {
+        Ok(session) => session,
+        Err(response) => return *response,
     };
-    let catalog = match console.catalog().await {
-        Ok(c) => c,
-        Err(e) => return failure(&e, &Frame::new(Some(&auditor), None)),
-    };
-    let frame = Frame::new(Some(&auditor), Some(&catalog));
     let tenant = text(&form.tenant);
     let revealed = crate::reveal::reveal(
         &catalog,
@@ -701,25 +707,21 @@ async fn audit_events(
         .or(col("tenant_id")
             .eq(lit(SYSTEM_TENANT))
             .and(col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false)));
-    let batches = catalog
-        .frame(Table::Audit)
-        .await?
-        .filter(visible)
-        .and_then(|f| {
-            f.sort(vec![
-                col("occurred_at").sort(false, false),
-                col("chain_seq").sort(false, false),
-            ])
-        })
-        .and_then(|f| f.limit(offset, Some(limit + 1)))
-        .map_err(Error::query)?
-        .collect()
-        .await
-        .map_err(Error::query)?;
-    let mut events = Vec::new();
-    for batch in &batches {
-        events.extend(audit_from_batch(batch)?);
-    }
+    let mut events = rows(
+        catalog
+            .frame(Table::Audit)
+            .await?
+            .filter(visible)
+            .and_then(|f| {
+                f.sort(vec![
+                    col("occurred_at").sort(false, false),
+                    col("chain_seq").sort(false, false),
+                ])?
+                .limit(offset, Some(limit + 1))
+            }),
+        audit_from_batch,
+    )
+    .await?;
     let more = events.len() > limit;
     events.truncate(limit);
     Ok((events, more))
@@ -730,14 +732,10 @@ pub(crate) async fn audit(
     headers: HeaderMap,
     Query(form): Query<AuditForm>,
 ) -> Response {
-    let Some(auditor) = require(&console, &headers) else {
-        return to_login();
+    let (auditor, catalog, frame) = match signed_in(&console, &headers).await {
+        Ok(session) => session,
+        Err(response) => return *response,
     };
-    let catalog = match console.catalog().await {
-        Ok(c) => c,
-        Err(e) => return failure(&e, &Frame::new(Some(&auditor), None)),
-    };
-    let frame = Frame::new(Some(&auditor), Some(&catalog));
     let page = text(&form.page)
         .and_then(|p| p.parse::<usize>().ok())
         .unwrap_or(0)

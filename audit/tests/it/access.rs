@@ -1,7 +1,7 @@
 //! Who sees what: tenant isolation in the library and over HTTP, a Cedar-denied reveal, and
 //! search input that tries to be SQL.
 
-use atdp_audit::{ConsoleConfig, Error, RevealRequest, Search, search};
+use atdp_audit::{Error, RevealRequest, Search, search};
 
 use crate::common::*;
 
@@ -181,15 +181,9 @@ async fn an_analyst_reads_but_cedar_denies_the_reveal() {
     assert!(matches!(denied, Err(Error::Denied(_))), "{denied:?}");
     trail.close().await.unwrap();
 
-    let events = f
-        .catalog()
-        .await
-        .sql("SELECT kind, decision, actor, subject, reason FROM audit WHERE kind = 'reveal'")
-        .await
-        .unwrap();
-    let text = arrow::util::pretty::pretty_format_batches(&events)
-        .unwrap()
-        .to_string();
+    let text = f
+        .sql_table("SELECT kind, decision, actor, subject, reason FROM audit WHERE kind = 'reveal'")
+        .await;
     assert!(text.contains("deny"), "{text}");
     assert!(text.contains(&token), "{text}");
     assert!(text.contains("curious"), "{text}");
@@ -268,19 +262,7 @@ fn form_encode(value: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_keeps_tenants_apart_over_http() {
     let f = fixture().await;
-    let server = atdp_audit::serve(
-        f.lake.clone(),
-        f.trail("console").await,
-        ConsoleConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            policy_dir: f.policy_dir.clone(),
-            keys: f.keys.clone(),
-            secure_cookie: false,
-            page_size: 20,
-        },
-    )
-    .await
-    .unwrap();
+    let server = f.console().await;
     let mut c = Client::new(format!("http://{}", server.addr));
 
     // Nothing without a login; a key that is not an auditor's does not log in.
@@ -395,17 +377,9 @@ async fn the_console_keeps_tenants_apart_over_http() {
     assert_eq!(status, reqwest::StatusCode::OK);
     assert!(body.contains("intact"), "{body}");
     // Probing for the other tenant's trajectory left a trace.
-    let refused = f
-        .catalog()
-        .await
-        .sql(&format!(
+    let n = f.sql_table(&format!(
             "SELECT count(*) AS n FROM audit WHERE kind = 'read' AND decision = 'deny' AND subject = '{other}'"
-        ))
-        .await
-        .unwrap();
-    let n = arrow::util::pretty::pretty_format_batches(&refused)
-        .unwrap()
-        .to_string();
+        )).await;
     assert!(n.contains("| 3 "), "{n}");
     assert!(body.contains("Subject access request #4411"));
     assert!(body.contains("curious"));

@@ -3,26 +3,12 @@
 //! With `ATDP_SCREENSHOT_DIR` set, the trajectory page's screenshot is kept there (that is
 //! how `docs/console-trajectory.png` is made).
 
-use atdp_audit::ConsoleConfig;
-
 use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reviewer_finds_reads_reveals_and_sees_the_reveal_audited() {
     let f = fixture().await;
-    let server = atdp_audit::serve(
-        f.lake.clone(),
-        f.trail("console").await,
-        ConsoleConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            policy_dir: f.policy_dir.clone(),
-            keys: f.keys.clone(),
-            secure_cookie: false,
-            page_size: 20,
-        },
-    )
-    .await
-    .unwrap();
+    let server = f.console().await;
     let screenshot = match std::env::var_os("ATDP_SCREENSHOT_DIR") {
         Some(dir) => std::path::PathBuf::from(dir).join("console-trajectory.png"),
         None => f.dir.path().join("trajectory.png"),

@@ -6,16 +6,7 @@ use std::process::{Command, Output};
 use crate::common::*;
 
 fn cli(f: &Fixture, wal: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_atdp-audit"))
-        .args(["--lake", &f.lake_url, "--policy"])
-        .arg(&f.policy_dir)
-        .arg("--keys")
-        .arg(&f.keys)
-        .arg("--wal")
-        .arg(f.dir.path().join(wal))
-        .args(args)
-        .output()
-        .unwrap()
+    f.command(wal).args(args).output().unwrap()
 }
 
 fn python() -> String {
@@ -176,13 +167,8 @@ async fn serve_announces_its_address_and_commits_its_events_on_sigterm() {
     use std::io::BufRead;
 
     let f = fixture().await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_atdp-audit"))
-        .args(["--lake", &f.lake_url, "--policy"])
-        .arg(&f.policy_dir)
-        .arg("--keys")
-        .arg(&f.keys)
-        .arg("--wal")
-        .arg(f.dir.path().join("wal-serve"))
+    let mut child = f
+        .command("wal-serve")
         .args(["serve", "--listen", "127.0.0.1:0"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -219,14 +205,8 @@ async fn serve_announces_its_address_and_commits_its_events_on_sigterm() {
         .unwrap();
     assert!(status.success(), "{status:?}");
     // The login event reached the lake before the process exited.
-    let logins = f
-        .catalog()
-        .await
-        .sql("SELECT count(*) AS n FROM audit WHERE kind = 'login' AND decision = 'allow'")
-        .await
-        .unwrap();
-    let text = arrow::util::pretty::pretty_format_batches(&logins)
-        .unwrap()
-        .to_string();
+    let text = f
+        .sql_table("SELECT count(*) AS n FROM audit WHERE kind = 'login' AND decision = 'allow'")
+        .await;
     assert!(text.contains("| 1 "), "{text}");
 }

@@ -353,3 +353,43 @@ pub async fn fixture() -> Fixture {
         other_trajectory,
     }
 }
+
+impl Fixture {
+    /// The console on a free loopback port, over this lake and policy.
+    pub async fn console(&self) -> atdp_audit::Server {
+        atdp_audit::serve(
+            self.lake.clone(),
+            self.trail("console").await,
+            atdp_audit::ConsoleConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                policy_dir: self.policy_dir.clone(),
+                keys: self.keys.clone(),
+                secure_cookie: false,
+                page_size: 20,
+            },
+        )
+        .await
+        .unwrap()
+    }
+
+    /// A SQL query's result over the lake as it is now, as a printed table.
+    pub async fn sql_table(&self, sql: &str) -> String {
+        let batches = self.catalog().await.sql(sql).await.unwrap();
+        arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string()
+    }
+
+    /// `atdp-audit` on this lake, policy and key file, with its own write-ahead log `wal`.
+    pub fn command(&self, wal: &str) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_atdp-audit"));
+        command
+            .args(["--lake", &self.lake_url, "--policy"])
+            .arg(&self.policy_dir)
+            .arg("--keys")
+            .arg(&self.keys)
+            .arg("--wal")
+            .arg(self.dir.path().join(wal));
+        command
+    }
+}

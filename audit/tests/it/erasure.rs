@@ -187,15 +187,7 @@ async fn reveal_then_erase_then_reveal_fails() {
     );
 
     trail.close().await.unwrap();
-    let events = f
-        .catalog()
-        .await
-        .sql("SELECT kind, decision, reason FROM audit WHERE kind IN ('reveal', 'erase', 'erase_completed') ORDER BY chain_seq")
-        .await
-        .unwrap();
-    let text = arrow::util::pretty::pretty_format_batches(&events)
-        .unwrap()
-        .to_string();
+    let text = f.sql_table("SELECT kind, decision, reason FROM audit WHERE kind IN ('reveal', 'erase', 'erase_completed') ORDER BY chain_seq").await;
     for expected in [
         "Subject access request #4411 from [EMAIL_ADDRESS]",
         "erase_completed",
@@ -250,15 +242,7 @@ async fn rotation_keeps_old_values_revealable_and_is_audited() {
     .unwrap();
     assert_eq!(revealed.value, EMAIL);
     trail.close().await.unwrap();
-    let events = f
-        .catalog()
-        .await
-        .sql("SELECT decision, detail_json FROM audit WHERE kind = 'key_rotation' ORDER BY chain_seq")
-        .await
-        .unwrap();
-    let text = arrow::util::pretty::pretty_format_batches(&events)
-        .unwrap()
-        .to_string();
+    let text = f.sql_table("SELECT decision, detail_json FROM audit WHERE kind = 'key_rotation' ORDER BY chain_seq").await;
     assert!(
         text.contains("deny") && text.contains(r#"{"key_id":"k2"}"#),
         "{text}"

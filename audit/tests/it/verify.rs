@@ -1,6 +1,5 @@
 //! `verify` finds an edited byte, a deleted file and an edited event, and names the file.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
@@ -10,16 +9,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use crate::common::*;
 
 fn audit_cli(f: &Fixture) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_atdp-audit"))
-        .args(["--lake", &f.lake_url, "--policy"])
-        .arg(&f.policy_dir)
-        .arg("--keys")
-        .arg(&f.keys)
-        .arg("--wal")
-        .arg(f.dir.path().join("wal-cli"))
-        .arg("verify")
-        .output()
-        .unwrap()
+    f.command("wal-cli").arg("verify").output().unwrap()
 }
 
 /// Where the `hash` column's chunk of the first row group ends in the file.
