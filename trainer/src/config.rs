@@ -193,7 +193,7 @@ impl ModelConfig {
             // Hugging Face's Qwen3Config defaults head_dim to 128; the others derive it.
             None if arch == Arch::Qwen3 => 128,
             None => {
-                if num_attention_heads == 0 || hidden_size % num_attention_heads != 0 {
+                if num_attention_heads == 0 || !hidden_size.is_multiple_of(num_attention_heads) {
                     return Err(f.err(
                         "num_attention_heads",
                         format!("{num_attention_heads} does not divide hidden_size {hidden_size}; give head_dim explicitly"),
@@ -292,7 +292,10 @@ impl ModelConfig {
                 return Err(err(field, "must be at least 1".into()));
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             return Err(err(
                 "num_key_value_heads",
                 format!(
@@ -301,7 +304,7 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(err(
                 "head_dim",
                 format!("{} is odd; RoPE needs an even head width", self.head_dim),
@@ -319,48 +322,41 @@ impl ModelConfig {
                 format!("{} must be a positive number", self.rope_theta),
             ));
         }
-        match self.rope_scaling {
-            None => {}
-            Some(RopeScaling::Linear { factor }) => {
-                if !(factor.is_finite() && factor > 0.0) {
-                    return Err(err(
-                        "rope_scaling.factor",
-                        format!("{factor} must be a positive number"),
-                    ));
-                }
+        if let Some(RopeScaling::Linear { factor } | RopeScaling::Llama3 { factor, .. }) =
+            self.rope_scaling
+            && !(factor.is_finite() && factor > 0.0)
+        {
+            return Err(err(
+                "rope_scaling.factor",
+                format!("{factor} must be a positive number"),
+            ));
+        }
+        if let Some(RopeScaling::Llama3 {
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+            ..
+        }) = self.rope_scaling
+        {
+            if !(low_freq_factor.is_finite() && low_freq_factor > 0.0) {
+                return Err(err(
+                    "rope_scaling.low_freq_factor",
+                    format!("{low_freq_factor} must be a positive number"),
+                ));
             }
-            Some(RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings,
-            }) => {
-                if !(factor.is_finite() && factor > 0.0) {
-                    return Err(err(
-                        "rope_scaling.factor",
-                        format!("{factor} must be a positive number"),
-                    ));
-                }
-                if !(low_freq_factor.is_finite() && low_freq_factor > 0.0) {
-                    return Err(err(
-                        "rope_scaling.low_freq_factor",
-                        format!("{low_freq_factor} must be a positive number"),
-                    ));
-                }
-                if !(high_freq_factor.is_finite() && high_freq_factor > low_freq_factor) {
-                    return Err(err(
-                        "rope_scaling.high_freq_factor",
-                        format!(
-                            "{high_freq_factor} must be greater than low_freq_factor {low_freq_factor}"
-                        ),
-                    ));
-                }
-                if original_max_position_embeddings == 0 {
-                    return Err(err(
-                        "rope_scaling.original_max_position_embeddings",
-                        "must be at least 1".into(),
-                    ));
-                }
+            if !(high_freq_factor.is_finite() && high_freq_factor > low_freq_factor) {
+                return Err(err(
+                    "rope_scaling.high_freq_factor",
+                    format!(
+                        "{high_freq_factor} must be greater than low_freq_factor {low_freq_factor}"
+                    ),
+                ));
+            }
+            if original_max_position_embeddings == 0 {
+                return Err(err(
+                    "rope_scaling.original_max_position_embeddings",
+                    "must be at least 1".into(),
+                ));
             }
         }
         Ok(())

@@ -21,8 +21,8 @@ pub use weights::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// The dtype weights are converted to and the forward pass computes in: `F32` (the
-    /// default), `BF16` or `F16` (reductions and softmax still run in f32), or `F64` (for
-    /// numerical checks).
+    /// default), `BF16` (GPU only) or `F16` (reductions and softmax still run in f32), or
+    /// `F64` (for numerical checks).
     pub dtype: DType,
     /// The device the weights live on.
     pub device: Device,
@@ -78,7 +78,7 @@ impl Model {
     pub fn load(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Self> {
         let dir = dir.as_ref();
         let config = ModelConfig::from_file(dir.join(crate::config::CONFIG_FILE))?;
-        check_dtype(options.dtype)?;
+        check_dtype(options.dtype, &options.device)?;
         let specs = weights::expected_tensors(&config);
         let (tensors, files) = weights::load(dir, &specs, options.dtype, &options.device)?;
         let mut model = Self::assemble(config, tensors, options)?;
@@ -94,7 +94,7 @@ impl Model {
         options: &LoadOptions,
     ) -> Result<Self> {
         config.validate()?;
-        check_dtype(options.dtype)?;
+        check_dtype(options.dtype, &options.device)?;
         let mut converted = HashMap::with_capacity(tensors.len());
         for spec in weights::expected_tensors(&config) {
             let Some(t) = tensors.get(&spec.name) else {
@@ -136,15 +136,31 @@ impl Model {
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for layer in 0..config.num_hidden_layers {
             let p = weights::layer_prefix(layer);
+            let mut norm = |name: &str| -> Result<RmsNorm> {
+                let weight = take(format!("{p}.{name}.weight"))?;
+                Ok(RmsNorm { weight, eps })
+            };
+            let input_layernorm = norm("input_layernorm")?;
+            let post_attention_layernorm = norm("post_attention_layernorm")?;
+            let (q_norm, k_norm) = if config.qk_norm {
+                (
+                    Some(norm("self_attn.q_norm")?),
+                    Some(norm("self_attn.k_norm")?),
+                )
+            } else {
+                (None, None)
+            };
             let mut linear = |module: TargetModule, bias: bool| -> Result<Linear> {
                 let path = module.module_path(layer);
+                let weight = take(format!("{path}.weight"))?;
+                let bias = if bias {
+                    Some(take(format!("{path}.bias"))?)
+                } else {
+                    None
+                };
                 Ok(Linear {
-                    weight: take(format!("{path}.weight"))?,
-                    bias: if bias {
-                        Some(take(format!("{path}.bias"))?)
-                    } else {
-                        None
-                    },
+                    weight,
+                    bias,
                     module,
                 })
             };
@@ -153,8 +169,8 @@ impl Model {
                 k_proj: linear(TargetModule::KProj, config.qkv_bias)?,
                 v_proj: linear(TargetModule::VProj, config.qkv_bias)?,
                 o_proj: linear(TargetModule::OProj, config.o_proj_bias)?,
-                q_norm: None,
-                k_norm: None,
+                q_norm,
+                k_norm,
                 num_heads: config.num_attention_heads,
                 num_kv_heads: config.num_key_value_heads,
                 head_dim: config.head_dim,
@@ -164,34 +180,10 @@ impl Model {
                 up_proj: linear(TargetModule::UpProj, config.mlp_bias)?,
                 down_proj: linear(TargetModule::DownProj, config.mlp_bias)?,
             };
-            let (q_norm, k_norm) = if config.qk_norm {
-                (
-                    Some(RmsNorm {
-                        weight: take(format!("{p}.self_attn.q_norm.weight"))?,
-                        eps,
-                    }),
-                    Some(RmsNorm {
-                        weight: take(format!("{p}.self_attn.k_norm.weight"))?,
-                        eps,
-                    }),
-                )
-            } else {
-                (None, None)
-            };
             layers.push(Block {
-                input_layernorm: RmsNorm {
-                    weight: take(format!("{p}.input_layernorm.weight"))?,
-                    eps,
-                },
-                attention: Attention {
-                    q_norm,
-                    k_norm,
-                    ..attention
-                },
-                post_attention_layernorm: RmsNorm {
-                    weight: take(format!("{p}.post_attention_layernorm.weight"))?,
-                    eps,
-                },
+                input_layernorm,
+                attention,
+                post_attention_layernorm,
                 mlp,
             });
         }
@@ -351,8 +343,13 @@ impl Model {
     }
 }
 
-fn check_dtype(dtype: DType) -> Result<()> {
+fn check_dtype(dtype: DType, device: &Device) -> Result<()> {
     match dtype {
+        // candle 0.10's CPU matmul has no bf16 kernel.
+        DType::BF16 if device.is_cpu() => Err(Error::invalid(
+            "dtype",
+            "bf16 computation needs a GPU (candle's CPU matmul has no bf16 kernel); on the CPU compute in f32 (bf16 weights are converted when loaded)",
+        )),
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 => Ok(()),
         other => Err(Error::invalid(
             "dtype",

@@ -1,12 +1,12 @@
 //! LoRA and PEFT adapters: an untrained adapter changes nothing, a trained one does, and a
 //! saved adapter loads back with identical outputs and PEFT's names, shapes and config.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use atdp_trainer::{
     Adapter, Arch, LoadOptions, Lora, LoraConfig, Model, TargetModule, load_adapter, save_adapter,
 };
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
 use crate::util::{batch, max_abs_diff, read_safetensors, tiny_model, values};
@@ -22,8 +22,8 @@ fn train_a_little(lora: &Lora) {
         let v: Vec<f32> = (0..var.elem_count())
             .map(|j| 0.05 * (((i * 37 + j * 11) % 41) as f32 / 20.5 - 1.0))
             .collect();
-        var.set(&Tensor::from_vec(v, var.dims(), &Device::Cpu).unwrap())
-            .unwrap();
+        let t = Tensor::from_vec(v, var.dims(), &Device::Cpu).unwrap();
+        var.set(&t.to_dtype(var.dtype()).unwrap()).unwrap();
     }
 }
 
@@ -172,4 +172,53 @@ fn saved_adapter_loads_back_with_identical_outputs() {
     for (a, b) in lora.vars().iter().zip(loaded.vars()) {
         assert_eq!(values(a.as_tensor()), values(b.as_tensor()));
     }
+}
+
+#[test]
+fn adapter_equals_its_update_merged_into_the_weights() {
+    // W + (alpha / r) · B A, computed here from the files, must give the adapter's logits:
+    // this checks the scale, the orientation of A and B, and which projection each adapts.
+    let dir = tiny_model(Arch::Llama, 8);
+    let options = LoadOptions {
+        dtype: DType::F64,
+        device: Device::Cpu,
+    };
+    let model = Model::load(dir.path(), &options).unwrap();
+    let config = LoraConfig {
+        r: 3,
+        alpha: 7.0,
+        ..LoraConfig::default()
+    };
+    let lora = Lora::new(&model, config).unwrap();
+    train_a_little(&lora);
+
+    let mut weights: HashMap<String, Tensor> =
+        candle_core::safetensors::load(dir.path().join("model.safetensors"), &Device::Cpu)
+            .unwrap()
+            .into_iter()
+            .map(|(n, t)| (n, t.to_dtype(DType::F64).unwrap()))
+            .collect();
+    for (layer, module, pair) in lora.layers() {
+        let name = format!("{}.weight", module.module_path(layer));
+        let update = pair
+            .b()
+            .matmul(pair.a())
+            .unwrap()
+            .affine(7.0 / 3.0, 0.0)
+            .unwrap();
+        let merged = weights[&name].add(&update).unwrap();
+        weights.insert(name, merged);
+    }
+    let merged = Model::from_tensors(model.config().clone(), weights, &options).unwrap();
+
+    let ids = batch(&ROWS);
+    let adapted = model.forward(&ids, Adapter::On(&lora)).unwrap();
+    let base = model.forward(&ids, Adapter::Off).unwrap();
+    let want = merged.forward(&ids, Adapter::Off).unwrap();
+    assert!(max_abs_diff(&adapted, &base) > 1e-3);
+    assert!(
+        max_abs_diff(&adapted, &want) < 1e-10,
+        "{}",
+        max_abs_diff(&adapted, &want)
+    );
 }

@@ -100,6 +100,8 @@ impl Reference {
     }
 
     /// Logits `[seq][vocab]` for one sequence.
+    // Index loops, as the formulas are written.
+    #[allow(clippy::needless_range_loop)]
     fn logits(&self, tokens: &[u32]) -> Vec<Vec<f64>> {
         let hidden = self.usize("hidden_size");
         let heads = self.usize("num_attention_heads");
