@@ -130,11 +130,15 @@ impl Console {
     /// The auditor of a session; its tenants are decided again by the console's policy on
     /// every request (the policy is loaded at start: restart the console to change it).
     fn auditor(&self, session: &str) -> Option<Auditor> {
-        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let s = sessions
-            .get(session)
-            .filter(|s| s.expires > Instant::now())?;
-        Auditor::from_id(&self.policy.access, &s.auditor_id)
+        // The lock is held only to read the session, not while Cedar decides.
+        let auditor_id = {
+            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let s = sessions
+                .get(session)
+                .filter(|s| s.expires > Instant::now())?;
+            s.auditor_id.clone()
+        };
+        Auditor::from_id(&self.policy.access, &auditor_id)
     }
 }
 
