@@ -41,6 +41,9 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A SQL query or data-frame plan over the lake's tables failed (see [`crate::Catalog`]).
+    #[error("query failed: {0}")]
+    Sql(String),
     /// The lake URL or a storage option is invalid.
     #[error("invalid lake location {url:?}: {message}")]
     Location {

@@ -35,6 +35,8 @@
 #[cfg(feature = "lake")]
 mod batch;
 #[cfg(feature = "lake")]
+mod catalog;
+#[cfg(feature = "lake")]
 mod chain;
 #[cfg(feature = "lake")]
 mod config;
@@ -59,6 +61,8 @@ pub use batch::{
     PARTITION_COLUMNS, arrow_schema, audit_from_batch, audit_to_batch, rewards_from_batch,
     rewards_to_batch, steps_from_batch, steps_to_batch, vault_from_batch, vault_to_batch,
 };
+#[cfg(feature = "lake")]
+pub use catalog::{Catalog, rows};
 #[cfg(feature = "lake")]
 pub use chain::{ChainBreak, ChainHead, GENESIS_HASH, event_hash, verify_chain};
 #[cfg(feature = "lake")]

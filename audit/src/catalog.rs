@@ -1,171 +1,17 @@
-//! The lake's tables registered by name (`steps`, `rewards`, `audit`, `pii_vault`) in one
-//! DataFusion session, each pinned to a table version so that a query's answer can be
-//! reproduced as evidence later.
+//! The lake's tables in DataFusion: `atdp_schema::Catalog`, with the rows helper mapped to
+//! this crate's errors.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+pub use atdp_schema::{Catalog, rows as lake_rows};
 
 use arrow::array::RecordBatch;
-use atdp_schema::{Lake, Table, arrow_schema};
-use deltalake::DeltaTable;
-use deltalake::datafusion::datasource::MemTable;
-use deltalake::datafusion::execution::context::SQLOptions;
-use deltalake::datafusion::prelude::{DataFrame, SessionContext};
+use deltalake::datafusion::prelude::DataFrame;
 
-use crate::error::{Error, Result};
-
-/// The tables of one lake, as of fixed versions.
-#[derive(Clone)]
-pub struct Catalog {
-    lake: Lake,
-    ctx: SessionContext,
-    versions: BTreeMap<Table, Option<u64>>,
-    /// The loaded tables (absent: not created yet), kept for incremental refreshes.
-    tables: BTreeMap<Table, DeltaTable>,
-    pinned: bool,
-}
-
-impl std::fmt::Debug for Catalog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Catalog")
-            .field("lake", &self.lake.root().as_str())
-            .field("versions", &self.versions)
-            .finish()
-    }
-}
-
-impl Catalog {
-    /// The lake's tables at their latest versions, or at the versions in `pins` (by table).
-    /// A table not created yet is registered empty, with its schema.
-    pub async fn open(lake: &Lake, pins: &BTreeMap<Table, u64>) -> Result<Catalog> {
-        let mut tables = BTreeMap::new();
-        for table in Table::ALL {
-            let delta = match pins.get(&table) {
-                Some(version) => Some(lake.open_table_at(table, *version).await?),
-                None => lake.open_table(table).await?,
-            };
-            if let Some(delta) = delta {
-                tables.insert(table, delta);
-            }
-        }
-        Catalog::build(lake, tables, !pins.is_empty()).await
-    }
-
-    /// The same lake at its latest versions, reading only the commits made since this
-    /// catalog was loaded (a catalog with pinned versions is returned as it is).
-    pub async fn refresh(&self) -> Result<Catalog> {
-        if self.pinned {
-            return Ok(self.clone());
-        }
-        let mut tables = BTreeMap::new();
-        for table in Table::ALL {
-            let delta = match self.tables.get(&table) {
-                Some(delta) => {
-                    let mut delta = delta.clone();
-                    delta.update_incremental(None).await.map_err(Error::query)?;
-                    Some(delta)
-                }
-                None => self.lake.open_table(table).await?,
-            };
-            if let Some(delta) = delta {
-                tables.insert(table, delta);
-            }
-        }
-        Catalog::build(&self.lake, tables, false).await
-    }
-
-    async fn build(
-        lake: &Lake,
-        tables: BTreeMap<Table, DeltaTable>,
-        pinned: bool,
-    ) -> Result<Catalog> {
-        let ctx = SessionContext::new();
-        let mut versions = BTreeMap::new();
-        for table in Table::ALL {
-            let version = match tables.get(&table) {
-                Some(delta) => {
-                    register_delta(&ctx, table, delta).await?;
-                    delta.version()
-                }
-                None => {
-                    let empty = MemTable::try_new(arrow_schema(table), vec![vec![]])
-                        .map_err(Error::query)?;
-                    ctx.register_table(table.name(), Arc::new(empty))
-                        .map_err(Error::query)?;
-                    None
-                }
-            };
-            versions.insert(table, version);
-        }
-        Ok(Catalog {
-            lake: lake.clone(),
-            ctx,
-            versions,
-            tables,
-            pinned,
-        })
-    }
-
-    /// The lake.
-    pub fn lake(&self) -> &Lake {
-        &self.lake
-    }
-
-    /// The session, with the tables registered.
-    pub fn session(&self) -> &SessionContext {
-        &self.ctx
-    }
-
-    /// The version each table was read at (`None`: the table does not exist yet).
-    pub fn versions(&self) -> &BTreeMap<Table, Option<u64>> {
-        &self.versions
-    }
-
-    /// A table as a data frame.
-    pub async fn frame(&self, table: Table) -> Result<DataFrame> {
-        self.ctx.table(table.name()).await.map_err(Error::query)
-    }
-
-    /// Runs a read-only SQL query over the registered tables (for analysts: `atdp-audit
-    /// sql`). DDL (`CREATE EXTERNAL TABLE`), DML (`INSERT`, `COPY … TO`) and statements
-    /// (`SET`) are refused: the lake is evidence, and this is not a way to change it.
-    pub async fn sql(&self, sql: &str) -> Result<Vec<RecordBatch>> {
-        let options = SQLOptions::new()
-            .with_allow_ddl(false)
-            .with_allow_dml(false)
-            .with_allow_statements(false);
-        let frame = self
-            .ctx
-            .sql_with_options(sql, options)
-            .await
-            .map_err(Error::query)?;
-        frame.collect().await.map_err(Error::query)
-    }
-}
+use crate::error::Result;
 
 /// Runs `frame` and converts its batches to records (`atdp_schema::steps_from_batch`, …).
 pub(crate) async fn rows<T>(
     frame: deltalake::datafusion::error::Result<DataFrame>,
     convert: fn(&RecordBatch) -> atdp_schema::Result<Vec<T>>,
 ) -> Result<Vec<T>> {
-    let batches = frame
-        .map_err(Error::query)?
-        .collect()
-        .await
-        .map_err(Error::query)?;
-    let mut out = Vec::new();
-    for batch in &batches {
-        out.extend(convert(batch)?);
-    }
-    Ok(out)
-}
-
-async fn register_delta(ctx: &SessionContext, table: Table, delta: &DeltaTable) -> Result<()> {
-    delta
-        .update_datafusion_session(&ctx.state())
-        .map_err(Error::query)?;
-    let provider = delta.table_provider().await.map_err(Error::query)?;
-    ctx.register_table(table.name(), provider)
-        .map_err(Error::query)?;
-    Ok(())
+    Ok(lake_rows(frame, convert).await?)
 }

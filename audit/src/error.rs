@@ -5,7 +5,7 @@
 pub enum Error {
     /// The lake could not be read or written.
     #[error(transparent)]
-    Lake(#[from] atdp_schema::Error),
+    Lake(atdp_schema::Error),
     /// The policy directory or the key file could not be used.
     #[error(transparent)]
     Policy(#[from] policies::Error),
@@ -36,6 +36,17 @@ pub enum Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<atdp_schema::Error> for Error {
+    /// A failed query keeps its own kind: its message may quote what a user typed, so it is
+    /// neither shown nor logged (see the console's error page).
+    fn from(error: atdp_schema::Error) -> Self {
+        match error {
+            atdp_schema::Error::Sql(message) => Error::Query(message),
+            other => Error::Lake(other),
+        }
+    }
+}
 
 impl Error {
     pub(crate) fn query(error: impl std::fmt::Display) -> Self {
