@@ -89,6 +89,45 @@ pub enum Error {
     /// The tokenizer could not be built or loaded.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The lake could not be read.
+    #[error("lake: {0}")]
+    Lake(#[from] atdp_schema::Error),
+    /// The chat template could not be loaded or rendered.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// A reward in the selected data cannot be used.
+    #[error("reward {reward_id} ({name}): {message}")]
+    Reward {
+        /// The reward row's id.
+        reward_id: String,
+        /// The reward's name.
+        name: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The selection holds nothing to train on.
+    #[error("empty selection: {0}; no adapter was written")]
+    EmptySelection(String),
+    /// The run configuration is invalid.
+    #[error("run config {path}: {message}")]
+    RunConfig {
+        /// The `train.toml` (or `<flags>`).
+        path: PathBuf,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A reward function changed since the previous run in the output directory.
+    #[error(
+        "reward `{name}`: reward_fn_version {previous} in the previous run's manifest, {current} in the selected data; the reward function changed, so the runs are not comparable. Pass --accept-reward-change (accept_reward_change = true) to train anyway, or use a new output directory"
+    )]
+    RewardChanged {
+        /// The reward name.
+        name: String,
+        /// The version(s) in the previous manifest.
+        previous: String,
+        /// The version(s) in the data now.
+        current: String,
+    },
     /// A tensor operation failed (out of memory, a device error, or a shape bug).
     #[error("tensor operation failed: {0}")]
     Candle(#[from] candle_core::Error),

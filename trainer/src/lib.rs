@@ -6,9 +6,13 @@
 //! [`load_adapter`]), and small random models with a tokenizer and chat template for tests
 //! and demos ([`init_model`]).
 //!
-//! Not built yet (issue 6, later milestones): reading steps and rewards from the lake, chat
-//! templates, the objectives (REINFORCE, GRPO, PPO-style clipping, KL), the optimizer loop,
-//! checkpoints, the run manifest, `atdp-train run` and its report.
+//! Training ([`run`]): steps and rewards selected from the lake ([`read_lake`]), prompts
+//! rendered with the model's own chat template ([`ChatFormat`], [`build_examples`]),
+//! tree-aware discounted returns ([`step_returns`]), REINFORCE or GRPO advantages with a
+//! PPO-style clipped ratio and an optional KL penalty to the base model, AdamW with warm-up
+//! and cosine decay, checkpoints with an exact resume, and a [`Manifest`] next to the
+//! adapter. Configured by `train.toml` ([`RawRunConfig`]).
+//! An HTML report with inline SVG plots is written next to the adapter.
 //!
 //! ```
 //! use atdp_trainer::{Adapter, Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model};
@@ -31,22 +35,42 @@
 //! ```
 
 mod config;
+mod data;
 mod error;
 mod init;
 mod lora;
+mod manifest;
 mod model;
+mod objective;
+mod optim;
 mod peft;
+mod report;
+mod rewards;
 mod rng;
+mod run_config;
+mod train;
 
 pub use config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling, dtype_from_name, dtype_name};
+pub use data::{
+    ChatFormat, Example, ExampleStats, LakeData, Selection, TableRead, build_examples, read_lake,
+};
 pub use error::{Error, Result};
 pub use init::{
     CHAT_TEMPLATE, ENDOFTEXT, GENERATION_CONFIG_FILE, IM_END, IM_START, InitReport, InitSpec,
     TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_VOCAB_SIZE, added_token_id, init_model,
 };
 pub use lora::{Lora, LoraConfig, LoraLayer, TargetModule};
+pub use manifest::{MANIFEST_FILE, Manifest, RewardInfo, RewardVersions};
 pub use model::{Adapter, LoadOptions, Model, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, token_log_probs};
+pub use objective::{Advantage, Baseline, GroupKey, LossConfig};
+pub use optim::{AdamW, AdamWConfig};
 pub use peft::{
     ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LoraMatrix, PEFT_PREFIX, SavedAdapter,
     adapter_config_json, load_adapter, save_adapter, tensor_name,
 };
+pub use report::REPORT_FILE;
+pub use rewards::{RewardSpec, step_returns};
+pub use run_config::{
+    Length, RawLora, RawObjective, RawRewards, RawRunConfig, RawSelect, RawTrain, RunConfig,
+};
+pub use train::{CHECKPOINT_DIR, METRICS_FILE, RunReport, StepMetrics, TrainOptions, run};

@@ -343,11 +343,11 @@ fn parse_config(v: &Value, path: &Path) -> Result<LoraConfig> {
     Ok(config)
 }
 
-fn rename(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn rename(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(from, to).map_err(|e| Error::io(to, e))
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
     rename(&tmp, path)

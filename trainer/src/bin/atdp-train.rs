@@ -3,14 +3,18 @@
 //! `atdp-train init-model --arch qwen2 --tiny OUT_DIR` writes a small random model with a
 //! byte-level BPE tokenizer and a ChatML chat template (for tests, demos and benchmarks);
 //! size flags override the preset, e.g. `--hidden 896 --intermediate 4864 --layers 24
-//! --heads 14 --kv-heads 2 --vocab 151936` for a Qwen2-0.5B-shaped model. Errors are one line
+//! --heads 14 --kv-heads 2 --vocab 151936` for a Qwen2-0.5B-shaped model.
+//!
+//! `atdp-train run --config train.toml [--model DIR] [--lake URL] [--out DIR] [--steps N]
+//! [--seed N] [--lr X] [--accept-reward-change]` trains an adapter, printing one progress
+//! line per optimizer step. Errors are one line
 //! on stderr and exit status 2.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use atdp_trainer::{Arch, InitSpec, init_model};
+use atdp_trainer::{Arch, InitSpec, RawRunConfig, TrainOptions, init_model};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -28,6 +32,97 @@ struct Cli {
 enum Command {
     /// Write a random model (config, f32 safetensors, tokenizer, chat template) to OUT_DIR.
     InitModel(InitModelArgs),
+    /// Train a LoRA adapter from the lake as train.toml says; flags override the file.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// The run configuration.
+    #[arg(long, env = "ATDP_TRAIN_CONFIG")]
+    config: PathBuf,
+    /// The base model directory (overrides `model`).
+    #[arg(long, env = "ATDP_TRAIN_MODEL")]
+    model: Option<PathBuf>,
+    /// The lake URL or directory (overrides `lake`).
+    #[arg(long, env = "ATDP_TRAIN_LAKE")]
+    lake: Option<String>,
+    /// The output directory (overrides `out`).
+    #[arg(long, env = "ATDP_TRAIN_OUT")]
+    out: Option<PathBuf>,
+    /// Optimizer steps (overrides `train.steps`, and `train.epochs` with it).
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Seed (overrides `train.seed`).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Peak learning rate (overrides `train.lr`).
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Train even if a reward function's version changed since the last run in --out.
+    #[arg(long)]
+    accept_reward_change: bool,
+    /// Train on a reward name whose selected rows come from several function versions.
+    #[arg(long)]
+    allow_mixed_reward_versions: bool,
+}
+
+fn train(args: RunArgs) -> anyhow::Result<()> {
+    let mut raw = RawRunConfig::from_file(&args.config)?;
+    if let Some(model) = args.model {
+        raw.model = Some(model);
+    }
+    if let Some(lake) = args.lake {
+        raw.lake = Some(lake);
+    }
+    if let Some(out) = args.out {
+        raw.out = Some(out);
+    }
+    if let Some(steps) = args.steps {
+        raw.train.steps = Some(steps);
+        raw.train.epochs = None;
+    }
+    if let Some(seed) = args.seed {
+        raw.train.seed = Some(seed);
+    }
+    if let Some(lr) = args.lr {
+        raw.train.lr = Some(lr);
+    }
+    raw.accept_reward_change |= args.accept_reward_change;
+    raw.rewards.allow_mixed_versions |= args.allow_mixed_reward_versions;
+    let config = raw.validate(&args.config)?;
+    let report = atdp_trainer::run(&config, &TrainOptions::default(), &mut |m| {
+        println!(
+            "step {}/{}  reward {:+.4}  loss {:+.4}  kl {:.4}  entropy {:.3}  grad {:.3}  lr {:.2e}  {:.0} tok/s",
+            m.step,
+            m.total_steps,
+            m.reward_mean,
+            m.loss,
+            m.kl,
+            m.entropy,
+            m.grad_norm,
+            m.lr,
+            m.tokens_per_s
+        );
+    })?;
+    if report.resumed_from > 0 {
+        println!("resumed from step {}", report.resumed_from);
+    }
+    match report.adapter {
+        Some(adapter) => println!(
+            "wrote the adapter, {} and {} to {} ({} examples trained on, {} steps)",
+            atdp_trainer::MANIFEST_FILE,
+            atdp_trainer::METRICS_FILE,
+            adapter.dir.display(),
+            report.rewarded_examples,
+            report.steps_done
+        ),
+        None => println!(
+            "stopped at step {} of {}",
+            report.steps_done, report.total_steps
+        ),
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -116,6 +211,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::InitModel(args) => init(args),
+        Command::Run(args) => train(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

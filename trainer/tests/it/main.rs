@@ -1,6 +1,7 @@
 //! Integration tests of the trainer crate: the forward pass against an independent f64
 //! reference, gradients against finite differences, LoRA and PEFT adapters, loading from
-//! sharded and half-precision checkpoints, bad input, and the `atdp-train` command.
+//! sharded and half-precision checkpoints, bad input, the `atdp-train` command, and training
+//! from a synthetic lake (learning, resume, bad data).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,5 +10,7 @@ mod checkpoints;
 mod cli;
 mod errors;
 mod gradients;
+mod learning;
 mod reference;
+mod runs;
 mod util;

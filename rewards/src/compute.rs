@@ -1,0 +1,257 @@
+//! Computing a function's values over the units in scope, batch by batch.
+
+use std::collections::BTreeMap;
+
+use atdp_schema::{Catalog, Step, Table, steps_from_batch};
+use deltalake::datafusion::common::ScalarValue;
+use deltalake::datafusion::execution::context::SQLOptions;
+use deltalake::datafusion::prelude::{DataFrame, Expr, cast, col, lit};
+use futures::StreamExt;
+
+use arrow::datatypes::DataType;
+
+use crate::error::{Error, Result};
+use crate::label::{self, Label};
+use crate::program::{self, Batch};
+use crate::select::{self, Scope, Selection};
+use crate::spec::{Body, Program, RewardFn, Target};
+
+/// Called with each batch of checked labels and the number of units done so far; an error
+/// stops the computation.
+pub type OnBatch<'a> = dyn FnMut(Vec<Label>, u64) -> Result<()> + Send + 'a;
+
+/// Computes `function` over the units in `scope`, handing each checked batch to `on_batch`.
+/// Returns the number of units (steps or trajectories) that were in scope.
+pub async fn compute(
+    catalog: &Catalog,
+    function: &RewardFn,
+    selection: &Selection,
+    scope: Scope,
+    on_start: &mut (dyn FnMut(u64) + Send),
+    on_batch: &mut OnBatch<'_>,
+) -> Result<u64> {
+    selection.validate()?;
+    let units = select::units(catalog, function, selection, scope)
+        .await?
+        .cache()
+        .await?;
+    let total = units.clone().count().await? as u64;
+    on_start(total);
+    if total == 0 {
+        return Ok(0);
+    }
+    match &function.body {
+        Body::Expression(expression) => {
+            let steps = select::unit_steps(catalog, selection, units).await?;
+            let value = steps.parse_sql_expr(expression)?;
+            let frame = steps.select(vec![
+                col("tenant_id"),
+                col("trajectory_id"),
+                col("step_id"),
+                cast(value, DataType::Float64).alias("value"),
+            ])?;
+            stream_sql(&function.name, frame, on_batch).await?;
+        }
+        Body::Query(query) => {
+            let frame = query_frame(catalog, function.target, query, units).await?;
+            stream_sql(&function.name, frame, on_batch).await?;
+        }
+        Body::Program(program) => match function.target {
+            Target::Step => {
+                let steps = select::unit_steps(catalog, selection, units).await?;
+                program_steps(&function.name, program, steps, on_batch).await?;
+            }
+            Target::Trajectory => {
+                program_trajectories(catalog, &function.name, program, selection, units, on_batch)
+                    .await?;
+            }
+        },
+    }
+    Ok(total)
+}
+
+async fn stream_sql(name: &str, frame: DataFrame, on_batch: &mut OnBatch<'_>) -> Result<()> {
+    let mut stream = frame.execute_stream().await?;
+    let mut done = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let labels = label::from_batch(name, &batch)?;
+        done += labels.len() as u64;
+        on_batch(labels, done)?;
+    }
+    Ok(())
+}
+
+/// The user's query joined to the units in scope (which also supplies `tenant_id`).
+async fn query_frame(
+    catalog: &Catalog,
+    target: Target,
+    query: &str,
+    units: DataFrame,
+) -> Result<DataFrame> {
+    let options = SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false);
+    let result = catalog.session().sql_with_options(query, options).await?;
+    let has = |name: &str| result.schema().fields().iter().any(|f| f.name() == name);
+    let mut needed = vec!["trajectory_id", "value"];
+    if target == Target::Step {
+        needed.push("step_id");
+    }
+    for name in needed {
+        if !has(name) {
+            return Err(Error::Invalid(format!(
+                "the reward query must return a `{name}` column (it returns: {})",
+                result
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let utf8 = |name: &str| cast(col(name), DataType::Utf8);
+    Ok(match target {
+        Target::Step => result
+            .select(vec![
+                utf8("trajectory_id").alias("q_trajectory_id"),
+                utf8("step_id").alias("q_step_id"),
+                col("value").alias("q_value"),
+            ])?
+            .join(
+                units,
+                deltalake::datafusion::common::JoinType::Inner,
+                &["q_trajectory_id", "q_step_id"],
+                &["k_trajectory_id", "k_step_id"],
+                None,
+            )?
+            .select(vec![
+                col("k_tenant_id").alias("tenant_id"),
+                col("q_trajectory_id").alias("trajectory_id"),
+                col("q_step_id").alias("step_id"),
+                cast(col("q_value"), DataType::Float64).alias("value"),
+            ])?,
+        Target::Trajectory => result
+            .select(vec![
+                utf8("trajectory_id").alias("q_trajectory_id"),
+                col("value").alias("q_value"),
+            ])?
+            .join(
+                units,
+                deltalake::datafusion::common::JoinType::Inner,
+                &["q_trajectory_id"],
+                &["k_trajectory_id"],
+                None,
+            )?
+            .select(vec![
+                col("k_tenant_id").alias("tenant_id"),
+                col("q_trajectory_id").alias("trajectory_id"),
+                lit(ScalarValue::Utf8(None)).alias("step_id"),
+                cast(col("q_value"), DataType::Float64).alias("value"),
+            ])?,
+    })
+}
+
+async fn program_steps(
+    name: &str,
+    program: &Program,
+    steps: DataFrame,
+    on_batch: &mut OnBatch<'_>,
+) -> Result<()> {
+    let mut stream = steps.execute_stream().await?;
+    let mut pending: Vec<Vec<Step>> = Vec::with_capacity(program.batch);
+    let mut done = 0u64;
+    while let Some(batch) = stream.next().await {
+        for step in steps_from_batch(&batch?)? {
+            pending.push(vec![step]);
+            if pending.len() >= program.batch {
+                done += pending.len() as u64;
+                run_batch(
+                    name,
+                    program,
+                    Target::Step,
+                    std::mem::take(&mut pending),
+                    done,
+                    on_batch,
+                )
+                .await?;
+            }
+        }
+    }
+    if !pending.is_empty() {
+        done += pending.len() as u64;
+        run_batch(name, program, Target::Step, pending, done, on_batch).await?;
+    }
+    Ok(())
+}
+
+async fn run_batch(
+    name: &str,
+    program: &Program,
+    target: Target,
+    items: Vec<Vec<Step>>,
+    done: u64,
+    on_batch: &mut OnBatch<'_>,
+) -> Result<()> {
+    let batch = Batch { target, items };
+    let labels = program::run(program, name, &batch).await?;
+    on_batch(labels, done)
+}
+
+/// Trajectory targets: the ids in scope, then each batch's steps (all of a trajectory's
+/// steps, whatever the time filter, so that a program sees whole trajectories).
+async fn program_trajectories(
+    catalog: &Catalog,
+    name: &str,
+    program: &Program,
+    selection: &Selection,
+    units: DataFrame,
+    on_batch: &mut OnBatch<'_>,
+) -> Result<()> {
+    let ids = units
+        .select(vec![col("k_tenant_id"), col("k_trajectory_id")])?
+        .collect()
+        .await?;
+    let mut trajectories = Vec::new();
+    for batch in &ids {
+        let with_ids = label::from_batch_keys(batch)?;
+        trajectories.extend(with_ids);
+    }
+    let mut done = 0u64;
+    for chunk in trajectories.chunks(program.batch) {
+        let list: Vec<Expr> = chunk.iter().map(|(_, t)| lit(t.clone())).collect();
+        let mut frame = catalog
+            .frame(Table::Steps)
+            .await?
+            .filter(col("trajectory_id").in_list(list, false))?;
+        if let Some(tenant) = &selection.tenant_id {
+            frame = frame.filter(col("tenant_id").eq(lit(tenant.clone())))?;
+        }
+        let mut by_trajectory: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+        for batch in frame.collect().await? {
+            for step in steps_from_batch(&batch)? {
+                by_trajectory
+                    .entry(step.trajectory_id.clone())
+                    .or_default()
+                    .push(step);
+            }
+        }
+        let items: Vec<Vec<Step>> = chunk
+            .iter()
+            .filter_map(|(_, t)| by_trajectory.remove(t))
+            .map(|mut steps| {
+                steps.sort_by_key(|s| (s.started_at, s.turn_index));
+                steps
+            })
+            .collect();
+        done += chunk.len() as u64;
+        run_batch(name, program, Target::Trajectory, items, done, on_batch).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Training speed on CPU: tokens/s of a LoRA policy-gradient step (forward over every
+//! position, log-probs of the targets, backward, AdamW) and peak memory, for a random model of
+//! a given shape.
+//!
+//! `cargo run --release -p atdp-trainer --example bench-train -- --preset tiny --seq 256`
+//! `cargo run --release -p atdp-trainer --example bench-train -- --preset qwen2-0.5b --seq 1024 --steps 2`
+//!
+//! The model is generated once under `--dir` (the 0.5B shape is 2 GB of f32 weights).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use atdp_trainer::{
+    AdamW, AdamWConfig, Adapter, Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model,
+};
+use candle_core::{DType, Tensor};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// `tiny` (the test model) or `qwen2-0.5b` (Qwen2-0.5B's shape, random weights).
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// Sequence length.
+    #[arg(long, default_value_t = 256)]
+    seq: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Measured steps (one more runs first, unmeasured).
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// Where generated models are kept.
+    #[arg(long, default_value = "/tmp/atdp-bench-train")]
+    dir: PathBuf,
+}
+
+fn spec(preset: &str) -> InitSpec {
+    let mut spec = InitSpec::tiny(Arch::Qwen2);
+    match preset {
+        "tiny" => {}
+        "qwen2-0.5b" => {
+            let c = &mut spec.config;
+            c.vocab_size = 151_936;
+            c.hidden_size = 896;
+            c.intermediate_size = 4_864;
+            c.num_hidden_layers = 24;
+            c.num_attention_heads = 14;
+            c.num_key_value_heads = 2;
+            c.head_dim = 64;
+            c.max_position_embeddings = 32_768;
+            c.rope_theta = 1_000_000.0;
+        }
+        other => panic!("unknown preset {other}: tiny or qwen2-0.5b"),
+    }
+    spec
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn main() {
+    let args = Args::parse();
+    let dir = args.dir.join(&args.preset);
+    if !dir.join("config.json").exists() {
+        let started = Instant::now();
+        atdp_trainer::init_model(&dir, &spec(&args.preset)).unwrap();
+        println!(
+            "generated {} in {:.1} s",
+            dir.display(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let model = Model::load(&dir, &LoadOptions::default()).unwrap();
+    let lora = Lora::new(&model, LoraConfig::default()).unwrap();
+    let vars = lora.vars();
+    let params: usize = vars.iter().map(|v| v.as_tensor().elem_count()).sum();
+    let mut adamw = AdamW::new(vars.clone(), AdamWConfig::default()).unwrap();
+    let vocab = model.config().vocab_size as u64;
+    let mut times = Vec::new();
+    for step in 0..=args.steps {
+        // Deterministic spread of token ids (the speed does not depend on which ones).
+        let ids: Vec<u32> = (0..args.batch * args.seq)
+            .map(|i| ((i as u64 * 2_654_435_761 + step as u64 * 97) % vocab) as u32)
+            .collect();
+        let ids = Tensor::from_vec(ids, (args.batch, args.seq), model.device()).unwrap();
+        let started = Instant::now();
+        let log_probs = model
+            .next_token_log_probs(
+                &ids,
+                Adapter::Train {
+                    lora: &lora,
+                    step: step as u64,
+                },
+            )
+            .unwrap();
+        let loss = log_probs
+            .to_dtype(DType::F32)
+            .unwrap()
+            .mean_all()
+            .unwrap()
+            .neg()
+            .unwrap();
+        let grads = loss.backward().unwrap();
+        let grads: Vec<Tensor> = vars
+            .iter()
+            .map(|v| grads.get(v.as_tensor()).cloned().unwrap())
+            .collect();
+        adamw.step(&grads, 1e-4).unwrap();
+        if step > 0 {
+            times.push(started.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!(
+        "preset {} seq {} batch {}: {} LoRA parameters (r 8, all projections), step median {:.3} s, {:.0} tokens/s, peak RSS {:.0} MB",
+        args.preset,
+        args.seq,
+        args.batch,
+        params,
+        median,
+        (args.batch * args.seq) as f64 / median,
+        peak_rss_mb()
+    );
+}

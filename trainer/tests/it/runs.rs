@@ -1,0 +1,369 @@
+//! Training runs: exact resume from a checkpoint, and bad input (empty selection, NaN
+//! rewards, missing model files, a changed reward function) giving a clear error and no
+//! adapter; `atdp-train run` on the command line.
+
+use std::path::Path;
+use std::process::Command;
+
+use atdp_trainer::{Error, TrainOptions};
+use candle_core::Device;
+
+use crate::learning::{GOOD, Setup, episode, good_and_bad, write_lake};
+
+const SMALL: &str = r#"
+[select]
+tenant = "acme"
+[rewards]
+weights = { ok = 1.0 }
+[train]
+steps = 4
+lr = 0.01
+batch_size = 2
+grad_accumulation = 2
+token_budget = 128
+max_len = 64
+warmup_steps = 2
+checkpoint_every = 2
+seed = 5
+[lora]
+r = 2
+dropout = 0.1
+targets = ["q_proj", "v_proj", "down_proj"]
+"#;
+
+fn no_progress() -> impl FnMut(&atdp_trainer::StepMetrics) {
+    |_| {}
+}
+
+fn adapter_written(out: &Path) -> bool {
+    out.join("adapter_model.safetensors").exists() || out.join("adapter_config.json").exists()
+}
+
+#[test]
+fn a_resumed_run_ends_where_an_uninterrupted_one_does() {
+    let setup = Setup::new();
+    write_lake(&setup.lake(), good_and_bad(3));
+    // REINFORCE with a running baseline: its state must survive the checkpoint too.
+    let extra =
+        format!("{SMALL}\n[objective]\nkind = \"reinforce\"\nbaseline = \"running_mean\"\n");
+    let straight = setup.config("straight", &extra);
+    let report =
+        atdp_trainer::run(&straight, &TrainOptions::default(), &mut no_progress()).unwrap();
+    assert_eq!(report.steps_done, 4);
+
+    let resumed = setup.config("resumed", &extra);
+    let stop = TrainOptions {
+        stop_after: Some(3),
+        ..TrainOptions::default()
+    };
+    let first = atdp_trainer::run(&resumed, &stop, &mut no_progress()).unwrap();
+    assert_eq!((first.steps_done, first.adapter.is_none()), (3, true));
+    assert!(!adapter_written(&setup.out("resumed")));
+    let second = atdp_trainer::run(&resumed, &TrainOptions::default(), &mut no_progress()).unwrap();
+    assert_eq!((second.resumed_from, second.steps_done), (2, 4));
+
+    let load = |dir: &str| {
+        candle_core::safetensors::load(
+            setup.out(dir).join("adapter_model.safetensors"),
+            &Device::Cpu,
+        )
+        .unwrap()
+    };
+    let (a, b) = (load("straight"), load("resumed"));
+    assert_eq!(a.len(), 3 * 2 * 2);
+    let mut moved = false;
+    for (name, ta) in &a {
+        let va = ta.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let vb = b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let diff = va
+            .iter()
+            .zip(&vb)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        assert!(diff <= 1e-6, "{name}: {diff}");
+        moved |= name.contains("lora_B") && va.iter().any(|v| *v != 0.0);
+    }
+    assert!(moved, "training changed B");
+    // The metrics of the interrupted step 3 were replaced, not duplicated.
+    let metrics = std::fs::read_to_string(setup.out("resumed").join("metrics.jsonl")).unwrap();
+    let steps: Vec<u64> = metrics
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(steps, [1, 2, 3, 4]);
+}
+
+#[test]
+fn bad_input_gives_a_clear_error_and_no_adapter() {
+    let setup = Setup::new();
+    let mut records = good_and_bad(1);
+    let (s, mut r) = episode(GOOD, 0.0, Some("v1"), 1_795_910_500_000_000);
+    r.value = f64::NAN;
+    r.name = "nan_reward".into();
+    records.push(s.into());
+    records.push(r.into());
+    write_lake(&setup.lake(), records);
+
+    // Empty selection: another tenant.
+    let config = setup.config("empty", &SMALL.replace("\"acme\"", "\"nobody\""));
+    let err = atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap_err();
+    assert!(matches!(err, Error::EmptySelection(_)), "{err}");
+    assert!(err.to_string().contains("no adapter was written"), "{err}");
+    assert!(!adapter_written(&setup.out("empty")));
+    // Empty selection: a reward name nobody posted.
+    let config = setup.config("empty2", &SMALL.replace("ok = 1.0", "rating = 1.0"));
+    let err = atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap_err();
+    assert!(err.to_string().contains("rating"), "{err}");
+
+    // A NaN reward among the selected names.
+    let config = setup.config(
+        "nan",
+        &SMALL.replace("ok = 1.0", "ok = 1.0, nan_reward = 1.0"),
+    );
+    let err = atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap_err();
+    assert!(matches!(err, Error::Reward { .. }), "{err}");
+    assert!(err.to_string().contains("NaN"), "{err}");
+    assert!(!adapter_written(&setup.out("nan")));
+
+    // Missing model files.
+    for file in [
+        "tokenizer.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+    ] {
+        let broken = setup.out(&format!("model-without-{file}"));
+        std::fs::create_dir_all(&broken).unwrap();
+        for entry in std::fs::read_dir(setup.model()).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() != file {
+                std::fs::copy(entry.path(), broken.join(entry.file_name())).unwrap();
+            }
+        }
+        let mut config = setup.config("missing", SMALL);
+        config.model_dir = broken;
+        let err = atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(file), "{file}: {err}");
+        assert!(!adapter_written(&setup.out("missing")));
+    }
+}
+
+#[test]
+fn a_changed_reward_function_is_refused_unless_accepted() {
+    let setup = Setup::new();
+    write_lake(&setup.lake(), good_and_bad(2));
+    let one_step = SMALL.replace("steps = 4", "steps = 1");
+    let config = setup.config("run", &one_step);
+    atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap();
+    // Pretend the previous run saw another version of `ok`.
+    let path = setup.out("run").join("manifest.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"v1\"", "\"v0\"");
+    std::fs::write(&path, text).unwrap();
+    std::fs::remove_dir_all(setup.out("run").join("checkpoint")).unwrap();
+    let err = atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap_err();
+    assert!(matches!(err, Error::RewardChanged { .. }), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("v0")
+            && message.contains("v1")
+            && message.contains("--accept-reward-change"),
+        "{message}"
+    );
+    let mut accepted = config.clone();
+    accepted.accept_reward_change = true;
+    atdp_trainer::run(&accepted, &TrainOptions::default(), &mut no_progress()).unwrap();
+}
+
+#[test]
+fn atdp_train_run_prints_progress_and_writes_the_adapter() {
+    let setup = Setup::new();
+    write_lake(&setup.lake(), good_and_bad(2));
+    let toml = setup.root.path().join("train.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "model = \"ignored\"\nlake = \"ignored\"\nout = \"ignored\"\n{SMALL}\n[objective]\nkl_coef = 0.1\n"
+        ),
+    )
+    .unwrap();
+    let out = setup.out("cli");
+    let output = Command::new(env!("CARGO_BIN_EXE_atdp-train"))
+        .args([
+            "run",
+            "--config",
+            toml.to_str().unwrap(),
+            "--steps",
+            "2",
+            "--seed",
+            "1",
+        ])
+        .args(["--model", setup.model().to_str().unwrap()])
+        .args(["--lake", setup.lake().to_str().unwrap()])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("step 1/2") && stdout.contains("step 2/2"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("reward") && stdout.contains("tok/s"),
+        "{stdout}"
+    );
+    for file in [
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "manifest.json",
+        "metrics.jsonl",
+        "report.html",
+    ] {
+        assert!(out.join(file).exists(), "{file}");
+    }
+    // The KL term to the base model is 0 before the first update and positive after.
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let kl: Vec<f64> = metrics
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kl"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert!(kl[0].abs() < 1e-9 && kl[1] > 0.0, "{kl:?}");
+    // A bad config is one line on stderr and exit status 2.
+    std::fs::write(&toml, "model = 1").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_atdp-train"))
+        .args(["run", "--config", toml.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn lake_selection_and_tree_aware_returns_through_the_lake() {
+    use std::collections::BTreeSet;
+
+    use atdp_trainer::{RewardSpec, Selection, read_lake, step_returns};
+
+    let setup = Setup::new();
+    let at = 1_795_910_400_000_000;
+    // A → {B (a failed retry), C → D}, one trajectory reward; plus another agent's episode.
+    let (a, reward) = episode(GOOD, 1.0, Some("v1"), at);
+    let child = |parent: &atdp_schema::Step, turn: i32, offset: i64, status: &str| {
+        let mut s = a.clone();
+        s.step_id = atdp_schema::new_id();
+        s.parent_step_id = Some(parent.step_id.clone());
+        s.turn_index = turn;
+        s.started_at = at + offset;
+        s.status = status.into();
+        s
+    };
+    let b = child(&a, 1, 10, "upstream_error");
+    let c = child(&a, 1, 20, "ok");
+    let d = child(&c, 2, 30, "ok");
+    let (mut other, other_reward) = episode(GOOD, 1.0, Some("v1"), at + 40);
+    other.agent_id = "billing".into();
+    let records = vec![
+        a.clone().into(),
+        b.clone().into(),
+        c.clone().into(),
+        d.clone().into(),
+        reward.into(),
+        other.into(),
+        other_reward.into(),
+    ];
+    write_lake(&setup.lake(), records);
+
+    let selection = Selection {
+        tenant_id: Some("acme".into()),
+        agent_id: Some("support".into()),
+        since: Some(at),
+        until: Some(at + 35),
+        reward_names: BTreeSet::from(["ok".to_owned()]),
+        ..Selection::default()
+    };
+    let data = read_lake(
+        &setup.lake().display().to_string(),
+        Default::default(),
+        &selection,
+    )
+    .unwrap();
+    assert_eq!(data.steps.len(), 4);
+    assert_eq!(
+        data.rewards.len(),
+        1,
+        "the other agent's reward is not on a selected trajectory"
+    );
+    assert_eq!(data.reads[0].table, "steps");
+    assert!(data.reads.iter().all(|r| r.version.is_some()));
+    assert_eq!((data.reads[1].rows_read, data.reads[1].rows_kept), (2, 1));
+    let spec = RewardSpec {
+        weights: [("ok".to_owned(), 2.0)].into(),
+        gamma: 0.5,
+    };
+    let returns = step_returns(&data.steps, &data.rewards, &spec).unwrap();
+    assert_eq!(returns[&d.step_id], 2.0);
+    assert_eq!(returns[&c.step_id], 1.0);
+    assert_eq!(returns[&a.step_id], 0.5);
+    assert!(
+        !returns.contains_key(&b.step_id),
+        "the failed retry gets nothing"
+    );
+}
+
+#[test]
+fn mixed_reward_versions_are_refused_unless_pinned_or_allowed() {
+    let setup = Setup::new();
+    let mut records = good_and_bad(2);
+    // The same reward name, labelled again by a changed function (v2) on later episodes.
+    for i in 0..2 {
+        let (s, r) = episode(GOOD, 1.0, Some("v2"), 1_795_910_600_000_000 + i * 1_000_000);
+        records.push(s.into());
+        records.push(r.into());
+    }
+    write_lake(&setup.lake(), records);
+    let one_step = SMALL.replace("steps = 4", "steps = 1");
+
+    let mixed = setup.config("mixed", &one_step);
+    let err = atdp_trainer::run(&mixed, &TrainOptions::default(), &mut no_progress()).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("v1") && message.contains("v2") && message.contains("rewards.versions.ok"),
+        "{message}"
+    );
+    assert!(!adapter_written(&setup.out("mixed")));
+
+    // Pinned to one version: only its rows are read.
+    let pinned = setup.config(
+        "pinned",
+        &one_step.replace("[rewards]", "[rewards]\nversions = { ok = \"v2\" }"),
+    );
+    atdp_trainer::run(&pinned, &TrainOptions::default(), &mut no_progress()).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(setup.out("pinned").join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["rewards"]["ok"]["reward_fn_versions"],
+        serde_json::json!(["v2"])
+    );
+
+    // Or mixing allowed explicitly.
+    let mut allowed = mixed.clone();
+    allowed.allow_mixed_reward_versions = true;
+    atdp_trainer::run(&allowed, &TrainOptions::default(), &mut no_progress()).unwrap();
+    assert!(adapter_written(&setup.out("mixed")));
+}
