@@ -72,7 +72,7 @@ pub use error::{Error, Result};
 #[cfg(feature = "lake")]
 pub use lake::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options};
 #[cfg(feature = "lake")]
-pub use reader::{Filter, LakeReader, Read};
+pub use reader::{Filter, LakeReader, Read, time_range};
 pub use record::{
     AuditEvent, Message, PROTOCOL_VERSION, PiiSpan, Record, Reward, Step, Table, Tool, ToolCall,
     VaultEntry, date_of_micros, new_id, now_micros,

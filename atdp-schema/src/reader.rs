@@ -63,6 +63,22 @@ fn date(micros: i64) -> Expr {
     lit(ScalarValue::Date32(Some(date_of_micros(micros))))
 }
 
+/// The predicates of a time range on `time_column` (µs since epoch, UTC; `since` included,
+/// `until` excluded), with the `date` partition bounds derived from it so that whole
+/// partitions outside the range are never opened. Empty when neither bound is set.
+pub fn time_range(time_column: &str, since: Option<i64>, until: Option<i64>) -> Vec<Expr> {
+    let mut parts = Vec::new();
+    if let Some(since) = since {
+        parts.push(col("date").gt_eq(date(since)));
+        parts.push(col(time_column).gt_eq(timestamp(since)));
+    }
+    if let Some(until) = until {
+        parts.push(col("date").lt_eq(date(until)));
+        parts.push(col(time_column).lt(timestamp(until)));
+    }
+    parts
+}
+
 /// The filter as a DataFusion predicate; `date` bounds are derived from the time range so
 /// that whole partitions are pruned.
 fn predicate(table: Table, filter: &Filter) -> Result<Option<Expr>> {
@@ -88,15 +104,7 @@ fn predicate(table: Table, filter: &Filter) -> Result<Option<Expr>> {
         }
         parts.push(col("trajectory_id").eq(lit(trajectory.clone())));
     }
-    let time = time_column(table);
-    if let Some(since) = filter.since {
-        parts.push(col("date").gt_eq(date(since)));
-        parts.push(col(time).gt_eq(timestamp(since)));
-    }
-    if let Some(until) = filter.until {
-        parts.push(col("date").lt_eq(date(until)));
-        parts.push(col(time).lt(timestamp(until)));
-    }
+    parts.extend(time_range(time_column(table), filter.since, filter.until));
     Ok(parts.into_iter().reduce(Expr::and))
 }
 

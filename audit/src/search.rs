@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use atdp_schema::{Step, Table, date_of_micros, steps_from_batch};
-use deltalake::datafusion::common::{JoinType, ScalarValue};
+use atdp_schema::{Step, Table, steps_from_batch, time_range};
+use deltalake::datafusion::common::JoinType;
 use deltalake::datafusion::functions::core::expr_fn::get_field;
 use deltalake::datafusion::functions::string::expr_fn::lower;
 use deltalake::datafusion::functions::unicode::expr_fn::strpos;
@@ -130,17 +130,6 @@ impl Search {
     }
 }
 
-fn timestamp(micros: i64) -> Expr {
-    lit(ScalarValue::TimestampMicrosecond(
-        Some(micros),
-        Some("UTC".into()),
-    ))
-}
-
-fn date(micros: i64) -> Expr {
-    lit(ScalarValue::Date32(Some(date_of_micros(micros))))
-}
-
 fn tenant_in(tenants: &[String]) -> Expr {
     col("tenant_id").in_list(tenants.iter().map(|t| lit(t.clone())).collect(), false)
 }
@@ -148,14 +137,7 @@ fn tenant_in(tenants: &[String]) -> Expr {
 /// The filters that prune partitions and files: tenant and time.
 fn scope(tenants: &[String], search: &Search, time: &str) -> Expr {
     let mut parts = vec![tenant_in(tenants)];
-    if let Some(since) = search.since {
-        parts.push(col("date").gt_eq(date(since)));
-        parts.push(col(time).gt_eq(timestamp(since)));
-    }
-    if let Some(until) = search.until {
-        parts.push(col("date").lt_eq(date(until)));
-        parts.push(col(time).lt(timestamp(until)));
-    }
+    parts.extend(time_range(time, search.since, search.until));
     parts.into_iter().fold(lit(true), Expr::and)
 }
 

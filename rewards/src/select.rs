@@ -3,8 +3,8 @@
 //! function version has already labelled (an anti-join with `rewards`), or a deterministic
 //! sample.
 
-use atdp_schema::{Catalog, Table, date_of_micros};
-use deltalake::datafusion::common::{JoinType, ScalarValue};
+use atdp_schema::{Catalog, Table, time_range};
+use deltalake::datafusion::common::JoinType;
 use deltalake::datafusion::prelude::{DataFrame, Expr, col, lit};
 
 use crate::error::{Error, Result};
@@ -38,17 +38,6 @@ pub enum Scope {
     },
 }
 
-fn timestamp(micros: i64) -> Expr {
-    lit(ScalarValue::TimestampMicrosecond(
-        Some(micros),
-        Some("UTC".into()),
-    ))
-}
-
-fn date(micros: i64) -> Expr {
-    lit(ScalarValue::Date32(Some(date_of_micros(micros))))
-}
-
 impl Selection {
     /// The filter as a predicate over `steps`.
     fn predicate(&self) -> Option<Expr> {
@@ -59,14 +48,7 @@ impl Selection {
         if let Some(agent) = &self.agent_id {
             parts.push(col("agent_id").eq(lit(agent.clone())));
         }
-        if let Some(since) = self.since {
-            parts.push(col("date").gt_eq(date(since)));
-            parts.push(col("started_at").gt_eq(timestamp(since)));
-        }
-        if let Some(until) = self.until {
-            parts.push(col("date").lt_eq(date(until)));
-            parts.push(col("started_at").lt(timestamp(until)));
-        }
+        parts.extend(time_range("started_at", self.since, self.until));
         parts.into_iter().reduce(Expr::and)
     }
 
