@@ -170,18 +170,42 @@ fn vault_fields() -> Vec<Field> {
 struct TableSchema {
     /// The record's own fields, as `serde_arrow` sees them.
     record_fields: Vec<FieldRef>,
+    /// The same fields with 64-bit offsets for strings and bytes, for reading: a batch that
+    /// an engine hands back (a join's output, string views) may hold more than 2 GiB of text
+    /// in one column, which 32-bit offsets cannot address.
+    read_fields: Vec<FieldRef>,
     /// The full table schema: record fields then `date`.
     schema: SchemaRef,
 }
 
 fn table_schema(fields: Vec<Field>) -> TableSchema {
     let record_fields: Vec<FieldRef> = fields.into_iter().map(Arc::new).collect();
+    let read_fields = record_fields.iter().map(|f| Arc::new(large(f))).collect();
     let mut all = record_fields.clone();
     all.push(Arc::new(date_field()));
     TableSchema {
         record_fields,
+        read_fields,
         schema: Arc::new(Schema::new(all)),
     }
+}
+
+/// `field` with `Utf8` → `LargeUtf8` and `Binary` → `LargeBinary`, at any depth.
+fn large(field: &FieldRef) -> Field {
+    let data_type = match field.data_type() {
+        DataType::Utf8 => DataType::LargeUtf8,
+        DataType::Binary => DataType::LargeBinary,
+        DataType::List(item) => DataType::List(Arc::new(large(item))),
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(|f| Arc::new(large(f)))
+                .collect::<Fields>(),
+        ),
+        DataType::Map(entries, sorted) => DataType::Map(Arc::new(large(entries)), *sorted),
+        other => other.clone(),
+    };
+    field.as_ref().clone().with_data_type(data_type)
 }
 
 static SCHEMAS: LazyLock<[TableSchema; 4]> = LazyLock::new(|| {
@@ -255,7 +279,7 @@ pub fn vault_to_batch(rows: &[VaultEntry]) -> Result<RecordBatch> {
 fn normalise(table: Table, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
     let s = schemas(table);
     let rows = batch.num_rows();
-    s.record_fields
+    s.read_fields
         .iter()
         .map(|field| match batch.column_by_name(field.name()) {
             Some(column) if column.data_type() == field.data_type() => Ok(column.clone()),
@@ -272,7 +296,7 @@ fn normalise(table: Table, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
 
 fn from_batch<T: serde::de::DeserializeOwned>(table: Table, batch: &RecordBatch) -> Result<Vec<T>> {
     let columns = normalise(table, batch)?;
-    serde_arrow::from_arrow(&schemas(table).record_fields, &columns)
+    serde_arrow::from_arrow(&schemas(table).read_fields, &columns)
         .map_err(|e| arrow_error(table, e))
 }
 
