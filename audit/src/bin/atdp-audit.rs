@@ -377,16 +377,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Query(args) => {
             let catalog = Catalog::open(&env.lake, &env.pins).await?;
-            let tenants = match &args.auditor_key {
-                Some(key) => env.auditor(key)?.scope(args.tenant.as_deref())?,
-                None => match &args.tenant {
-                    Some(t) => vec![t.clone()],
-                    None => env.policy()?.access.tenants(),
-                },
+            let auditor = args
+                .auditor_key
+                .as_deref()
+                .map(|k| env.auditor(k))
+                .transpose()?;
+            let tenants = match (&auditor, &args.tenant) {
+                (Some(auditor), tenant) => auditor.scope(tenant.as_deref())?,
+                (None, Some(t)) => vec![t.clone()],
+                (None, None) => env.policy()?.access.tenants(),
             };
-            if args.limit == 0 || args.limit > MAX_PAGE {
-                bail!("--limit must be between 1 and {MAX_PAGE}");
-            }
             let search = Search {
                 tenant: args.tenant.clone(),
                 agent: args.agent,
@@ -403,17 +403,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 limit: args.limit,
             };
             let mut page = atdp_audit::search(&catalog, &tenants, &search).await?;
-            if let Some(key) = &args.auditor_key {
-                let auditor = env.auditor(key)?;
+            if let Some(auditor) = &auditor {
                 let access = &env.policy()?.access;
                 page.hits
                     .retain(|h| auditor.may_read(access, &h.trajectory_id, &h.tenant_id));
             }
             let trail = env.trail().await?;
-            let actor = match &args.auditor_key {
-                Some(key) => env.auditor(key)?.actor(),
-                None => cli_actor(None),
-            };
+            let actor = auditor
+                .as_ref()
+                .map_or_else(|| cli_actor(None), Auditor::actor);
             let mut audited = search.clone();
             let scanner = &env.policy()?.scanner;
             audited.text = audited.text.map(|t| atdp_audit::redact(scanner, &t));
