@@ -13,7 +13,7 @@ use arrow::datatypes::DataType;
 use crate::error::{Error, Result};
 use crate::label::{self, Label};
 use crate::program::{self, Batch};
-use crate::select::{self, Scope, Selection};
+use crate::select::{self, Pull, Scope, Selection};
 use crate::spec::{Body, Program, RewardFn, Target};
 
 /// Called with each batch of checked labels and the number of units done so far; an error
@@ -42,7 +42,7 @@ pub async fn compute(
     }
     match &function.body {
         Body::Expression(expression) => {
-            let steps = select::unit_steps(catalog, selection, units).await?;
+            let steps = select::unit_steps(catalog, selection, units, Pull::Parallel).await?;
             let value = steps.parse_sql_expr(expression)?;
             let frame = steps.select(vec![
                 col("tenant_id"),
@@ -58,7 +58,9 @@ pub async fn compute(
         }
         Body::Program(program) => match function.target {
             Target::Step => {
-                let steps = select::unit_steps(catalog, selection, units).await?;
+                // One partition: the program is the slow end, so the scan waits for it
+                // instead of reading ahead into memory.
+                let steps = select::unit_steps(catalog, selection, units, Pull::Sequential).await?;
                 program_steps(&function.name, program, steps, on_batch).await?;
             }
             Target::Trajectory => {

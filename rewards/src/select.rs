@@ -151,20 +151,42 @@ pub(crate) async fn units(
     }
 }
 
+/// How the rows of [`unit_steps`] are produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pull {
+    /// On every core (a SQL expression, consumed as fast as it is read).
+    Parallel,
+    /// On one partition, a plain pull from the scan through the join: a slow consumer (a
+    /// program labelling thousands of steps per second) holds the scan back instead of
+    /// letting parallel partitions read ahead into memory.
+    Sequential,
+}
+
 /// `steps` rows (every column) of the units in scope, for step targets.
 pub(crate) async fn unit_steps(
     catalog: &Catalog,
     selection: &Selection,
     units: DataFrame,
+    pull: Pull,
 ) -> Result<DataFrame> {
-    // Units on the left, so that the hash table is built on the small key set and the wide
-    // steps rows stream through (a right semi-join keeps the right side's columns).
+    // Units on the left, so that the hash table is built on the key set and the wide steps
+    // rows stream through (a right semi-join keeps the right side's columns). DataFusion's
+    // join selection would swap the sides when the key set has more rows than its
+    // collect threshold, and build the table on `steps`: every column of every selected
+    // row in memory (the benchmark's million steps outgrew 24 GB). Reordering is turned off for this query.
     let unit_keys = renamed(Target::Step);
-    Ok(units.join(
+    let joined = units.join(
         steps(catalog, selection).await?,
         JoinType::RightSemi,
         &as_refs(&unit_keys),
         keys(Target::Step),
         None,
-    )?)
+    )?;
+    let (mut state, plan) = joined.into_parts();
+    let options = state.config_mut().options_mut();
+    options.optimizer.join_reordering = false;
+    if pull == Pull::Sequential {
+        options.execution.target_partitions = 1;
+    }
+    Ok(DataFrame::new(state, plan))
 }
