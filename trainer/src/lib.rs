@@ -60,13 +60,15 @@ pub use init::{
     TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_VOCAB_SIZE, added_token_id, init_model,
 };
 pub use lora::{Lora, LoraConfig, LoraLayer, TargetModule};
-pub use manifest::{MANIFEST_FILE, Manifest, RewardInfo, RewardVersions};
-pub use model::{Adapter, LoadOptions, Model, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, token_log_probs};
+pub use manifest::{MANIFEST_FILE, Manifest, RewardInfo, RewardVersions, hash_weights};
+pub use model::{
+    Adapter, LoadOptions, Model, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, token_log_probs, weight_files,
+};
 pub use objective::{Advantage, Baseline, GroupKey, LossConfig};
 pub use optim::{AdamW, AdamWConfig};
 pub use peft::{
     ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LoraMatrix, PEFT_PREFIX, SavedAdapter,
-    adapter_config_json, load_adapter, save_adapter, tensor_name,
+    adapter_config_json, check_adapter, load_adapter, save_adapter, tensor_name,
 };
 pub use report::REPORT_FILE;
 pub use rewards::{RewardSpec, step_returns};

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use atdp_schema::Reward;
 use serde::{Deserialize, Serialize};
@@ -154,6 +154,34 @@ pub struct BaseModel {
     pub files: BTreeMap<String, String>,
 }
 
+/// The base model's identity, as the manifest records it: sha256 over every weight file's
+/// bytes in file-name order, and each file's own sha256 by name.
+pub fn hash_weights(paths: &[PathBuf]) -> Result<(String, BTreeMap<String, String>)> {
+    let mut files = BTreeMap::new();
+    let mut all = Sha256::new();
+    let mut paths = paths.to_vec();
+    paths.sort();
+    for path in &paths {
+        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut one = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            one.update(&buf[..n]);
+            all.update(&buf[..n]);
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        files.insert(name, hex::encode(one.finalize()));
+    }
+    Ok((hex::encode(all.finalize()), files))
+}
+
 /// The contents of `manifest.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -192,28 +220,7 @@ impl Manifest {
         steps: u64,
         final_metrics: Option<StepMetrics>,
     ) -> Result<Self> {
-        let mut files = BTreeMap::new();
-        let mut all = Sha256::new();
-        let mut paths = model.weight_files().to_vec();
-        paths.sort();
-        for path in &paths {
-            let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-            let mut one = Sha256::new();
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
-                if n == 0 {
-                    break;
-                }
-                one.update(&buf[..n]);
-                all.update(&buf[..n]);
-            }
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            files.insert(name, hex::encode(one.finalize()));
-        }
+        let (sha256, files) = hash_weights(model.weight_files())?;
         let hyper_parameters = json!({
             "selection": {
                 "tenant": config.selection.tenant_id,
@@ -245,7 +252,7 @@ impl Manifest {
             format: "atdp-trainer/manifest-v1".into(),
             base_model: BaseModel {
                 path: config.model_dir.display().to_string(),
-                sha256: hex::encode(all.finalize()),
+                sha256,
                 files,
             },
             lake: redact_url(&config.lake),

@@ -17,6 +17,7 @@ use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
 use serde_json::{Value, json};
 
+use crate::config::ModelConfig;
 use crate::lora::{Lora, LoraConfig, TargetModule};
 use crate::model::Model;
 use crate::{Error, Result};
@@ -229,6 +230,80 @@ pub fn load_adapter(dir: impl AsRef<Path>, model: &Model) -> Result<Lora> {
         },
         other => other,
     })
+}
+
+/// Checks a PEFT LoRA adapter in `dir` against a base model's config without loading any
+/// weights: the same refusals as [`load_adapter`] (unsupported options, missing, unexpected
+/// or misshapen tensors), plus non-float dtypes and non-finite values. A server runs this
+/// before handing an adapter to an inference engine that would fail less clearly.
+pub fn check_adapter(dir: impl AsRef<Path>, c: &ModelConfig) -> Result<LoraConfig> {
+    let dir = dir.as_ref();
+    let config_path = dir.join(ADAPTER_CONFIG_FILE);
+    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| Error::json(&config_path, e))?;
+    let config = parse_config(&value, &config_path)?;
+    let weights_path = dir.join(ADAPTER_WEIGHTS_FILE);
+    let bytes = std::fs::read(&weights_path).map_err(|e| Error::io(&weights_path, e))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| Error::Safetensors {
+        path: weights_path.clone(),
+        message: format!("{e}; the file is damaged or not safetensors"),
+    })?;
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, view) in st.tensors() {
+        let bad = |message: String| Error::adapter(&weights_path, format!("`{name}`: {message}"));
+        let (layer, module, matrix) = parse_tensor_name(&name)
+            .filter(|(layer, module, _)| {
+                *layer < c.num_hidden_layers && config.target_modules.contains(module)
+            })
+            .ok_or_else(|| bad("not a tensor of this base model's target modules".into()))?;
+        let (fan_in, fan_out) = module.in_out(c);
+        let expected = match matrix {
+            LoraMatrix::A => vec![config.r, fan_in],
+            LoraMatrix::B => vec![fan_out, config.r],
+        };
+        if view.shape() != expected.as_slice() {
+            return Err(Error::Shape {
+                name: name.clone(),
+                location: weights_path.display().to_string(),
+                expected,
+                found: view.shape().to_vec(),
+            });
+        }
+        let data = view.data();
+        let finite = match view.dtype() {
+            safetensors::Dtype::F32 => data
+                .chunks_exact(4)
+                .all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
+            safetensors::Dtype::F64 => data.chunks_exact(8).all(|b| {
+                f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]).is_finite()
+            }),
+            // f16 and bf16: the exponent bits all set means infinity or NaN.
+            safetensors::Dtype::F16 => data
+                .chunks_exact(2)
+                .all(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7c00 != 0x7c00),
+            safetensors::Dtype::BF16 => data
+                .chunks_exact(2)
+                .all(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 != 0x7f80),
+            other => return Err(bad(format!("dtype {other:?} is not a float type"))),
+        };
+        if !finite {
+            return Err(bad("holds NaN or infinite values".into()));
+        }
+        seen.insert((layer, module, matrix));
+    }
+    for layer in 0..c.num_hidden_layers {
+        for &module in &config.target_modules {
+            for matrix in [LoraMatrix::A, LoraMatrix::B] {
+                if !seen.contains(&(layer, module, matrix)) {
+                    return Err(Error::MissingTensor {
+                        name: tensor_name(layer, module, matrix),
+                        location: weights_path.display().to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(config)
 }
 
 /// `(layer, module, matrix)` of a PEFT LoRA tensor name.

@@ -15,7 +15,7 @@ use crate::config::ModelConfig;
 use crate::lora::{Lora, TargetModule};
 use crate::{Error, Result};
 use layers::{Active, Attention, Block, Linear, Mlp, PassContext, RmsNorm, upcast};
-pub use weights::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
+pub use weights::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE, weight_files};
 
 /// Where and in which dtype a model is loaded.
 #[derive(Debug, Clone)]

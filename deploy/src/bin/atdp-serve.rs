@@ -1,0 +1,249 @@
+//! `atdp-serve`: serve a base model with a policy's promoted LoRA adapter (mistral.rs, an
+//! OpenAI-compatible API), and drive the adapter registry: publish, promote, rollback,
+//! status. See docs/deploy.md.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use atdp_deploy::{BaseModel, EngineOptions, Registry, State, Watcher};
+use atdp_schema::parse_storage_options;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "atdp-serve",
+    about = "Serve a policy's promoted LoRA adapter with mistral.rs; publish, promote, roll back"
+)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug)]
+struct Common {
+    /// The lake whose `adapters/` folder is the registry: a directory or an s3://, gs://,
+    /// az:// URL.
+    #[arg(
+        long,
+        env = "ATDP_LAKE",
+        default_value = "atdp-data/lake",
+        global = true
+    )]
+    lake: String,
+    /// Object-store option KEY=VALUE (repeatable); see docs/lake.md.
+    #[arg(long = "lake-option", global = true)]
+    lake_options: Vec<String>,
+    /// The policy: the registry's name for one agent's adapters.
+    #[arg(long, env = "ATDP_POLICY", default_value = "default", global = true)]
+    policy: String,
+    /// Who is acting, for the registry's log.
+    #[arg(long, env = "USER", default_value = "operator", global = true)]
+    by: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the promoted version and follow the registry.
+    Run {
+        /// The base model directory (Hugging Face layout: config.json, safetensors,
+        /// tokenizer.json, tokenizer_config.json).
+        #[arg(long, env = "ATDP_BASE_MODEL")]
+        base: PathBuf,
+        /// Address to listen on.
+        #[arg(long, env = "ATDP_SERVE_LISTEN", default_value = "127.0.0.1:8700")]
+        listen: SocketAddr,
+        /// Where fetched adapters are kept.
+        #[arg(
+            long,
+            env = "ATDP_SERVE_CACHE",
+            default_value = "atdp-data/serve-cache"
+        )]
+        cache: PathBuf,
+        /// How often to read the registry, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        poll_ms: u64,
+        /// How long a swap waits for the old version's requests, in seconds.
+        #[arg(long, default_value_t = 120)]
+        drain_secs: u64,
+        /// Use a GPU when the build has one (`cuda` feature); the default is the CPU.
+        #[arg(long)]
+        gpu: bool,
+        /// Sequences decoded together.
+        #[arg(long, default_value_t = 16)]
+        max_seqs: usize,
+    },
+    /// Upload a trained adapter directory as the next version (not served until promoted).
+    Publish {
+        /// The trainer's output directory (adapter_config.json, adapter_model.safetensors,
+        /// manifest.json).
+        adapter: PathBuf,
+    },
+    /// Serve a published version from now on.
+    Promote {
+        /// The version number.
+        version: u32,
+        /// Why, for the log.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Go back to the version served before the current one.
+    Rollback {
+        /// Why, for the log.
+        #[arg(long)]
+        reason: String,
+    },
+    /// The published versions, the served one, and the log.
+    Status {
+        /// Also ask a running server what it serves.
+        #[arg(long)]
+        server: Option<String>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,mistralrs_core=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let c = &cli.common;
+    let options = parse_storage_options(&c.lake_options)?;
+    let registry = Registry::open(&c.lake, options, &c.policy)?;
+    match cli.command {
+        Command::Run {
+            base,
+            listen,
+            cache,
+            poll_ms,
+            drain_secs,
+            gpu,
+            max_seqs,
+        } => {
+            let base = BaseModel::open(&base)?;
+            let mut engine = EngineOptions {
+                max_num_seqs: max_seqs,
+                ..EngineOptions::default()
+            };
+            if gpu {
+                engine.force_cpu = false;
+                engine.dtype = mistralrs::core::ModelDType::Auto;
+            }
+            let watcher = Watcher {
+                registry,
+                base,
+                cache,
+                options: engine,
+                drain: Duration::from_secs(drain_secs),
+            };
+            let serving = watcher
+                .start()
+                .await
+                .context("loading the promoted version")?;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            let address = listener.local_addr()?;
+            tracing::info!(%address, serving = %serving.status().serving, "Serving.");
+            // A line a supervising script can wait for.
+            println!("atdp-serve listening on http://{address}");
+            tokio::spawn(watcher.run(serving.clone(), Duration::from_millis(poll_ms.max(50))));
+            axum::serve(listener, atdp_deploy::router(serving))
+                .with_graceful_shutdown(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await?;
+        }
+        Command::Publish { adapter } => {
+            let published = registry.publish(&adapter, &c.by).await?;
+            println!(
+                "published {}@v{} ({} files) at {}",
+                c.policy,
+                published.version,
+                published.files.len(),
+                registry.location()
+            );
+        }
+        Command::Promote { version, reason } => {
+            let event = registry.promote(version, &c.by, &reason, None).await?;
+            println!(
+                "promoted {}@v{} (log #{}, previously {})",
+                c.policy,
+                event.version,
+                event.seq,
+                event
+                    .previous
+                    .map_or_else(|| "the base model".into(), |v| format!("v{v}"))
+            );
+        }
+        Command::Rollback { reason } => {
+            let event = registry.rollback(&c.by, &reason, None).await?;
+            println!(
+                "rolled {} back to v{} (log #{}, from v{})",
+                c.policy,
+                event.version,
+                event.seq,
+                event.previous.unwrap_or_default()
+            );
+        }
+        Command::Status { server } => {
+            let versions = registry.versions().await?;
+            let log = registry.log().await?;
+            let state = State::from_log(&log);
+            println!("registry  {}", registry.location());
+            println!(
+                "versions  {}",
+                versions
+                    .iter()
+                    .map(|v| format!("v{v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            println!(
+                "promoted  {}",
+                state
+                    .serving
+                    .map_or_else(|| "none (the base model)".into(), |v| format!("v{v}"))
+            );
+            for event in &log {
+                println!(
+                    "  #{:<4} {} {:?} v{} by {}: {}",
+                    event.seq, event.at, event.action, event.version, event.by, event.reason
+                );
+            }
+            if let Some(server) = server {
+                let url = format!("{}/atdp/status", server.trim_end_matches('/'));
+                let status = fetch_status(&url).await?;
+                println!("server    {status}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// GET over plain HTTP/1.1 on loopback or a private network (no TLS: run `status` next to
+/// the server).
+async fn fetch_status(url: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .context("--server must be an http:// URL")?;
+    let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
+    let mut stream = tokio::net::TcpStream::connect(host)
+        .await
+        .with_context(|| format!("connecting to {host}"))?;
+    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response
+        .split_once("\r\n\r\n")
+        .map_or(response.clone(), |(_, body)| body.to_owned()))
+}

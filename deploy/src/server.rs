@@ -1,0 +1,335 @@
+//! The HTTP side of `atdp-serve`: an OpenAI-compatible API over the engine currently
+//! served, the swap between engines, and `/atdp/status`.
+//!
+//! Each request takes the current engine (an `Arc`) when it arrives and keeps it until its
+//! last byte is sent, so a response comes whole from one version; a swap only changes which
+//! engine the next request takes. The old engine stops when its last request finishes.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::engine::{Engine, Shared};
+use crate::openai::{self, ApiError};
+
+/// The response header naming the version that produced a response; the proxy records it as
+/// the step's `policy_version`.
+pub const VERSION_HEADER: &str = "x-atdp-policy-version";
+
+/// The largest request body read.
+const MAX_BODY: usize = 16 << 20;
+
+/// What one swap took.
+#[derive(Debug, Clone, Serialize)]
+pub struct SwapReport {
+    /// The version served before.
+    pub from: String,
+    /// The version served now.
+    pub to: String,
+    /// Loading and checking the new engine (while the old one kept serving).
+    pub load_ms: u64,
+    /// From the switch until the old engine's last request finished.
+    pub drain_ms: u64,
+    /// Requests still on the old engine when the drain deadline passed (they finish on it).
+    pub left_draining: usize,
+    /// When the switch happened (RFC 3339).
+    pub at: String,
+}
+
+/// What `/atdp/status` reports.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Status {
+    /// The version served.
+    pub serving: String,
+    /// Its adapter number (none: the base model).
+    pub number: Option<u32>,
+    /// Swaps done since start.
+    pub swaps: u64,
+    /// The last swap.
+    pub last_swap: Option<SwapReport>,
+    /// The last version refused, and why (the served version stayed).
+    pub last_refusal: Option<String>,
+    /// Requests answered since start.
+    pub requests: u64,
+    /// Requests that failed inside the engine since start.
+    pub failures: u64,
+}
+
+/// The engine served now and what happened to it.
+#[derive(Debug)]
+pub struct Serving {
+    current: RwLock<Shared>,
+    status: Mutex<Status>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl Serving {
+    /// Starts serving `engine`.
+    pub fn new(engine: Engine) -> Arc<Serving> {
+        let status = Status {
+            serving: engine.version.to_string(),
+            number: engine.version.number,
+            ..Status::default()
+        };
+        Arc::new(Serving {
+            current: RwLock::new(Arc::new(engine)),
+            status: Mutex::new(status),
+        })
+    }
+
+    /// The engine a request arriving now gets.
+    pub fn current(&self) -> Shared {
+        match self.current.read() {
+            Ok(engine) => Arc::clone(&engine),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// A copy of the status.
+    pub fn status(&self) -> Status {
+        match self.status.lock() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        match self.status.lock() {
+            Ok(mut s) => f(&mut s),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+
+    /// Records that a version was refused.
+    pub fn refused(&self, message: String) {
+        self.update(|s| s.last_refusal = Some(message));
+    }
+
+    /// Sends new requests to `engine`, then waits up to `drain` for the old engine's requests
+    /// to finish. Requests still running after that finish on the old engine all the same.
+    pub async fn swap(&self, engine: Engine, load_ms: u64, drain: Duration) -> SwapReport {
+        let to = engine.version.to_string();
+        let number = engine.version.number;
+        let old = {
+            let mut current = match self.current.write() {
+                Ok(c) => c,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            std::mem::replace(&mut *current, Arc::new(engine))
+        };
+        let switched = Instant::now();
+        let at = now();
+        while Arc::strong_count(&old) > 1 && switched.elapsed() < drain {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let report = SwapReport {
+            from: old.version.to_string(),
+            to: to.clone(),
+            load_ms,
+            drain_ms: switched.elapsed().as_millis() as u64,
+            left_draining: Arc::strong_count(&old).saturating_sub(1),
+            at,
+        };
+        drop(old);
+        self.update(|s| {
+            s.serving = to;
+            s.number = number;
+            s.swaps += 1;
+            s.last_swap = Some(report.clone());
+        });
+        report
+    }
+}
+
+/// The API's routes.
+pub fn router(serving: Arc<Serving>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/atdp/status", get(status))
+        .fallback(not_found)
+        .with_state(serving)
+}
+
+fn error_response(error: &ApiError, version: Option<&str>) -> Response {
+    let mut response = (error.status, axum::Json(error.body())).into_response();
+    if let Some(v) = version.and_then(|v| HeaderValue::from_str(v).ok()) {
+        response.headers_mut().insert(VERSION_HEADER, v);
+    }
+    response
+}
+
+async fn not_found() -> Response {
+    let error = ApiError {
+        status: StatusCode::NOT_FOUND,
+        kind: "invalid_request_error",
+        message: "unknown path: atdp-serve answers POST /v1/chat/completions and GET /v1/models"
+            .into(),
+        param: None,
+    };
+    error_response(&error, None)
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+async fn status(State(serving): State<Arc<Serving>>) -> axum::Json<Status> {
+    axum::Json(serving.status())
+}
+
+async fn models(State(serving): State<Arc<Serving>>) -> Response {
+    let engine = serving.current();
+    let version = engine.version.to_string();
+    let body = json!({
+        "object": "list",
+        "data": [{
+            "id": engine.version.policy,
+            "object": "model",
+            "created": 0,
+            "owned_by": "atdp",
+            "version": version,
+        }],
+    });
+    let mut response = axum::Json(body).into_response();
+    if let Ok(v) = HeaderValue::from_str(&version) {
+        response.headers_mut().insert(VERSION_HEADER, v);
+    }
+    response
+}
+
+async fn chat(State(serving): State<Arc<Serving>>, body: Bytes) -> Response {
+    if body.len() > MAX_BODY {
+        let error = ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "invalid_request_error",
+            message: format!("the request body is over {} MiB", MAX_BODY >> 20),
+            param: None,
+        };
+        return error_response(&error, None);
+    }
+    let request = match openai::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e, None),
+    };
+    // The engine is taken once: every byte of this response comes from it.
+    let engine = serving.current();
+    if request.stream {
+        stream(serving, engine, request)
+    } else {
+        let version = engine.version.to_string();
+        let result = engine.model.send_chat_request(request.builder).await;
+        match result {
+            Ok(response) => {
+                serving.update(|s| s.requests += 1);
+                let mut response =
+                    axum::Json(openai::completion(&response, &version)).into_response();
+                if let Ok(v) = HeaderValue::from_str(&version) {
+                    response.headers_mut().insert(VERSION_HEADER, v);
+                }
+                response
+            }
+            Err(e) => {
+                serving.update(|s| s.failures += 1);
+                // The message may quote the prompt: log only that it failed.
+                tracing::warn!(version = %version, "Engine failed a request.");
+                error_response(
+                    &ApiError::server(format!("the model failed: {e}")),
+                    Some(&version),
+                )
+            }
+        }
+    }
+}
+
+fn sse(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+fn stream(serving: Arc<Serving>, engine: Shared, request: openai::ChatRequest) -> Response {
+    let version = engine.version.to_string();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(32);
+    let task_version = version.clone();
+    tokio::spawn(async move {
+        let version = task_version;
+        let mut failed = None;
+        let mut usage = None;
+        let mut ids = (Value::Null, Value::Null);
+        match engine.model.stream_chat_request(request.builder).await {
+            Err(e) => failed = Some(format!("the model failed: {e}")),
+            Ok(mut responses) => {
+                while let Some(response) = responses.next().await {
+                    match response {
+                        mistralrs::Response::Chunk(c) => {
+                            let (chunk, u) = openai::chunk(&c, &version);
+                            ids = (chunk["id"].clone(), chunk["created"].clone());
+                            usage = u.or(usage);
+                            let done = c.choices.iter().all(|c| c.finish_reason.is_some());
+                            if tx.send(sse(&chunk)).await.is_err() {
+                                // The client left; dropping the stream cancels the sequence.
+                                return;
+                            }
+                            if done {
+                                break;
+                            }
+                        }
+                        mistralrs::Response::ModelError(message, _) => {
+                            failed = Some(format!("the model failed: {message}"));
+                            break;
+                        }
+                        mistralrs::Response::InternalError(e)
+                        | mistralrs::Response::ValidationError(e) => {
+                            failed = Some(format!("the model failed: {e}"));
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if let Some(message) = failed {
+            serving.update(|s| s.failures += 1);
+            tracing::warn!(version = %version, "Engine failed a streamed request.");
+            let _ = tx.send(sse(&ApiError::server(message).body())).await;
+            return;
+        }
+        serving.update(|s| s.requests += 1);
+        if request.include_usage {
+            let usage = usage.unwrap_or(Value::Null);
+            let _ = tx
+                .send(sse(&openai::usage_chunk(&ids.0, &ids.1, &version, usage)))
+                .await;
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        drop(engine);
+    });
+    let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, Infallible>(bytes), rx))
+    }));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&version) {
+        headers.insert(VERSION_HEADER, v);
+    }
+    response
+}

@@ -1,0 +1,130 @@
+//! Following the registry: when its log names another version, fetch it, check it against
+//! the base model, load it on a fresh engine, try one request on it, and only then swap.
+//! Anything that fails on the way leaves the served version as it was, with the reason in
+//! `/atdp/status` and the log.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::engine::{Adapter, BaseModel, Engine, EngineOptions, Version};
+use crate::error::{Error, Result};
+use crate::openai;
+use crate::registry::Registry;
+use crate::server::{Serving, SwapReport};
+
+/// What the watcher needs.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    /// The policy's registry.
+    pub registry: Registry,
+    /// The base model.
+    pub base: BaseModel,
+    /// Where fetched versions are kept.
+    pub cache: PathBuf,
+    /// How engines are built.
+    pub options: EngineOptions,
+    /// How long a swap waits for the old engine's requests.
+    pub drain: Duration,
+}
+
+impl Watcher {
+    /// Loads the version the registry names now (or the base model when none is promoted).
+    /// A refused version at start is an error: there is nothing else to serve.
+    pub async fn start(&self) -> Result<Arc<Serving>> {
+        let state = self.registry.state().await?;
+        let engine = self.prepare(state.serving).await?;
+        Ok(Serving::new(engine))
+    }
+
+    /// Fetches, checks, loads and tries `number` (none: the base model).
+    pub async fn prepare(&self, number: Option<u32>) -> Result<Engine> {
+        let version = Version {
+            policy: self.registry.policy().to_owned(),
+            number,
+        };
+        let adapter = match number {
+            Some(n) => {
+                let dir = self.registry.fetch(n, &self.cache).await?;
+                Some(Adapter::check(&dir, &self.base, &version.to_string())?)
+            }
+            None => None,
+        };
+        let engine = Engine::load(&self.base, adapter.as_ref(), version, &self.options).await?;
+        canary(&engine).await?;
+        Ok(engine)
+    }
+
+    /// One look at the registry; swaps when it names another version. `refused` is the
+    /// version refused last, not tried again until the registry names something else.
+    pub async fn check_once(
+        &self,
+        serving: &Serving,
+        refused: &mut Option<Option<u32>>,
+    ) -> Result<Option<SwapReport>> {
+        let want = self.registry.state().await?.serving;
+        let current = serving.current().version.number;
+        if want == current || *refused == Some(want) {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        match self.prepare(want).await {
+            Ok(engine) => {
+                *refused = None;
+                let load_ms = started.elapsed().as_millis() as u64;
+                let report = serving.swap(engine, load_ms, self.drain).await;
+                tracing::info!(from = %report.from, to = %report.to, load_ms = report.load_ms,
+                    drain_ms = report.drain_ms, "Swapped to the promoted version.");
+                Ok(Some(report))
+            }
+            Err(e) => {
+                *refused = Some(want);
+                let name = want.map_or_else(|| "base".to_owned(), |n| format!("v{n}"));
+                let message = format!("{name}: {e}");
+                tracing::error!(version = %name, error = %e, "Refused the promoted version; the served one stays.");
+                serving.refused(message);
+                Err(e)
+            }
+        }
+    }
+
+    /// Follows the registry every `poll` until the process ends.
+    pub async fn run(self, serving: Arc<Serving>, poll: Duration) {
+        let mut refused = None;
+        loop {
+            tokio::time::sleep(poll).await;
+            if let Err(e) = self.check_once(&serving, &mut refused).await
+                && !matches!(e, Error::Adapter { .. } | Error::Engine(_))
+            {
+                tracing::warn!(error = %e, "Could not read the registry; will retry.");
+            }
+        }
+    }
+}
+
+/// One greedy token on a new engine before it takes traffic: it must answer, with a finite
+/// log-probability (a merged adapter full of huge values gives NaN logits).
+async fn canary(engine: &Engine) -> Result<()> {
+    let request = openai::parse(
+        br#"{"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "temperature": 0, "logprobs": true}"#,
+    )
+    .map_err(|e| Error::Engine(e.message))?;
+    let response = engine
+        .model
+        .send_chat_request(request.builder)
+        .await
+        .map_err(|e| Error::Engine(format!("{}: the first request failed: {e}", engine.version)))?;
+    let body = openai::completion(&response, &engine.version.to_string());
+    let logprob = body
+        .pointer("/choices/0/logprobs/content/0/logprob")
+        .and_then(Value::as_f64);
+    match logprob {
+        Some(l) if l.is_finite() => Ok(()),
+        _ => Err(Error::Adapter {
+            version: engine.version.to_string(),
+            message: "the merged model gives no finite log-probability for its first token".into(),
+        }),
+    }
+}

@@ -1,0 +1,319 @@
+//! `atdp-serve` on a tiny random Qwen2: hot swap under load, rollback, refused adapters, and
+//! agreement between mistral.rs and the trainer's forward pass.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use atdp_deploy::{Adapter, BaseModel, Engine, EngineOptions, Registry, Version};
+use atdp_trainer::{Adapter as Weights, LoadOptions, Model, load_adapter, token_log_probs};
+use candle_core::{Device, Tensor};
+
+use crate::util::{Answer, chat, random_adapter, request, start, tiny_base, wait_for};
+
+const PROMPT: &str = "Which team handles refunds?";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hot_swap_under_load_rollback_and_refusals() {
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for (n, scale) in [(1, 0.3), (2, 0.3)] {
+        let dir = work.path().join(format!("a{n}"));
+        random_adapter(base.path(), &dir, scale);
+        assert_eq!(registry.publish(&dir, "test").await.unwrap().version, n);
+    }
+    registry.promote(1, "test", "first", None).await.unwrap();
+    let server = start(registry.clone(), base.path()).await;
+    assert_eq!(server.serving.status().serving, "agent@v1");
+    let client = reqwest::Client::new();
+
+    let whole = request(PROMPT, false, 8);
+    let streamed = request(PROMPT, true, 8);
+    let v1 = chat(&client, server.addr, &whole).await;
+    assert_eq!(v1.version(), Some("agent@v1"));
+    assert_eq!(v1.logprobs.len(), 8);
+    let v1_streamed = chat(&client, server.addr, &streamed).await;
+    assert_eq!(v1_streamed.version(), Some("agent@v1"));
+    // The random model emits arbitrary bytes. mistral.rs sends no chunk for a token that
+    // ends inside a UTF-8 character (and drops such a tail at the end), so a stream may
+    // carry less text and fewer log-probabilities than the whole answer; what it carries
+    // is the same.
+    assert!(!v1_streamed.text.is_empty() && v1.text.starts_with(&v1_streamed.text));
+    assert!(v1_streamed.logprobs.iter().all(|l| v1.logprobs.contains(l)));
+
+    // Load: four clients, streamed and whole, while v2 is promoted.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..4 {
+        let (client, stop, addr) = (client.clone(), stop.clone(), server.addr);
+        let body = if i % 2 == 0 {
+            whole.clone()
+        } else {
+            streamed.clone()
+        };
+        clients.push(tokio::spawn(async move {
+            let mut answers: Vec<Answer> = Vec::new();
+            while !stop.load(Ordering::Relaxed) || answers.len() < 3 {
+                answers.push(chat(&client, addr, &body).await);
+            }
+            answers
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    registry.promote(2, "test", "better", None).await.unwrap();
+    let status = wait_for(&server.serving, |s| s.serving == "agent@v2").await;
+    let swap = status.last_swap.clone().unwrap();
+    assert_eq!(
+        (swap.from.as_str(), swap.to.as_str(), swap.left_draining),
+        ("agent@v1", "agent@v2", 0)
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let v2 = chat(&client, server.addr, &whole).await;
+    assert_eq!(v2.version(), Some("agent@v2"));
+    assert_ne!(
+        v2.logprobs, v1.logprobs,
+        "the two adapters should answer differently"
+    );
+
+    // Every answer came whole from one version: it names one, and it is that version's
+    // answer exactly (text and log-probabilities).
+    let mut seen = BTreeMap::new();
+    for task in clients {
+        let answers = task.await.unwrap();
+        for answer in &answers {
+            let version = answer.version().expect("one version per response");
+            let reference = if version == "agent@v1" { &v1 } else { &v2 };
+            assert!(version == "agent@v1" || version == "agent@v2", "{version}");
+            if answer.models.len() == 1 {
+                // Batched with other requests, the sums run in another order: equal to
+                // float rounding, not bit for bit.
+                assert_eq!(answer.text, reference.text);
+                assert_eq!(answer.logprobs.len(), reference.logprobs.len());
+                for (a, b) in answer.logprobs.iter().zip(&reference.logprobs) {
+                    assert!((a - b).abs() < 1e-4, "{answer:?} vs {reference:?}");
+                }
+            } else {
+                assert!(
+                    reference.text.starts_with(&answer.text),
+                    "{answer:?} vs {reference:?}"
+                );
+            }
+            *seen.entry(version.to_owned()).or_insert(0) += 1;
+        }
+        // After the swap, a client's requests are on v2.
+        assert_eq!(answers.last().unwrap().version(), Some("agent@v2"));
+    }
+    assert!(seen.len() == 2, "load ran on both versions: {seen:?}");
+    assert_eq!(server.serving.status().failures, 0);
+
+    // Rollback: v1's answers again, exactly.
+    registry
+        .rollback("test", "live reward dropped", None)
+        .await
+        .unwrap();
+    wait_for(&server.serving, |s| s.serving == "agent@v1").await;
+    let back = chat(&client, server.addr, &whole).await;
+    assert_eq!(back, v1);
+
+    // A damaged adapter (truncated weights) is refused; v1 stays.
+    let damaged = work.path().join("damaged");
+    random_adapter(base.path(), &damaged, 0.3);
+    let weights = damaged.join("adapter_model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    assert_eq!(registry.publish(&damaged, "test").await.unwrap().version, 3);
+    registry.promote(3, "test", "oops", None).await.unwrap();
+    let status = wait_for(&server.serving, |s| s.last_refusal.is_some()).await;
+    let refusal = status.last_refusal.unwrap();
+    assert!(
+        refusal.starts_with("v3: adapter agent@v3 refused") && refusal.contains("damaged"),
+        "{refusal}"
+    );
+    assert_eq!(status.serving, "agent@v1");
+    assert_eq!(chat(&client, server.addr, &whole).await, v1);
+
+    // An adapter made for another base model (other hidden size) is refused too.
+    let other_base = tempfile::tempdir().unwrap();
+    tiny_base(other_base.path(), Some(32));
+    let foreign = work.path().join("foreign");
+    random_adapter(other_base.path(), &foreign, 0.3);
+    assert_eq!(registry.publish(&foreign, "test").await.unwrap().version, 4);
+    registry
+        .promote(4, "test", "wrong base", None)
+        .await
+        .unwrap();
+    let status = wait_for(&server.serving, |s| {
+        s.last_refusal
+            .as_deref()
+            .is_some_and(|r| r.starts_with("v4"))
+    })
+    .await;
+    assert!(
+        status.last_refusal.as_deref().unwrap().contains("shape"),
+        "{status:?}"
+    );
+    assert_eq!(status.serving, "agent@v1");
+    assert_eq!(chat(&client, server.addr, &whole).await, v1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistral_rs_and_the_trainer_agree_on_the_same_weights() {
+    let base_dir = tempfile::tempdir().unwrap();
+    tiny_base(base_dir.path(), None);
+    let adapter_dir = tempfile::tempdir().unwrap();
+    random_adapter(base_dir.path(), adapter_dir.path(), 0.3);
+    let base = BaseModel::open(base_dir.path()).unwrap();
+    let adapter = Adapter::check(adapter_dir.path(), &base, "test").unwrap();
+    for with_adapter in [false, true] {
+        let version = Version {
+            policy: "agent".into(),
+            number: Some(1),
+        };
+        let engine = Engine::load(
+            &base,
+            with_adapter.then_some(&adapter),
+            version,
+            &EngineOptions::default(),
+        )
+        .await
+        .unwrap();
+
+        // mistral.rs: the prompt's token ids (its own chat template rendering) and a greedy
+        // continuation with the chosen tokens' ids and log-probabilities.
+        let messages =
+            mistralrs::TextMessages::new().add_message(mistralrs::TextMessageRole::User, PROMPT);
+        let prompt: Vec<u32> = engine
+            .model
+            .tokenize(either::Either::Left(messages), None, true, true, None)
+            .await
+            .unwrap();
+        let request = mistralrs::RequestBuilder::new()
+            .add_message(mistralrs::TextMessageRole::User, PROMPT)
+            .set_sampling(mistralrs::SamplingParams {
+                max_len: Some(6),
+                top_n_logprobs: 1,
+                ..mistralrs::SamplingParams::deterministic()
+            })
+            .return_logprobs(true);
+        let response = engine.model.send_chat_request(request).await.unwrap();
+        let entries = response.choices[0]
+            .logprobs
+            .as_ref()
+            .unwrap()
+            .content
+            .clone()
+            .unwrap();
+        let generated: Vec<u32> = entries.iter().map(|e| e.top_logprobs[0].token).collect();
+        // mistral.rs reports log10 probabilities; the API converts them to natural logs.
+        let served: Vec<f64> = entries
+            .iter()
+            .map(|e| f64::from(e.logprob) * std::f64::consts::LN_10)
+            .collect();
+        assert!(!generated.is_empty());
+
+        // The trainer: the same sequence through its own forward pass with the adapter on.
+        let model = Model::load(base_dir.path(), &LoadOptions::default()).unwrap();
+        let lora = load_adapter(adapter_dir.path(), &model).unwrap();
+        let weights = if with_adapter {
+            Weights::On(&lora)
+        } else {
+            Weights::Off
+        };
+        let all: Vec<u32> = prompt.iter().chain(&generated).copied().collect();
+        let ids = Tensor::from_vec(all.clone(), (1, all.len()), &Device::Cpu).unwrap();
+        let logits = model.forward(&ids, weights).unwrap();
+        let n = all.len();
+        let targets = Tensor::from_vec(all[1..].to_vec(), (1, n - 1), &Device::Cpu).unwrap();
+        let lp = token_log_probs(&logits.narrow(1, 0, n - 1).unwrap(), &targets).unwrap();
+        let lp: Vec<f32> = lp.flatten_all().unwrap().to_vec1().unwrap();
+        let trained: Vec<f64> = lp[prompt.len() - 1..]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        // And the argmax of the trainer's logits is the token mistral.rs chose.
+        let argmax: Vec<u32> = logits
+            .narrow(1, prompt.len() - 1, generated.len())
+            .unwrap()
+            .argmax(2)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(argmax, generated);
+        assert_eq!(trained.len(), served.len());
+        for (i, (a, b)) in trained.iter().zip(&served).enumerate() {
+            assert!(
+                (a - b).abs() < 2e-3,
+                "adapter {with_adapter}, token {i}: trainer {a} vs mistral.rs {b}; prompt {prompt:?} generated {generated:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn adapters_with_non_finite_values_or_another_base_are_refused_before_loading() {
+    let base_dir = tempfile::tempdir().unwrap();
+    tiny_base(base_dir.path(), None);
+    let base = BaseModel::open(base_dir.path()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    random_adapter(base_dir.path(), dir.path(), 0.3);
+    assert!(Adapter::check(dir.path(), &base, "v1").is_ok());
+
+    // A NaN in one B matrix.
+    let weights = dir.path().join("adapter_model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.shape().to_vec(), view.data().to_vec()))
+        .collect();
+    let b = tensors
+        .iter_mut()
+        .find(|(name, ..)| name.ends_with("lora_B.weight"))
+        .unwrap();
+    b.2[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, shape, data)| {
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                    .unwrap();
+            (name.clone(), view)
+        })
+        .collect();
+    std::fs::write(&weights, safetensors::serialize(views, None).unwrap()).unwrap();
+    let err = Adapter::check(dir.path(), &base, "v2")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("adapter v2 refused") && err.contains("NaN"),
+        "{err}"
+    );
+
+    // A trainer manifest naming other base weights.
+    random_adapter(base_dir.path(), dir.path(), 0.3);
+    let manifest = serde_json::json!({
+        "format": "atdp-trainer/manifest-v1",
+        "base_model": {"path": "/elsewhere", "sha256": "0".repeat(64), "files": {}},
+    });
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    let err = Adapter::check(dir.path(), &base, "v3")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("trained on base weights 000000000000"),
+        "{err}"
+    );
+    // The same manifest naming these weights passes.
+    let manifest = serde_json::json!({"base_model": {"sha256": base.sha256}});
+    std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+    assert!(Adapter::check(dir.path(), &base, "v4").is_ok());
+}

@@ -1,0 +1,183 @@
+//! Helpers: a tiny base model, adapters for it, a server on loopback, chat requests.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use atdp_deploy::{BaseModel, EngineOptions, Registry, Serving, Status, VERSION_HEADER, Watcher};
+use atdp_trainer::{
+    Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model, init_model, save_adapter,
+};
+use candle_core::{Device, Tensor};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// A tiny random Qwen2 model (vocabulary of the trainer's byte-level tokenizer).
+pub fn tiny_base(dir: &Path, hidden: Option<usize>) {
+    let mut spec = InitSpec::tiny(Arch::Qwen2);
+    spec.seed = 11;
+    spec.init_std = 0.2;
+    if let Some(h) = hidden {
+        spec.config.hidden_size = h;
+        spec.config.head_dim = h / spec.config.num_attention_heads;
+    }
+    init_model(dir, &spec).unwrap();
+}
+
+/// A PEFT adapter for the model in `base` with random B (so that it changes the outputs),
+/// written to `out`.
+pub fn random_adapter(base: &Path, out: &Path, scale: f64) {
+    let model = Model::load(base, &LoadOptions::default()).unwrap();
+    let config = LoraConfig {
+        r: 4,
+        alpha: 8.0,
+        ..LoraConfig::default()
+    };
+    let lora = Lora::new(&model, config).unwrap();
+    for (_, _, layer) in lora.layers() {
+        let shape = layer.b().dims().to_vec();
+        let b = Tensor::randn(0f32, scale as f32, shape, &Device::Cpu).unwrap();
+        layer.b().set(&b).unwrap();
+    }
+    save_adapter(&lora, out, &base.display().to_string()).unwrap();
+}
+
+/// A server on 127.0.0.1:0 following `registry`, polling it every 20 ms.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub serving: Arc<Serving>,
+    pub _cache: TempDir,
+}
+
+pub async fn start(registry: Registry, base: &Path) -> Server {
+    let cache = tempfile::tempdir().unwrap();
+    let watcher = Watcher {
+        registry,
+        base: BaseModel::open(base).unwrap(),
+        cache: cache.path().to_path_buf(),
+        options: EngineOptions::default(),
+        drain: Duration::from_secs(30),
+    };
+    let serving = watcher.start().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(watcher.run(serving.clone(), Duration::from_millis(20)));
+    let app = atdp_deploy::router(serving.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server {
+        addr,
+        serving,
+        _cache: cache,
+    }
+}
+
+/// Waits until the server's status satisfies `ready` (30 s at most).
+pub async fn wait_for(serving: &Serving, ready: impl Fn(&Status) -> bool) -> Status {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = serving.status();
+        if ready(&status) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "timed out; status: {status:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One answer: the version header, the `model` field of every chunk (one for a whole
+/// response), the text, and the token log-probabilities.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub header: String,
+    pub models: Vec<String>,
+    pub text: String,
+    pub logprobs: Vec<f64>,
+}
+
+impl Answer {
+    /// The version, when the header and every chunk agree on one.
+    pub fn version(&self) -> Option<&str> {
+        self.models
+            .iter()
+            .all(|m| *m == self.header)
+            .then_some(self.header.as_str())
+    }
+}
+
+pub fn request(prompt: &str, stream: bool, max_tokens: usize) -> Value {
+    json!({
+        "model": "default",
+        "messages": [{"role": "system", "content": "Answer with one word."},
+                     {"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "logprobs": true,
+        "stream": stream,
+    })
+}
+
+/// Sends a greedy chat request; panics on anything but a whole 200 answer.
+pub async fn chat(client: &reqwest::Client, addr: SocketAddr, body: &Value) -> Answer {
+    let response = client
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let header = response.headers()[VERSION_HEADER]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut answer = Answer {
+        header,
+        models: Vec::new(),
+        text: String::new(),
+        logprobs: Vec::new(),
+    };
+    let mut add = |choice: &Value, key: &str| {
+        if let Some(t) = choice
+            .pointer(&format!("/{key}/content"))
+            .and_then(Value::as_str)
+        {
+            answer.text.push_str(t);
+        }
+        for entry in choice
+            .pointer("/logprobs/content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            answer.logprobs.push(entry["logprob"].as_f64().unwrap());
+        }
+    };
+    if body["stream"] == true {
+        let mut bytes = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            bytes.extend_from_slice(&chunk.unwrap());
+        }
+        let text = String::from_utf8(bytes).unwrap();
+        let mut done = false;
+        let mut models = Vec::new();
+        for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            if line == "[DONE]" {
+                done = true;
+                continue;
+            }
+            let chunk: Value = serde_json::from_str(line).unwrap();
+            assert!(chunk.get("error").is_none(), "{chunk}");
+            models.push(chunk["model"].as_str().unwrap().to_owned());
+            add(&chunk["choices"][0], "delta");
+        }
+        assert!(done, "the stream did not end with [DONE]");
+        answer.models = models;
+    } else {
+        let whole: Value = response.json().await.unwrap();
+        answer.models = vec![whole["model"].as_str().unwrap().to_owned()];
+        add(&whole["choices"][0], "message");
+    }
+    answer
+}
