@@ -2,7 +2,7 @@
 //! responses into OpenAI JSON and SSE chunks, errors into OpenAI's error JSON.
 
 use axum::http::StatusCode;
-use mistralrs::{RequestBuilder, SamplingParams, StopTokens, TextMessageRole};
+use mistralrs::{Constraint, RequestBuilder, SamplingParams, StopTokens, TextMessageRole};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -100,6 +100,10 @@ struct RawRequest {
     presence_penalty: Option<f32>,
     #[serde(default)]
     tools: Option<Value>,
+    #[serde(default)]
+    response_format: Option<Value>,
+    #[serde(default)]
+    grammar: Option<Value>,
 }
 
 /// A checked request.
@@ -145,6 +149,56 @@ impl std::fmt::Debug for ChatRequest {
             .field("stream", &self.stream)
             .field("include_usage", &self.include_usage)
             .finish_non_exhaustive()
+    }
+}
+
+/// The decoding constraint of a request: OpenAI's `response_format` (`json_object`,
+/// `json_schema`) or mistral.rs's `grammar` extension (`{"type": "regex" | "lark" |
+/// "json_schema", "value": ...}`), enforced token by token by mistral.rs (llguidance).
+fn constraint(
+    response_format: Option<&Value>,
+    grammar: Option<&Value>,
+) -> Result<Constraint, ApiError> {
+    let format = response_format.filter(|v| !v.is_null());
+    let grammar = grammar.filter(|v| !v.is_null());
+    match (format, grammar) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "set `response_format` or `grammar`, not both",
+            Some("grammar"),
+        )),
+        (Some(format), None) => match format.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(Constraint::None),
+            Some("json_object") => Ok(Constraint::JsonSchema(json!({"type": "object"}))),
+            Some("json_schema") => format
+                .pointer("/json_schema/schema")
+                .filter(|s| s.is_object())
+                .map(|s| Constraint::JsonSchema(s.clone()))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "`response_format.json_schema.schema` must be a JSON schema object",
+                        Some("response_format"),
+                    )
+                }),
+            _ => Err(ApiError::invalid(
+                "`response_format.type` must be `text`, `json_object` or `json_schema`",
+                Some("response_format"),
+            )),
+        },
+        (None, Some(grammar)) => {
+            let value = grammar.get("value");
+            match (grammar.get("type").and_then(Value::as_str), value) {
+                (Some("regex"), Some(Value::String(r))) => Ok(Constraint::Regex(r.clone())),
+                (Some("lark"), Some(Value::String(g))) => Ok(Constraint::Lark(g.clone())),
+                (Some("json_schema"), Some(s)) if s.is_object() => {
+                    Ok(Constraint::JsonSchema(s.clone()))
+                }
+                _ => Err(ApiError::invalid(
+                    "`grammar` must be {\"type\": \"regex\" | \"lark\", \"value\": <string>} or {\"type\": \"json_schema\", \"value\": <schema>}",
+                    Some("grammar"),
+                )),
+            }
+        }
+        (None, None) => Ok(Constraint::None),
     }
 }
 
@@ -259,8 +313,10 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     sampling.top_n_logprobs = top_logprobs;
     sampling.frequency_penalty = raw.frequency_penalty;
     sampling.presence_penalty = raw.presence_penalty;
+    let constraint = constraint(raw.response_format.as_ref(), raw.grammar.as_ref())?;
     builder = builder
         .set_sampling(sampling)
+        .set_constraint(constraint)
         .return_logprobs(raw.logprobs || top_logprobs > 0);
     Ok(ChatRequest {
         builder,
@@ -280,7 +336,8 @@ fn natural_log(log10: Option<&Value>) -> Value {
 
 /// One token's log-probability entry as OpenAI writes it: the token as text, its UTF-8
 /// bytes, the natural log-probability, and the alternatives as text too (mistral.rs gives
-/// their ids).
+/// their ids). Alternatives of probability zero (masked by a decoding constraint: mistral.rs
+/// reports their log-probability as null) are left out: they are not alternatives.
 fn logprob_entry(entry: &Value) -> Value {
     let token = entry.get("token").and_then(Value::as_str).unwrap_or("");
     let top: Vec<Value> = entry
@@ -289,6 +346,7 @@ fn logprob_entry(entry: &Value) -> Value {
         .map(|alternatives| {
             alternatives
                 .iter()
+                .filter(|alt| alt.get("logprob").and_then(Value::as_f64).is_some())
                 .map(|alt| {
                     let text = alt
                         .get("bytes")
@@ -423,7 +481,7 @@ mod tests {
 
     #[test]
     fn bad_requests_are_refused_with_the_parameter_named() {
-        let cases: [(&str, Option<&str>); 6] = [
+        let cases: [(&str, Option<&str>); 9] = [
             ("{", None),
             (r#"{"messages": []}"#, Some("messages")),
             (
@@ -441,6 +499,18 @@ mod tests {
             (
                 r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#,
                 Some("tools"),
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "grammar": {"type": "regex"}}"#,
+                Some("grammar"),
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}"#,
+                Some("response_format"),
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}, "grammar": {"type": "regex", "value": "a"}}"#,
+                Some("grammar"),
             ),
         ];
         for (body, param) in cases {

@@ -12,9 +12,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use atdp_trainer::{
-    AdamW, AdamWConfig, Adapter, Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model,
-};
+use atdp_trainer::{AdamW, AdamWConfig, Adapter, InitSpec, LoadOptions, Lora, LoraConfig, Model};
 use candle_core::{DType, Tensor};
 use clap::Parser;
 
@@ -38,24 +36,8 @@ struct Args {
 }
 
 fn spec(preset: &str) -> InitSpec {
-    let mut spec = InitSpec::tiny(Arch::Qwen2);
-    match preset {
-        "tiny" => {}
-        "qwen2-0.5b" => {
-            let c = &mut spec.config;
-            c.vocab_size = 151_936;
-            c.hidden_size = 896;
-            c.intermediate_size = 4_864;
-            c.num_hidden_layers = 24;
-            c.num_attention_heads = 14;
-            c.num_key_value_heads = 2;
-            c.head_dim = 64;
-            c.max_position_embeddings = 32_768;
-            c.rope_theta = 1_000_000.0;
-        }
-        other => panic!("unknown preset {other}: tiny or qwen2-0.5b"),
-    }
-    spec
+    InitSpec::preset(preset)
+        .unwrap_or_else(|| panic!("unknown preset {preset}: tiny or qwen2-0.5b"))
 }
 
 fn peak_rss_mb() -> f64 {

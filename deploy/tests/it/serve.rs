@@ -317,3 +317,76 @@ fn adapters_with_non_finite_values_or_another_base_are_refused_before_loading() 
     std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
     assert!(Adapter::check(dir.path(), &base, "v4").is_ok());
 }
+
+/// A regex `grammar` (mistral.rs's extension) and OpenAI's `response_format` restrict what a
+/// random model samples: every reply is one of the allowed answers, and sampling at
+/// temperature 1 reaches more than one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constrained_decoding_keeps_replies_in_the_allowed_set() {
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    let server = start(registry, base.path()).await;
+    let client = reqwest::Client::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..24 {
+        let body = serde_json::json!({
+            "model": "default",
+            "messages": [{"role": "user", "content": format!("Route ticket {i}: A, B, C or D?")}],
+            "max_tokens": 4,
+            "temperature": 1.0,
+            "grammar": {"type": "regex", "value": "[ABCD]"},
+        });
+        let answer = chat(&client, server.addr, &body).await;
+        assert!(
+            ["A", "B", "C", "D"].contains(&answer.text.as_str()),
+            "{answer:?}"
+        );
+        seen.insert(answer.text);
+    }
+    assert!(seen.len() > 1, "sampling reached only {seen:?}");
+    // Log-probabilities are those of the constrained distribution, and tokens the
+    // constraint forbids are no alternatives.
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": "A or B?"}],
+        "max_tokens": 2,
+        "temperature": 0,
+        "logprobs": true,
+        "top_logprobs": 5,
+        "grammar": {"type": "regex", "value": "[AB]"},
+    });
+    let raw: serde_json::Value = client
+        .post(format!("http://{}/v1/chat/completions", server.addr))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let entry = raw.pointer("/choices/0/logprobs/content/0").unwrap();
+    let chosen = entry["logprob"].as_f64().unwrap();
+    let top = entry["top_logprobs"].as_array().unwrap();
+    assert!(!top.is_empty() && top.len() <= 2, "{top:?}");
+    for alt in top {
+        let token = alt["token"].as_str().unwrap();
+        assert!(["A", "B"].contains(&token), "{top:?}");
+        assert!(alt["logprob"].as_f64().unwrap() <= 0.0);
+    }
+    // Greedy picks the likelier of two: at least one half of the constrained mass.
+    assert!(chosen >= 0.5f64.ln() - 1e-6 && chosen <= 0.0, "{chosen}");
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": "Pick one."}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "pick",
+            "schema": {"type": "string", "enum": ["yes", "no"]}}},
+    });
+    let answer = chat(&client, server.addr, &body).await;
+    assert!(
+        ["\"yes\"", "\"no\""].contains(&answer.text.as_str()),
+        "{answer:?}"
+    );
+}

@@ -83,6 +83,32 @@ impl InitSpec {
             init_std: 0.02,
         }
     }
+
+    /// Qwen2-0.5B's shape (vocabulary 151,936, hidden 896, MLP 4,864, 24 layers, 14 heads,
+    /// 2 key/value heads, RoPE θ 10⁶) with the test tokenizer, for benchmarks: 2 GB of f32.
+    pub fn qwen2_0_5b_shape() -> Self {
+        let mut spec = InitSpec::tiny(Arch::Qwen2);
+        let c = &mut spec.config;
+        c.vocab_size = 151_936;
+        c.hidden_size = 896;
+        c.intermediate_size = 4_864;
+        c.num_hidden_layers = 24;
+        c.num_attention_heads = 14;
+        c.num_key_value_heads = 2;
+        c.head_dim = 64;
+        c.max_position_embeddings = 32_768;
+        c.rope_theta = 1_000_000.0;
+        spec
+    }
+
+    /// A benchmark preset by name: `tiny` (Qwen2) or `qwen2-0.5b`.
+    pub fn preset(name: &str) -> Option<Self> {
+        match name {
+            "tiny" => Some(InitSpec::tiny(Arch::Qwen2)),
+            "qwen2-0.5b" => Some(InitSpec::qwen2_0_5b_shape()),
+            _ => None,
+        }
+    }
 }
 
 /// What [`init_model`] wrote.

@@ -1,0 +1,288 @@
+//! `atdp-loop`: the gate, one training cycle, continuous training on a schedule with
+//! automatic rollback on live reward, and the live reward per version.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use atdp_deploy::{BaseModel, EngineOptions, Registry};
+use atdp_loop::{
+    Env, GateConfig, GateSetup, RollbackConfig, blocking, check_rollback, cycle, data_since, gate,
+    live_rewards, record_decision, rewarded_trajectories,
+};
+use atdp_trainer::{RawRunConfig, RunConfig};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "atdp-loop",
+    about = "Gate, train and promote adapters in a loop"
+)]
+struct Cli {
+    /// The lake (the registry lives under it): a local directory or a URL.
+    #[arg(long, env = "ATDP_LAKE", default_value = "atdp-data/lake")]
+    lake: String,
+    /// Object-store options of the lake (repeatable).
+    #[arg(long = "lake-option", value_name = "KEY=VALUE")]
+    lake_options: Vec<String>,
+    /// The registry's policy name.
+    #[arg(long, env = "ATDP_SERVE_POLICY")]
+    policy: String,
+    /// The base model directory.
+    #[arg(long, env = "ATDP_BASE_MODEL")]
+    base: PathBuf,
+    /// Where adapters are fetched to for evaluation.
+    #[arg(long, default_value = "atdp-data/loop-cache")]
+    cache: PathBuf,
+    /// Who acts, in the registry's log.
+    #[arg(long, env = "USER", default_value = "atdp-loop")]
+    by: String,
+    /// The environment the gate evaluates on (`routing`, `guess`).
+    #[arg(long, default_value = "routing")]
+    env: String,
+    /// Gate bounds (TOML with the fields of `[gate]` in docs/loop.md).
+    #[arg(long)]
+    gate: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Evaluate a published version against the served one; print the report. With
+    /// `--record`, promote or reject it as the gate decides.
+    Gate {
+        /// The version number.
+        version: u32,
+        #[arg(long)]
+        record: bool,
+    },
+    /// One cycle: train (train.toml; data since the newest published adapter), publish,
+    /// gate, promote or reject.
+    Cycle {
+        #[arg(long)]
+        train: PathBuf,
+    },
+    /// Cycles on a schedule, with automatic rollback on live reward.
+    Run {
+        #[arg(long)]
+        train: PathBuf,
+        /// A cycle at least this often (`90s`, `30m`, `24h` for nightly).
+        #[arg(long)]
+        every: Option<String>,
+        /// A cycle as soon as this many new rewarded trajectories are in the lake.
+        #[arg(long)]
+        after: Option<usize>,
+        /// How often to look at the lake and the schedule.
+        #[arg(long, default_value = "60s")]
+        poll: String,
+        /// Roll back when the served version's live reward falls below the previous
+        /// version's by more than this (needs `--rollback-window`).
+        #[arg(long, default_value_t = 0.05)]
+        rollback_margin: f64,
+        /// Trajectories per version compared for automatic rollback (0: off).
+        #[arg(long, default_value_t = 0)]
+        rollback_window: usize,
+    },
+    /// The live reward per serving version (the latest N trajectories of each).
+    Live {
+        #[arg(long)]
+        train: PathBuf,
+        #[arg(long, default_value_t = 200)]
+        window: usize,
+    },
+}
+
+fn duration(text: &str) -> anyhow::Result<Duration> {
+    let (number, unit) = text.split_at(text.trim_end_matches(char::is_alphabetic).len());
+    let n: u64 = number
+        .parse()
+        .with_context(|| format!("{text:?} is not a duration like 90s, 30m or 24h"))?;
+    Ok(Duration::from_secs(match unit {
+        "s" | "" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => bail!("{text:?}: the unit must be s, m, h or d"),
+    }))
+}
+
+fn train_config(path: &PathBuf) -> anyhow::Result<RunConfig> {
+    Ok(RawRunConfig::from_file(path)?.validate(path)?)
+}
+
+async fn one_cycle(
+    setup: &GateSetup,
+    train: &RunConfig,
+    env: Env,
+    gate_config: &GateConfig,
+    by: &str,
+) -> anyhow::Result<()> {
+    let mut train = train.clone();
+    train.out_dir = train.out_dir.join(format!(
+        "cycle-{}",
+        chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
+    ));
+    let outcome = cycle(setup, train, env, gate_config, by).await?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "version": outcome.version,
+            "promoted": outcome.promoted,
+            "reason": outcome.event.reason,
+            "examples": outcome.examples,
+            "train_s": outcome.train_s,
+            "gate_s": outcome.gate_s,
+        })
+    );
+    Ok(())
+}
+
+async fn main_async(cli: Cli) -> anyhow::Result<()> {
+    let options: HashMap<String, String> = cli
+        .lake_options
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .with_context(|| format!("--lake-option {kv:?} is not KEY=VALUE"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let env = Env::from_name(&cli.env)
+        .with_context(|| format!("unknown environment {:?} (routing, guess)", cli.env))?;
+    let gate_config: GateConfig = match &cli.gate {
+        Some(path) => toml::from_str(&std::fs::read_to_string(path)?)
+            .with_context(|| format!("{}", path.display()))?,
+        None => GateConfig::default(),
+    };
+    let registry = Registry::open(&cli.lake, options.clone(), &cli.policy)?;
+    let setup = GateSetup {
+        registry: registry.clone(),
+        base: BaseModel::open(&cli.base)?,
+        cache: cli.cache.clone(),
+        options: EngineOptions::default(),
+    };
+    match cli.command {
+        Command::Gate { version, record } => {
+            let report = gate(&setup, version, env, &gate_config).await?;
+            for check in &report.checks {
+                println!(
+                    "{} {}: {}",
+                    if check.passed { "pass" } else { "FAIL" },
+                    check.name,
+                    check.detail
+                );
+            }
+            println!("{}", report.reason());
+            if record {
+                let event = record_decision(&registry, &report, version, &cli.by).await?;
+                println!(
+                    "recorded: {:?} v{} (log entry {})",
+                    event.action, event.version, event.seq
+                );
+            }
+        }
+        Command::Cycle { train } => {
+            one_cycle(&setup, &train_config(&train)?, env, &gate_config, &cli.by).await?;
+        }
+        Command::Live { train, window } => {
+            let train = train_config(&train)?;
+            let (lake, selection, reward) =
+                (cli.lake.clone(), train.selection.clone(), env.reward_name());
+            let opts = options.clone();
+            let live = blocking("live", move || {
+                live_rewards(&lake, opts, &selection, reward, window)
+            })
+            .await?;
+            println!("{}", serde_json::to_string_pretty(&live)?);
+        }
+        Command::Run {
+            train,
+            every,
+            after,
+            poll,
+            rollback_margin,
+            rollback_window,
+        } => {
+            let train = train_config(&train)?;
+            let every = every.as_deref().map(duration).transpose()?;
+            if every.is_none() && after.is_none() {
+                bail!("give --every, --after or both");
+            }
+            let poll = duration(&poll)?;
+            let rollback = RollbackConfig {
+                window: rollback_window,
+                margin: rollback_margin,
+            };
+            let mut last_cycle = Instant::now();
+            loop {
+                tokio::time::sleep(poll).await;
+                let mut selection = train.selection.clone();
+                if let Some(since) = data_since(&registry).await? {
+                    selection.since = Some(selection.since.map_or(since, |s| s.max(since)));
+                }
+                let (lake, opts, reward) = (cli.lake.clone(), options.clone(), env.reward_name());
+                let (l, o) = (lake.clone(), opts.clone());
+                let fresh = blocking("lake-read", move || {
+                    rewarded_trajectories(&l, o, &selection, reward)
+                })
+                .await?;
+                if rollback.window > 0 {
+                    let (all, window) = (train.selection.clone(), rollback.window);
+                    let live = blocking("live", move || {
+                        live_rewards(&lake, opts, &all, reward, window)
+                    })
+                    .await?;
+                    if let Some(event) =
+                        check_rollback(&registry, &live, &rollback, &cli.by).await?
+                    {
+                        println!(
+                            "{}",
+                            serde_json::json!({"rolled_back_to": event.version, "reason": event.reason})
+                        );
+                    }
+                }
+                let due = every.is_some_and(|e| last_cycle.elapsed() >= e)
+                    || after.is_some_and(|m| fresh >= m);
+                if !due {
+                    continue;
+                }
+                last_cycle = Instant::now();
+                if let Err(e) = one_cycle(&setup, &train, env, &gate_config, &cli.by).await {
+                    eprintln!("atdp-loop: the cycle failed: {e:#}; the served version stays");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,buoyant_kernel=off".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("atdp-loop: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main_async(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("atdp-loop: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

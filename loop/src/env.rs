@@ -1,0 +1,349 @@
+//! Built-in environments: episodes that call a model through the OpenAI API like any agent,
+//! score themselves, and post the score through the rewards API.
+//!
+//! Both keep the model's action space small (a regular-expression `grammar` restricting the
+//! reply to a handful of single-token answers), so that a random tiny model is sometimes
+//! right and the signal is learnable, and both are verifiable: the episode knows the answer.
+//!
+//! - `routing` (tool-use routing, one turn): a support ticket goes to one of four tools,
+//!   answered as a letter. Reward `routing_correct`: 1 for the right tool, else 0.
+//! - `guess` (verifiable multi-turn): find a number from 1 to 8 in three guesses, told
+//!   "higher" or "lower" after each. Reward `guessed`: 1 when found, else 0. Every turn
+//!   extends the conversation, so the proxy groups the turns into one trajectory.
+//!
+//! A custom environment is any HTTP client in any language: see `docs/loop.md`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::{Agent, ChatMessage};
+
+/// A seeded generator (SplitMix64): episodes are the same on every machine and version.
+#[derive(Debug, Clone)]
+pub struct SeedRng(u64);
+
+impl SeedRng {
+    /// The generator of `seed`.
+    pub fn new(seed: u64) -> Self {
+        SeedRng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+/// How one episode went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Episode {
+    /// Its seed.
+    pub seed: u64,
+    /// Whether the task was solved.
+    pub success: bool,
+    /// The reward (posted when asked).
+    pub reward: f64,
+    /// Model calls made.
+    pub turns: usize,
+    /// Completion tokens over all turns.
+    pub completion_tokens: u64,
+    /// Replies that were not a valid action (a refusal or anything outside the action set).
+    pub invalid_replies: usize,
+    /// The versions that answered, in turn order.
+    pub versions: Vec<String>,
+    /// The trajectory (through the proxy).
+    pub trajectory_id: Option<String>,
+    /// Why the episode could not be played (a failed request); then nothing is scored.
+    pub error: Option<String>,
+}
+
+/// A built-in environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Env {
+    /// Route a support ticket to one of four tools (one turn).
+    Routing,
+    /// Guess a number from 1 to 8 in three turns, told higher or lower.
+    Guess,
+}
+
+/// The routing task's tools, their letters, and ticket templates (`{n}`: an order number).
+const TOOLS: [(&str, &str, &[&str]); 4] = [
+    (
+        "A",
+        "search_orders",
+        &[
+            "Where is my order {n}?",
+            "Has package {n} shipped yet?",
+            "Tracking number for order {n} please.",
+            "When will order {n} arrive?",
+            "Order {n} still says processing, where is it?",
+        ],
+    ),
+    (
+        "B",
+        "refund",
+        &[
+            "I want my money back for order {n}.",
+            "Please refund order {n}, it arrived broken.",
+            "You charged me twice for order {n}, refund one.",
+            "Cancel order {n} and return my payment.",
+            "The item from order {n} was wrong, I need a refund.",
+        ],
+    ),
+    (
+        "C",
+        "escalate_to_human",
+        &[
+            "This is my third complaint about {n}, get me a manager!",
+            "I am contacting my lawyer about order {n}.",
+            "Your agent was rude to me about order {n}. Supervisor now.",
+            "Nobody answers my emails about {n}, I want a real person.",
+            "I will post about order {n} everywhere unless someone senior calls.",
+        ],
+    ),
+    (
+        "D",
+        "answer_from_faq",
+        &[
+            "What are your opening hours? (ref {n})",
+            "Do you ship to Canada? Asking before order {n}.",
+            "How do I reset my password? Account {n}.",
+            "Which payment methods do you accept? Quote {n}.",
+            "Is there a student discount? My id is {n}.",
+        ],
+    ),
+];
+
+const ROUTING_SYSTEM: &str =
+    "Route the ticket. A: order status. B: refund. C: human. D: FAQ. Reply with the letter.";
+
+const GUESS_SYSTEM: &str =
+    "Guess my number from 1 to 8 in three tries; I say higher or lower. Reply with a digit.";
+
+/// The highest number of the guessing game, and its turns.
+const GUESS_MAX: usize = 8;
+const GUESS_TURNS: usize = 3;
+
+impl Env {
+    /// Every built-in environment.
+    pub const ALL: [Env; 2] = [Env::Routing, Env::Guess];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Env::Routing => "routing",
+            Env::Guess => "guess",
+        }
+    }
+
+    /// The environment called `name`.
+    pub fn from_name(name: &str) -> Option<Env> {
+        Env::ALL.into_iter().find(|e| e.name() == name)
+    }
+
+    /// The reward it posts.
+    pub fn reward_name(self) -> &'static str {
+        match self {
+            Env::Routing => "routing_correct",
+            Env::Guess => "guessed",
+        }
+    }
+
+    /// The regular expression a reply must match (the action set).
+    pub fn action_pattern(self) -> &'static str {
+        match self {
+            Env::Routing => "[ABCD]",
+            Env::Guess => "[1-8]",
+        }
+    }
+
+    /// The routing task of `seed`: its conversation and the right letter.
+    pub fn routing_task(seed: u64) -> (Vec<ChatMessage>, &'static str) {
+        routing_task(seed)
+    }
+
+    /// The conversation of the episode's first turn (for the gate's KL measure).
+    pub fn first_prompt(self, seed: u64) -> Vec<ChatMessage> {
+        match self {
+            Env::Routing => routing_task(seed).0,
+            Env::Guess => vec![
+                ChatMessage::new("system", GUESS_SYSTEM),
+                ChatMessage::new("user", "Your first guess?"),
+            ],
+        }
+    }
+
+    /// Plays episode `seed` with `agent` at `temperature`; posts the reward when
+    /// `post_reward` (and the episode was played through the proxy).
+    pub async fn episode(
+        self,
+        agent: &Agent,
+        seed: u64,
+        temperature: f64,
+        post_reward: bool,
+    ) -> Episode {
+        let mut episode = Episode {
+            seed,
+            success: false,
+            reward: 0.0,
+            turns: 0,
+            completion_tokens: 0,
+            invalid_replies: 0,
+            versions: Vec::new(),
+            trajectory_id: None,
+            error: None,
+        };
+        let played = match self {
+            Env::Routing => {
+                self.play_routing(agent, seed, temperature, &mut episode)
+                    .await
+            }
+            Env::Guess => {
+                self.play_guess(agent, seed, temperature, &mut episode)
+                    .await
+            }
+        };
+        if let Err(e) = played {
+            episode.error = Some(e);
+            return episode;
+        }
+        episode.reward = if episode.success { 1.0 } else { 0.0 };
+        if post_reward {
+            let Some(trajectory) = episode.trajectory_id.clone() else {
+                episode.error = Some(
+                    "no x-atdp-trajectory-id on the answer: not called through the proxy".into(),
+                );
+                return episode;
+            };
+            let tags = BTreeMap::from([
+                ("env".to_owned(), self.name().to_owned()),
+                ("seed".to_owned(), seed.to_string()),
+            ]);
+            if let Err(e) = agent
+                .reward(&trajectory, self.reward_name(), episode.reward, tags)
+                .await
+            {
+                episode.error = Some(e);
+            }
+        }
+        episode
+    }
+
+    async fn turn(
+        self,
+        agent: &Agent,
+        messages: &[ChatMessage],
+        temperature: f64,
+        episode: &mut Episode,
+    ) -> Result<String, String> {
+        let reply = agent
+            .chat(messages, 4, temperature, self.action_pattern())
+            .await?;
+        episode.turns += 1;
+        episode.completion_tokens += reply.completion_tokens;
+        if let Some(v) = reply.version {
+            episode.versions.push(v);
+        }
+        if reply.trajectory_id.is_some() {
+            episode.trajectory_id = reply.trajectory_id;
+        }
+        Ok(reply.text.trim().to_owned())
+    }
+
+    async fn play_routing(
+        self,
+        agent: &Agent,
+        seed: u64,
+        temperature: f64,
+        episode: &mut Episode,
+    ) -> Result<(), String> {
+        let (messages, answer) = routing_task(seed);
+        let reply = self.turn(agent, &messages, temperature, episode).await?;
+        if !TOOLS.iter().any(|(letter, _, _)| *letter == reply) {
+            episode.invalid_replies += 1;
+        }
+        episode.success = reply == answer;
+        Ok(())
+    }
+
+    async fn play_guess(
+        self,
+        agent: &Agent,
+        seed: u64,
+        temperature: f64,
+        episode: &mut Episode,
+    ) -> Result<(), String> {
+        let target = 1 + SeedRng::new(seed).below(GUESS_MAX);
+        let mut messages = self.first_prompt(seed);
+        for _ in 0..GUESS_TURNS {
+            let reply = self.turn(agent, &messages, temperature, episode).await?;
+            let feedback = match reply.parse::<usize>() {
+                Ok(g) if g == target => {
+                    episode.success = true;
+                    return Ok(());
+                }
+                Ok(g) if (1..=GUESS_MAX).contains(&g) && g < target => "Higher.",
+                Ok(g) if (1..=GUESS_MAX).contains(&g) => "Lower.",
+                _ => {
+                    episode.invalid_replies += 1;
+                    "That is not a number from 1 to 8."
+                }
+            };
+            messages.push(ChatMessage::new("assistant", reply));
+            messages.push(ChatMessage::new("user", feedback));
+        }
+        Ok(())
+    }
+}
+
+/// The routing conversation of `seed` and the right letter.
+fn routing_task(seed: u64) -> (Vec<ChatMessage>, &'static str) {
+    let mut rng = SeedRng::new(seed);
+    let (letter, _, templates) = TOOLS[rng.below(TOOLS.len())];
+    let template = templates[rng.below(templates.len())];
+    let number = 10_000 + rng.below(90_000);
+    let ticket = template.replace("{n}", &number.to_string());
+    (
+        vec![
+            ChatMessage::new("system", ROUTING_SYSTEM),
+            ChatMessage::new("user", ticket),
+        ],
+        letter,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_are_deterministic_and_cover_every_tool() {
+        assert_eq!(routing_task(7), routing_task(7));
+        let letters: std::collections::BTreeSet<&str> =
+            (0..200).map(|s| routing_task(s).1).collect();
+        assert_eq!(letters.len(), 4);
+        let targets: std::collections::BTreeSet<usize> = (0..200)
+            .map(|s| 1 + SeedRng::new(s).below(GUESS_MAX))
+            .collect();
+        assert_eq!(targets.len(), GUESS_MAX);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for env in Env::ALL {
+            assert_eq!(Env::from_name(env.name()), Some(env));
+        }
+        assert_eq!(Env::from_name("chess"), None);
+    }
+}

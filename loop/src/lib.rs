@@ -1,0 +1,34 @@
+//! The closed loop of atdp (issue 8): agents talk through the proxy, the lake records, the
+//! trainer learns, the gate decides, `atdp-serve` swaps, and the success rate goes up.
+//!
+//! - [`Env`]: built-in environments (tool-use routing; a verifiable multi-turn guessing
+//!   game) that call a model through the OpenAI API like any agent and post rewards.
+//! - [`evaluate`], [`EvalReport`], [`compare_html`]: `atdp-eval`.
+//! - [`gate()`]: the promotion gate (held-out reward margin, KL to the base, reply length,
+//!   invalid replies, reward hacking), each refusal explained in a [`GateReport`].
+//! - [`live_rewards`], [`check_rollback`]: automatic rollback on live reward.
+//! - [`cycle`]: one train → publish → gate → promote or reject cycle; `atdp-loop run`
+//!   repeats it on a schedule.
+//! - [`quickstart`]: the whole loop on one machine, as `atdp-quickstart` runs it.
+//!
+//! See `docs/loop.md`.
+
+mod client;
+mod cycle;
+mod env;
+mod error;
+mod eval;
+mod gate;
+mod live;
+pub mod quickstart;
+
+pub use client::{Agent, ChatMessage, Reply, VERSION_HEADER};
+pub use cycle::{
+    CycleOutcome, Trained, cycle, data_since, record_decision, rewarded_trajectories,
+    train_and_publish,
+};
+pub use env::{Env, Episode, SeedRng};
+pub use error::{Error, Result, blocking};
+pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
+pub use gate::{Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids};
+pub use live::{RollbackConfig, VersionReward, check_rollback, live_rewards};

@@ -1,0 +1,6 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The closed loop in a reduced form: the quickstart end to end (proxy, serve, lake,
+//! trainer, gate, swap under load), the multi-turn environment through the proxy, and
+//! automatic rollback on live reward.
+
+mod quickstart;

@@ -1,0 +1,284 @@
+//! `atdp-quickstart` in a reduced form, then the guessing game and automatic rollback on the
+//! servers it leaves running.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use atdp_deploy::{Action, Registry};
+use atdp_loop::quickstart::{DEMO_KEY, POLICY, QuickstartConfig, run};
+use atdp_loop::{Agent, Env, EvalPlan, RollbackConfig, check_rollback, evaluate, live_rewards};
+use atdp_schema::{Filter, Lake, LakeReader};
+use atdp_trainer::{LoadOptions, Lora, LoraConfig, Model, Selection, save_adapter};
+use candle_core::{Device, Tensor};
+use serde_json::Value;
+
+/// Reads the trajectories' steps from the lake (a plain thread: the reader blocks).
+fn steps_of(lake: &str) -> Vec<atdp_schema::Step> {
+    let lake = lake.to_owned();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let reader = LakeReader::new(Lake::new(&lake, Default::default()).unwrap());
+            reader.steps(&Filter::default()).await.unwrap().rows
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+async fn serving(serve_url: &str) -> String {
+    let status: Value = reqwest::get(format!("{serve_url}/atdp/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    status["serving"].as_str().unwrap().to_owned()
+}
+
+async fn wait_serving(serve_url: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while serving(serve_url).await != want {
+        assert!(Instant::now() < deadline, "never served {want}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Live rewards, waiting until the lake holds `want` trajectories of each named version.
+async fn live_when(
+    lake: &str,
+    versions: &[(&str, usize)],
+) -> std::collections::BTreeMap<String, atdp_loop::VersionReward> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let lake_s = lake.to_owned();
+        let live = atdp_loop::blocking("live", move || {
+            let selection = Selection {
+                tenant_id: Some("demo".into()),
+                agent_id: Some("demo-agent".into()),
+                ..Selection::default()
+            };
+            live_rewards(
+                &lake_s,
+                Default::default(),
+                &selection,
+                "routing_correct",
+                1000,
+            )
+        })
+        .await
+        .unwrap();
+        if versions
+            .iter()
+            .all(|(v, n)| live.get(*v).is_some_and(|r| r.trajectories >= *n))
+        {
+            return live;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lake never caught up: {live:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_loop_learns_swaps_under_load_and_rolls_back_on_live_reward() {
+    let work = tempfile::tempdir().unwrap();
+    let mut config = QuickstartConfig::new(work.path().join("qs"));
+    config.collect = 320;
+    config.eval = 100;
+    config.gate.episodes = 100;
+    config.gate.train_episodes = 40;
+    config.load_clients = 2;
+    let report = run(&config, &|line| eprintln!("{line}")).await.unwrap();
+
+    // Collection went through the proxy and the lake; the trainer read all of it.
+    assert_eq!(
+        (report.collected.episodes, report.collected.failed),
+        (320, 0)
+    );
+    assert_eq!(report.trained_examples, 320);
+    let lake = work.path().join("qs/lake").display().to_string();
+    let steps = steps_of(&lake);
+    // The held-out "before" calls and the collection are in (the run waited for the
+    // collection, which the writer committed after them); later calls may still be on
+    // their way.
+    assert!(steps.len() >= 100 + 320, "{} steps", steps.len());
+    assert!(
+        steps
+            .iter()
+            .all(|s| s.agent_id == "demo-agent" && s.status == "ok")
+    );
+    // Before: only the base model answered; after: only the promoted adapter.
+    let base = format!("{POLICY}@base");
+    let v1 = format!("{POLICY}@v1");
+    assert_eq!(report.before.versions.keys().collect::<Vec<_>>(), [&base]);
+    let names: BTreeSet<&str> = report.gate.checks.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "heldout_reward",
+            "kl_to_base",
+            "reply_length",
+            "invalid_replies",
+            "reward_hacking"
+        ])
+    );
+    assert!(report.promoted, "{}", report.gate.reason());
+    assert_eq!(report.after.versions.keys().collect::<Vec<_>>(), [&v1]);
+    // The swap under load: no request failed, and both versions answered during it.
+    let swap = report.swap.as_ref().unwrap();
+    assert_eq!(swap.failed, 0);
+    assert!(swap.versions.contains_key(&v1), "{swap:?}");
+    // It learned: the held-out success rate rose well beyond the noise.
+    assert!(
+        report.after.success_rate > report.before.success_rate + 0.2,
+        "before {:.2}, after {:.2}",
+        report.before.success_rate,
+        report.after.success_rate
+    );
+
+    let agent = Agent::new(&report.proxy_url, Some(DEMO_KEY.to_owned()), "local/policy");
+
+    // The multi-turn environment: the proxy groups each game's turns into one trajectory,
+    // each turn the child of the one before.
+    let games = evaluate(
+        &agent,
+        &EvalPlan {
+            label: "guess".into(),
+            env: Env::Guess,
+            first_seed: 0,
+            episodes: 6,
+            temperature: 1.0,
+            concurrency: 3,
+            post_rewards: true,
+        },
+    )
+    .await;
+    assert_eq!(games.failed, 0, "{:?}", games.failures);
+    let steps = steps_when(&lake, &games).await;
+    for game in &games.episode_list {
+        let id = game.trajectory_id.as_deref().unwrap();
+        let mut turns: Vec<&atdp_schema::Step> =
+            steps.iter().filter(|s| s.trajectory_id == id).collect();
+        turns.sort_by_key(|s| s.turn_index);
+        assert_eq!(turns.len(), game.turns, "game {}", game.seed);
+        for pair in turns.windows(2) {
+            assert_eq!(
+                pair[1].parent_step_id.as_deref(),
+                Some(pair[0].step_id.as_str())
+            );
+        }
+    }
+
+    // Automatic rollback: v1 earns live reward; a damaged v2 is promoted by hand and earns
+    // less; the check rolls back to v1, and the server follows.
+    let plan = |first_seed| EvalPlan {
+        label: "live".into(),
+        env: Env::Routing,
+        first_seed,
+        episodes: 60,
+        temperature: 1.0,
+        concurrency: 8,
+        post_rewards: true,
+    };
+    let on_v1 = evaluate(&agent, &plan(3_000_000_000)).await;
+    assert_eq!(on_v1.versions.keys().collect::<Vec<_>>(), [&v1]);
+    let registry = Registry::open(&lake, Default::default(), POLICY).unwrap();
+    let model_dir = work.path().join("qs/model");
+    let damaged = work.path().join("damaged");
+    {
+        let model = Model::load(&model_dir, &LoadOptions::default()).unwrap();
+        let lora = Lora::new(&model, LoraConfig::default()).unwrap();
+        for (_, _, layer) in lora.layers() {
+            let b = Tensor::randn(0f32, 0.5, layer.b().dims().to_vec(), &Device::Cpu).unwrap();
+            layer.b().set(&b).unwrap();
+        }
+        save_adapter(&lora, &damaged, "damaged").unwrap();
+    }
+    assert_eq!(registry.publish(&damaged, "test").await.unwrap().version, 2);
+    registry
+        .promote(2, "test", "by hand, skipping the gate", None)
+        .await
+        .unwrap();
+    let v2 = format!("{POLICY}@v2");
+    wait_serving(&report.serve_url, &v2).await;
+    let on_v2 = evaluate(&agent, &plan(4_000_000_000)).await;
+    assert_eq!(on_v2.versions.keys().collect::<Vec<_>>(), [&v2]);
+    assert!(
+        on_v2.mean_reward + 0.2 < on_v1.mean_reward,
+        "v1 {} v2 {}",
+        on_v1.mean_reward,
+        on_v2.mean_reward
+    );
+
+    let live = live_when(&lake, &[(&v1, 60), (&v2, 60)]).await;
+    let config = RollbackConfig {
+        window: 60,
+        margin: 0.1,
+    };
+    // A window larger than what v2 served decides nothing yet.
+    let patient = RollbackConfig {
+        window: 1000,
+        margin: 0.1,
+    };
+    assert!(
+        check_rollback(&registry, &live, &patient, "test")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let event = check_rollback(&registry, &live, &config, "atdp-loop")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (event.action, event.version, event.previous),
+        (Action::Rollback, 1, Some(2))
+    );
+    assert!(
+        event.reason.contains("live reward of v2"),
+        "{}",
+        event.reason
+    );
+    wait_serving(&report.serve_url, &v1).await;
+    // Nothing more to do once v1 is back.
+    let live = live_when(&lake, &[(&v1, 60)]).await;
+    assert!(
+        check_rollback(&registry, &live, &config, "atdp-loop")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// The lake's steps once every turn of `games` is there.
+async fn steps_when(lake: &str, games: &atdp_loop::EvalReport) -> Vec<atdp_schema::Step> {
+    let want: usize = games.episode_list.iter().map(|g| g.turns).sum();
+    let ids: BTreeSet<String> = games
+        .episode_list
+        .iter()
+        .filter_map(|g| g.trajectory_id.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let steps = steps_of(lake);
+        if steps
+            .iter()
+            .filter(|s| ids.contains(&s.trajectory_id))
+            .count()
+            >= want
+        {
+            return steps;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the game steps never reached the lake"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
