@@ -47,11 +47,14 @@ const POLICY_FILES: [(&str, &str); 4] = [
 pub const DEMO_KEY: &str = "sk-atdp-demo-agent";
 /// The registry's policy name.
 pub const POLICY: &str = "quickstart";
+/// The file marking a work directory as the quickstart's own.
+const MARKER: &str = ".atdp-quickstart";
 
 /// Sizes and settings of a quickstart run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QuickstartConfig {
-    /// The work directory (emptied first).
+    /// The work directory: created, or emptied when an earlier run made it; any other
+    /// non-empty directory is refused.
     pub dir: PathBuf,
     /// Training episodes collected through the proxy.
     pub collect: u64,
@@ -307,10 +310,23 @@ pub async fn run(
     say: &(dyn Fn(&str) + Sync),
 ) -> Result<QuickstartReport> {
     let dir = &config.dir;
-    if dir.exists() {
+    // Only a directory an earlier quickstart made (its marker inside) is emptied; anything
+    // else that is not empty is left alone.
+    let nonempty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some());
+    if nonempty {
+        if !dir.join(MARKER).is_file() {
+            return Err(Error::Io(format!(
+                "{} is not empty and was not made by atdp-quickstart (no {MARKER}); choose another --dir",
+                dir.display()
+            )));
+        }
         std::fs::remove_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+    write(
+        &dir.join(MARKER),
+        b"made by atdp-quickstart; emptied by its next run\n",
+    )?;
     let dir = dir
         .canonicalize()
         .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;

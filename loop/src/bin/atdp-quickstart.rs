@@ -14,7 +14,8 @@ use clap::Parser;
     about = "Run the whole atdp loop on loopback with a tiny model"
 )]
 struct Cli {
-    /// Work directory (emptied first): model, lake, registry, reports.
+    /// Work directory: model, lake, registry, reports. An earlier run's is emptied; any other
+    /// non-empty directory is refused.
     #[arg(long, default_value = "atdp-data/quickstart")]
     dir: PathBuf,
     /// Training episodes collected through the proxy.

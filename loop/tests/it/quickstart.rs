@@ -282,3 +282,20 @@ async fn steps_when(lake: &str, games: &atdp_loop::EvalReport) -> Vec<atdp_schem
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// A non-empty directory the quickstart did not make is refused, not emptied.
+#[tokio::test]
+async fn a_foreign_work_directory_is_left_alone() {
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("thesis.tex"), "precious").unwrap();
+    let config = QuickstartConfig::new(work.path().to_path_buf());
+    let err = run(&config, &|_| {}).await.err().unwrap();
+    assert!(
+        err.to_string().contains("not made by atdp-quickstart"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("thesis.tex")).unwrap(),
+        "precious"
+    );
+}
