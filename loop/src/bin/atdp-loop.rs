@@ -140,6 +140,44 @@ async fn one_cycle(
     Ok(())
 }
 
+/// One look at the lake: rolls back when the live reward says so, and returns how many
+/// rewarded trajectories arrived since the newest published adapter.
+async fn poll_once(
+    lake_url: &str,
+    by: &str,
+    options: &HashMap<String, String>,
+    registry: &Registry,
+    train: &RunConfig,
+    env: Env,
+    rollback: &RollbackConfig,
+) -> anyhow::Result<usize> {
+    let mut selection = train.selection.clone();
+    if let Some(since) = data_since(registry).await? {
+        selection.since = Some(selection.since.map_or(since, |s| s.max(since)));
+    }
+    let reward = env.reward_name();
+    let (lake, opts) = (lake_url.to_owned(), options.clone());
+    let fresh = blocking("lake-read", move || {
+        rewarded_trajectories(&lake, opts, &selection, reward)
+    })
+    .await?;
+    if rollback.window > 0 {
+        let (lake, opts) = (lake_url.to_owned(), options.clone());
+        let (all, window) = (train.selection.clone(), rollback.window);
+        let live = blocking("live", move || {
+            live_rewards(&lake, opts, &all, reward, window)
+        })
+        .await?;
+        if let Some(event) = check_rollback(registry, &live, rollback, by).await? {
+            println!(
+                "{}",
+                serde_json::json!({"rolled_back_to": event.version, "reason": event.reason})
+            );
+        }
+    }
+    Ok(fresh)
+}
+
 async fn main_async(cli: Cli) -> anyhow::Result<()> {
     let options: HashMap<String, String> = cli
         .lake_options
@@ -219,31 +257,19 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             let mut last_cycle = Instant::now();
             loop {
                 tokio::time::sleep(poll).await;
-                let mut selection = train.selection.clone();
-                if let Some(since) = data_since(&registry).await? {
-                    selection.since = Some(selection.since.map_or(since, |s| s.max(since)));
-                }
-                let (lake, opts, reward) = (cli.lake.clone(), options.clone(), env.reward_name());
-                let (l, o) = (lake.clone(), opts.clone());
-                let fresh = blocking("lake-read", move || {
-                    rewarded_trajectories(&l, o, &selection, reward)
-                })
-                .await?;
-                if rollback.window > 0 {
-                    let (all, window) = (train.selection.clone(), rollback.window);
-                    let live = blocking("live", move || {
-                        live_rewards(&lake, opts, &all, reward, window)
-                    })
-                    .await?;
-                    if let Some(event) =
-                        check_rollback(&registry, &live, &rollback, &cli.by).await?
-                    {
-                        println!(
-                            "{}",
-                            serde_json::json!({"rolled_back_to": event.version, "reason": event.reason})
-                        );
+                // A lake or registry that cannot be read now (storage down) is reported and
+                // tried again at the next poll; the loop does not stop.
+                let fresh = match poll_once(
+                    &cli.lake, &cli.by, &options, &registry, &train, env, &rollback,
+                )
+                .await
+                {
+                    Ok(fresh) => fresh,
+                    Err(e) => {
+                        eprintln!("atdp-loop: {e:#}; trying again in {poll:?}");
+                        continue;
                     }
-                }
+                };
                 let due = every.is_some_and(|e| last_cycle.elapsed() >= e)
                     || after.is_some_and(|m| fresh >= m);
                 if !due {
