@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::env::Env;
 use crate::error::blocking;
 use crate::gate::{GateConfig, GateReport, GateSetup, gate};
+use crate::trail::Trail;
 use crate::{Error, Result};
 
 /// What a cycle did.
@@ -129,12 +130,13 @@ pub async fn train_and_publish(
 }
 
 /// Promotes or rejects the gated version as the report says, the report (less its
-/// per-episode lists) in the log entry.
+/// per-episode lists) in the log entry, and the decision in the audit `trail` when given.
 pub async fn record_decision(
     registry: &Registry,
     report: &GateReport,
     version: u32,
     by: &str,
+    trail: Option<&Trail>,
 ) -> Result<Event> {
     let mut summary = report.clone();
     for eval in [
@@ -151,11 +153,31 @@ pub async fn record_decision(
     let reason = report.reason();
     let json = serde_json::to_value(&summary)
         .map_err(|e| Error::Loop(format!("the gate report does not serialize: {e}")))?;
-    Ok(if report.promote {
+    let event = if report.promote {
         registry.promote(version, by, &reason, Some(json)).await?
     } else {
         registry.reject(version, by, &reason, Some(json)).await?
-    })
+    };
+    if let Some(trail) = trail {
+        let checks: serde_json::Map<String, serde_json::Value> = report
+            .checks
+            .iter()
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    serde_json::json!({"passed": c.passed, "value": c.value, "bound": c.bound}),
+                )
+            })
+            .collect();
+        trail
+            .record(
+                registry.policy(),
+                &event,
+                serde_json::json!({"compared_with": report.current, "checks": checks}),
+            )
+            .await?;
+    }
+    Ok(event)
 }
 
 /// Trains, publishes, gates the new version against the served one on `env`, and promotes
@@ -166,12 +188,13 @@ pub async fn cycle(
     env: Env,
     gate_config: &GateConfig,
     by: &str,
+    trail: Option<&Trail>,
 ) -> Result<CycleOutcome> {
     let trained = train_and_publish(&setup.registry, train, by).await?;
     let started = Instant::now();
     let gate_report = gate(setup, trained.version, env, gate_config).await?;
     let gate_s = started.elapsed().as_secs_f64();
-    let event = record_decision(&setup.registry, &gate_report, trained.version, by).await?;
+    let event = record_decision(&setup.registry, &gate_report, trained.version, by, trail).await?;
     Ok(CycleOutcome {
         version: trained.version,
         promoted: gate_report.promote,

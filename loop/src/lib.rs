@@ -7,6 +7,7 @@
 //! - [`gate()`]: the promotion gate (held-out reward margin, KL to the base, reply length,
 //!   invalid replies, reward hacking), each refusal explained in a [`GateReport`].
 //! - [`live_rewards`], [`check_rollback`]: automatic rollback on live reward.
+//! - [`Trail`]: every decision also in the lake's tamper-evident `audit` table.
 //! - [`cycle`]: one train → publish → gate → promote or reject cycle; `atdp-loop run`
 //!   repeats it on a schedule.
 //! - [`quickstart`]: the whole loop on one machine, as `atdp-quickstart` runs it.
@@ -21,6 +22,7 @@ mod eval;
 mod gate;
 mod live;
 pub mod quickstart;
+mod trail;
 
 pub use client::{Agent, ChatMessage, Reply, VERSION_HEADER};
 pub use cycle::{
@@ -32,3 +34,4 @@ pub use error::{Error, Result, blocking};
 pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
 pub use gate::{Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids};
 pub use live::{RollbackConfig, VersionReward, check_rollback, live_rewards};
+pub use trail::Trail;

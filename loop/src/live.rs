@@ -8,6 +8,7 @@ use atdp_trainer::Selection;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
+use crate::trail::Trail;
 
 /// The live reward of one version: the latest `window` trajectories it served.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,12 +91,14 @@ impl Default for RollbackConfig {
 }
 
 /// Rolls the policy back when its served version's live reward is below the previous
-/// version's by more than the margin, both over a full window. Returns the rollback event.
+/// version's by more than the margin, both over a full window; the rollback goes into the
+/// audit `trail` too when given. Returns the rollback event.
 pub async fn check_rollback(
     registry: &Registry,
     live: &BTreeMap<String, VersionReward>,
     config: &RollbackConfig,
     by: &str,
+    trail: Option<&Trail>,
 ) -> Result<Option<Event>> {
     let state = registry.state().await?;
     let (Some(current), Some(&previous)) = (state.serving, state.earlier.last()) else {
@@ -123,5 +126,9 @@ pub async fn check_rollback(
             "config": config,
         }
     });
-    Ok(Some(registry.rollback(by, &reason, Some(report)).await?))
+    let event = registry.rollback(by, &reason, Some(report.clone())).await?;
+    if let Some(trail) = trail {
+        trail.record(policy, &event, report).await?;
+    }
+    Ok(Some(event))
 }

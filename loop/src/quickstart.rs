@@ -20,6 +20,7 @@ use crate::env::{Env, Episode};
 use crate::error::blocking;
 use crate::eval::{EvalPlan, EvalReport, evaluate};
 use crate::gate::{GateConfig, GateReport, GateSetup, gate};
+use crate::trail::Trail;
 use crate::{Error, Result};
 
 /// The quickstart policy (keys, Cedar, masking), written into the work directory so that the
@@ -461,6 +462,7 @@ alpha = {alpha}
     ));
     lap("train", &mut seconds);
 
+    let trail = Trail::open(&lake, Default::default(), &dir.join("loop-wal"), "demo").await?;
     let setup = GateSetup {
         registry: registry.clone(),
         base: base.clone(),
@@ -485,7 +487,14 @@ alpha = {alpha}
         tokio::time::sleep(Duration::from_millis(500)).await;
         let swaps_before = serving.status().swaps;
         let promoted_at = Instant::now();
-        record_decision(&registry, &report, trained.version, "atdp-quickstart").await?;
+        record_decision(
+            &registry,
+            &report,
+            trained.version,
+            "atdp-quickstart",
+            Some(&trail),
+        )
+        .await?;
         let deadline = promoted_at + Duration::from_secs(120);
         let status = loop {
             let status = serving.status();
@@ -537,9 +546,17 @@ alpha = {alpha}
         ));
         swap = Some(measured);
     } else {
-        record_decision(&registry, &report, trained.version, "atdp-quickstart").await?;
+        record_decision(
+            &registry,
+            &report,
+            trained.version,
+            "atdp-quickstart",
+            Some(&trail),
+        )
+        .await?;
         say(&format!("not promoted: {}", report.reason()));
     }
+    trail.close().await?;
     lap("swap", &mut seconds);
 
     let after = evaluate(&agent, &plan("after", heldout, config.eval, false)).await;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use atdp_deploy::{BaseModel, EngineOptions, Registry};
 use atdp_loop::{
-    Env, GateConfig, GateSetup, RollbackConfig, blocking, check_rollback, cycle, data_since, gate,
-    live_rewards, record_decision, rewarded_trajectories,
+    Env, GateConfig, GateSetup, RollbackConfig, Trail, blocking, check_rollback, cycle, data_since,
+    gate, live_rewards, record_decision, rewarded_trajectories,
 };
 use atdp_trainer::{RawRunConfig, RunConfig};
 use clap::{Parser, Subcommand};
@@ -42,6 +42,12 @@ struct Cli {
     /// The environment the gate evaluates on (`routing`, `guess`).
     #[arg(long, default_value = "routing")]
     env: String,
+    /// This process's write-ahead log for its audit events (one directory per process).
+    #[arg(long, default_value = "atdp-data/loop-wal")]
+    wal: PathBuf,
+    /// The tenant its audit events are recorded under.
+    #[arg(long, default_value = "_system")]
+    tenant: String,
     /// Gate bounds (TOML with the fields of `[gate]` in docs/loop.md).
     #[arg(long)]
     gate: Option<PathBuf>,
@@ -119,13 +125,14 @@ async fn one_cycle(
     env: Env,
     gate_config: &GateConfig,
     by: &str,
+    trail: &Trail,
 ) -> anyhow::Result<()> {
     let mut train = train.clone();
     train.out_dir = train.out_dir.join(format!(
         "cycle-{}",
         chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
     ));
-    let outcome = cycle(setup, train, env, gate_config, by).await?;
+    let outcome = cycle(setup, train, env, gate_config, by, Some(trail)).await?;
     println!(
         "{}",
         serde_json::json!({
@@ -140,42 +147,56 @@ async fn one_cycle(
     Ok(())
 }
 
-/// One look at the lake: rolls back when the live reward says so, and returns how many
-/// rewarded trajectories arrived since the newest published adapter.
-async fn poll_once(
-    lake_url: &str,
-    by: &str,
-    options: &HashMap<String, String>,
-    registry: &Registry,
-    train: &RunConfig,
+/// What continuous mode looks at on every poll.
+struct Watch<'a> {
+    lake: &'a str,
+    options: &'a HashMap<String, String>,
+    by: &'a str,
+    registry: &'a Registry,
+    train: &'a RunConfig,
     env: Env,
-    rollback: &RollbackConfig,
-) -> anyhow::Result<usize> {
-    let mut selection = train.selection.clone();
-    if let Some(since) = data_since(registry).await? {
-        selection.since = Some(selection.since.map_or(since, |s| s.max(since)));
-    }
-    let reward = env.reward_name();
-    let (lake, opts) = (lake_url.to_owned(), options.clone());
-    let fresh = blocking("lake-read", move || {
-        rewarded_trajectories(&lake, opts, &selection, reward)
-    })
-    .await?;
-    if rollback.window > 0 {
-        let (lake, opts) = (lake_url.to_owned(), options.clone());
-        let (all, window) = (train.selection.clone(), rollback.window);
-        let live = blocking("live", move || {
-            live_rewards(&lake, opts, &all, reward, window)
+    rollback: &'a RollbackConfig,
+    trail: &'a Trail,
+}
+
+impl Watch<'_> {
+    /// One look at the lake: rolls back when the live reward says so, and returns how many
+    /// rewarded trajectories arrived since the newest published adapter.
+    async fn poll(&self) -> anyhow::Result<usize> {
+        let mut selection = self.train.selection.clone();
+        if let Some(since) = data_since(self.registry).await? {
+            selection.since = Some(selection.since.map_or(since, |s| s.max(since)));
+        }
+        let reward = self.env.reward_name();
+        let (lake, opts) = (self.lake.to_owned(), self.options.clone());
+        let fresh = blocking("lake-read", move || {
+            rewarded_trajectories(&lake, opts, &selection, reward)
         })
         .await?;
-        if let Some(event) = check_rollback(registry, &live, rollback, by).await? {
-            println!(
-                "{}",
-                serde_json::json!({"rolled_back_to": event.version, "reason": event.reason})
-            );
+        if self.rollback.window > 0 {
+            let (lake, opts) = (self.lake.to_owned(), self.options.clone());
+            let (all, window) = (self.train.selection.clone(), self.rollback.window);
+            let live = blocking("live", move || {
+                live_rewards(&lake, opts, &all, reward, window)
+            })
+            .await?;
+            if let Some(event) = check_rollback(
+                self.registry,
+                &live,
+                self.rollback,
+                self.by,
+                Some(self.trail),
+            )
+            .await?
+            {
+                println!(
+                    "{}",
+                    serde_json::json!({"rolled_back_to": event.version, "reason": event.reason})
+                );
+            }
         }
+        Ok(fresh)
     }
-    Ok(fresh)
 }
 
 async fn main_async(cli: Cli) -> anyhow::Result<()> {
@@ -196,6 +217,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
         None => GateConfig::default(),
     };
     let registry = Registry::open(&cli.lake, options.clone(), &cli.policy)?;
+    let trail = Trail::open(&cli.lake, options.clone(), &cli.wal, &cli.tenant).await?;
     let setup = GateSetup {
         registry: registry.clone(),
         base: BaseModel::open(&cli.base)?,
@@ -215,7 +237,8 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             }
             println!("{}", report.reason());
             if record {
-                let event = record_decision(&registry, &report, version, &cli.by).await?;
+                let event =
+                    record_decision(&registry, &report, version, &cli.by, Some(&trail)).await?;
                 println!(
                     "recorded: {:?} v{} (log entry {})",
                     event.action, event.version, event.seq
@@ -223,7 +246,15 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Cycle { train } => {
-            one_cycle(&setup, &train_config(&train)?, env, &gate_config, &cli.by).await?;
+            one_cycle(
+                &setup,
+                &train_config(&train)?,
+                env,
+                &gate_config,
+                &cli.by,
+                &trail,
+            )
+            .await?;
         }
         Command::Live { train, window } => {
             let train = train_config(&train)?;
@@ -259,11 +290,17 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
                 tokio::time::sleep(poll).await;
                 // A lake or registry that cannot be read now (storage down) is reported and
                 // tried again at the next poll; the loop does not stop.
-                let fresh = match poll_once(
-                    &cli.lake, &cli.by, &options, &registry, &train, env, &rollback,
-                )
-                .await
-                {
+                let watch = Watch {
+                    lake: &cli.lake,
+                    options: &options,
+                    by: &cli.by,
+                    registry: &registry,
+                    train: &train,
+                    env,
+                    rollback: &rollback,
+                    trail: &trail,
+                };
+                let fresh = match watch.poll().await {
                     Ok(fresh) => fresh,
                     Err(e) => {
                         eprintln!("atdp-loop: {e:#}; trying again in {poll:?}");
@@ -276,12 +313,14 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
                     continue;
                 }
                 last_cycle = Instant::now();
-                if let Err(e) = one_cycle(&setup, &train, env, &gate_config, &cli.by).await {
+                if let Err(e) = one_cycle(&setup, &train, env, &gate_config, &cli.by, &trail).await
+                {
                     eprintln!("atdp-loop: the cycle failed: {e:#}; the served version stays");
                 }
             }
         }
     }
+    trail.close().await?;
     Ok(())
 }
 

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use atdp_deploy::{Action, Registry};
 use atdp_loop::quickstart::{DEMO_KEY, POLICY, QuickstartConfig, run};
-use atdp_loop::{Agent, Env, EvalPlan, RollbackConfig, check_rollback, evaluate, live_rewards};
+use atdp_loop::{
+    Agent, Env, EvalPlan, RollbackConfig, Trail, check_rollback, evaluate, live_rewards,
+};
 use atdp_schema::{Filter, Lake, LakeReader};
 use atdp_trainer::{LoadOptions, Lora, LoraConfig, Model, Selection, save_adapter};
 use candle_core::{Device, Tensor};
@@ -27,6 +29,40 @@ fn steps_of(lake: &str) -> Vec<atdp_schema::Step> {
     })
     .join()
     .unwrap()
+}
+
+/// The lake's audit events (a plain thread: the reader blocks).
+fn audit_of(lake: &str) -> Vec<atdp_schema::AuditEvent> {
+    let lake = lake.to_owned();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let reader = LakeReader::new(Lake::new(&lake, Default::default()).unwrap());
+            reader.audit(&Filter::default()).await.unwrap().rows
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+/// The audit event of `kind` about `subject`, its hash chain intact.
+fn audited(lake: &str, kind: &str, subject: &str) -> atdp_schema::AuditEvent {
+    let events = audit_of(lake);
+    let event = events
+        .iter()
+        .find(|e| e.kind == kind && e.subject.as_deref() == Some(subject))
+        .unwrap_or_else(|| panic!("no {kind} of {subject} in the audit table"))
+        .clone();
+    let mut chain: Vec<atdp_schema::AuditEvent> = events
+        .into_iter()
+        .filter(|e| e.chain_id == event.chain_id)
+        .collect();
+    chain.sort_by_key(|e| e.chain_seq);
+    atdp_schema::verify_chain(&chain).unwrap();
+    event
 }
 
 async fn serving(serve_url: &str) -> String {
@@ -130,6 +166,10 @@ async fn the_loop_learns_swaps_under_load_and_rolls_back_on_live_reward() {
     );
     assert!(report.promoted, "{}", report.gate.reason());
     assert_eq!(report.after.versions.keys().collect::<Vec<_>>(), [&v1]);
+    // The promotion is in the lake's tamper-evident audit table too, with the gate's checks.
+    let promoted = audited(&lake, "adapter_promote", &v1);
+    assert_eq!(promoted.actor, "atdp-quickstart");
+    assert!(promoted.detail_json.unwrap().contains("reward_hacking"));
     // The swap under load: no request failed, and both versions answered during it.
     let swap = report.swap.as_ref().unwrap();
     assert_eq!(swap.failed, 0);
@@ -227,12 +267,15 @@ async fn the_loop_learns_swaps_under_load_and_rolls_back_on_live_reward() {
         margin: 0.1,
     };
     assert!(
-        check_rollback(&registry, &live, &patient, "test")
+        check_rollback(&registry, &live, &patient, "test", None)
             .await
             .unwrap()
             .is_none()
     );
-    let event = check_rollback(&registry, &live, &config, "atdp-loop")
+    let trail = Trail::open(&lake, Default::default(), &work.path().join("wal"), "demo")
+        .await
+        .unwrap();
+    let event = check_rollback(&registry, &live, &config, "atdp-loop", Some(&trail))
         .await
         .unwrap()
         .unwrap();
@@ -246,10 +289,12 @@ async fn the_loop_learns_swaps_under_load_and_rolls_back_on_live_reward() {
         event.reason
     );
     wait_serving(&report.serve_url, &v1).await;
+    let rolled = audited(&lake, "adapter_rollback", &v1);
+    assert_eq!(rolled.reason.as_deref(), Some(event.reason.as_str()));
     // Nothing more to do once v1 is back.
     let live = live_when(&lake, &[(&v1, 60)]).await;
     assert!(
-        check_rollback(&registry, &live, &config, "atdp-loop")
+        check_rollback(&registry, &live, &config, "atdp-loop", None)
             .await
             .unwrap()
             .is_none()
