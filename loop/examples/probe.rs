@@ -11,6 +11,10 @@ use candle_core::Tensor;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.len() < 2 {
+        eprintln!("usage: probe MODEL_DIR [ADAPTER_DIR]");
+        std::process::exit(2);
+    }
     let model = Model::load(&args[1], &LoadOptions::default()).unwrap();
     let chat = ChatFormat::load(&args[1]).unwrap();
     let lora = args.get(2).map(|dir| load_adapter(dir, &model).unwrap());
@@ -23,17 +27,7 @@ fn main() {
         let mut by_letter = [[0.0f64; 4]; 4];
         for seed in first..first + n {
             let (messages, answer) = Env::routing_task(seed);
-            let messages: Vec<atdp_schema::Message> = messages
-                .iter()
-                .map(|m| atdp_schema::Message {
-                    role: m.role.clone(),
-                    content: Some(m.content.clone()),
-                    ..Default::default()
-                })
-                .collect();
-            let ids = chat
-                .encode(&chat.render(&messages, &[], true).unwrap())
-                .unwrap();
+            let ids = atdp_loop::prompt_ids(&chat, &messages).unwrap();
             let len = ids.len();
             let ids = Tensor::new(ids.as_slice(), model.device())
                 .unwrap()

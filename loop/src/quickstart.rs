@@ -373,14 +373,7 @@ pub async fn run(
     };
     let heldout = config.gate.heldout_seed;
     let before = evaluate(&agent, &plan("before", heldout, config.eval, false)).await;
-    say(&format!(
-        "before: {} held-out episodes on {}: success {:.1}% [{:.1}, {:.1}]",
-        before.episodes,
-        versions_of(&before),
-        before.success_rate * 100.0,
-        before.ci95[0] * 100.0,
-        before.ci95[1] * 100.0
-    ));
+    say(&rate_line(&before));
     lap("eval_before", &mut seconds);
 
     let collect_start = chrono::Utc::now();
@@ -560,14 +553,7 @@ alpha = {alpha}
     lap("swap", &mut seconds);
 
     let after = evaluate(&agent, &plan("after", heldout, config.eval, false)).await;
-    say(&format!(
-        "after: {} held-out episodes on {}: success {:.1}% [{:.1}, {:.1}]",
-        after.episodes,
-        versions_of(&after),
-        after.success_rate * 100.0,
-        after.ci95[0] * 100.0,
-        after.ci95[1] * 100.0
-    ));
+    say(&rate_line(&after));
     lap("eval_after", &mut seconds);
 
     let report = QuickstartReport {
@@ -593,11 +579,16 @@ alpha = {alpha}
     Ok(report)
 }
 
-fn versions_of(report: &EvalReport) -> String {
-    report
-        .versions
-        .keys()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ")
+/// `label: N held-out episodes on versions: success x% [lo, hi]`.
+fn rate_line(report: &EvalReport) -> String {
+    let versions: Vec<&str> = report.versions.keys().map(String::as_str).collect();
+    format!(
+        "{}: {} held-out episodes on {}: success {:.1}% [{:.1}, {:.1}]",
+        report.label,
+        report.episodes,
+        versions.join(", "),
+        report.success_rate * 100.0,
+        report.ci95[0] * 100.0,
+        report.ci95[1] * 100.0
+    )
 }

@@ -200,15 +200,8 @@ impl Watch<'_> {
 }
 
 async fn main_async(cli: Cli) -> anyhow::Result<()> {
-    let options: HashMap<String, String> = cli
-        .lake_options
-        .iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .with_context(|| format!("--lake-option {kv:?} is not KEY=VALUE"))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    // The schema's parser: its errors name a pair's position, never its text (credentials).
+    let options = atdp_schema::parse_storage_options(&cli.lake_options)?;
     let env = Env::from_name(&cli.env)
         .with_context(|| format!("unknown environment {:?} (routing, guess)", cli.env))?;
     let gate_config: GateConfig = match &cli.gate {

@@ -14,8 +14,11 @@ use atdp_trainer::{LoadOptions, Lora, LoraConfig, Model, Selection, save_adapter
 use candle_core::{Device, Tensor};
 use serde_json::Value;
 
-/// Reads the trajectories' steps from the lake (a plain thread: the reader blocks).
-fn steps_of(lake: &str) -> Vec<atdp_schema::Step> {
+/// What `read` gets from the lake's reader (on a plain thread: the reader blocks).
+fn from_lake<T: Send + 'static>(
+    lake: &str,
+    read: impl AsyncFnOnce(&LakeReader) -> T + Send + 'static,
+) -> T {
     let lake = lake.to_owned();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -24,28 +27,25 @@ fn steps_of(lake: &str) -> Vec<atdp_schema::Step> {
             .unwrap();
         rt.block_on(async {
             let reader = LakeReader::new(Lake::new(&lake, Default::default()).unwrap());
-            reader.steps(&Filter::default()).await.unwrap().rows
+            read(&reader).await
         })
     })
     .join()
     .unwrap()
 }
 
-/// The lake's audit events (a plain thread: the reader blocks).
-fn audit_of(lake: &str) -> Vec<atdp_schema::AuditEvent> {
-    let lake = lake.to_owned();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let reader = LakeReader::new(Lake::new(&lake, Default::default()).unwrap());
-            reader.audit(&Filter::default()).await.unwrap().rows
-        })
+/// The lake's steps.
+fn steps_of(lake: &str) -> Vec<atdp_schema::Step> {
+    from_lake(lake, async |r: &LakeReader| {
+        r.steps(&Filter::default()).await.unwrap().rows
     })
-    .join()
-    .unwrap()
+}
+
+/// The lake's audit events.
+fn audit_of(lake: &str) -> Vec<atdp_schema::AuditEvent> {
+    from_lake(lake, async |r: &LakeReader| {
+        r.audit(&Filter::default()).await.unwrap().rows
+    })
 }
 
 /// The audit event of `kind` about `subject`, its hash chain intact.
