@@ -3,7 +3,7 @@
 //! a given shape.
 //!
 //! `cargo run --release -p atdp-trainer --example bench-train -- --preset tiny --seq 256`
-//! `cargo run --release -p atdp-trainer --example bench-train -- --preset qwen2-0.5b --seq 1024 --steps 2`
+//! `cargo run --release -p atdp-trainer --example bench-train -- --preset qwen2-0.5b --seq 1024 --steps 2 --recompute`
 //!
 //! The model is generated once under `--dir` (the 0.5B shape is 2 GB of f32 weights).
 
@@ -12,8 +12,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use atdp_trainer::{AdamW, AdamWConfig, Adapter, InitSpec, LoadOptions, Lora, LoraConfig, Model};
-use candle_core::{DType, Tensor};
+use atdp_trainer::{AdamW, AdamWConfig, InitSpec, LoadOptions, Lora, LoraConfig, Model, Span};
+use candle_core::Tensor;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -30,6 +30,14 @@ struct Args {
     /// Measured steps (one more runs first, unmeasured).
     #[arg(long, default_value_t = 5)]
     steps: usize,
+    /// Positions per sequence whose next token is scored (the completion; the rest is
+    /// prompt). Default: all but the last.
+    #[arg(long)]
+    completion: Option<usize>,
+    /// Recompute each layer's activations in the backward pass instead of keeping them
+    /// (`train.recompute_activations`).
+    #[arg(long)]
+    recompute: bool,
     /// Where generated models are kept.
     #[arg(long, default_value = "/tmp/atdp-bench-train")]
     dir: PathBuf,
@@ -70,6 +78,10 @@ fn main() {
     let params: usize = vars.iter().map(|v| v.as_tensor().elem_count()).sum();
     let mut adamw = AdamW::new(vars.clone(), AdamWConfig::default()).unwrap();
     let vocab = model.config().vocab_size as u64;
+    let scored = args
+        .completion
+        .unwrap_or(args.seq - 1)
+        .clamp(1, args.seq - 1);
     let mut times = Vec::new();
     for step in 0..=args.steps {
         // Deterministic spread of token ids (the speed does not depend on which ones).
@@ -78,26 +90,21 @@ fn main() {
             .collect();
         let ids = Tensor::from_vec(ids, (args.batch, args.seq), model.device()).unwrap();
         let started = Instant::now();
-        let log_probs = model
-            .next_token_log_probs(
-                &ids,
-                Adapter::Train {
-                    lora: &lora,
-                    step: step as u64,
-                },
-            )
+        let spans: Vec<Span> = (0..args.batch)
+            .map(|row| Span {
+                row,
+                start: args.seq - 1 - scored,
+                len: scored,
+            })
+            .collect();
+        let grads = model
+            .backward(&ids, &lora, step as u64, &spans, args.recompute, |stats| {
+                Ok(stats.log_probs.mean_all()?.neg()?)
+            })
             .unwrap();
-        let loss = log_probs
-            .to_dtype(DType::F32)
-            .unwrap()
-            .mean_all()
-            .unwrap()
-            .neg()
-            .unwrap();
-        let grads = loss.backward().unwrap();
         let grads: Vec<Tensor> = vars
             .iter()
-            .map(|v| grads.get(v.as_tensor()).cloned().unwrap())
+            .map(|v| grads.get(v).cloned().unwrap())
             .collect();
         adamw.step(&grads, 1e-4).unwrap();
         if step > 0 {
@@ -107,10 +114,12 @@ fn main() {
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
     println!(
-        "preset {} seq {} batch {}: {} LoRA parameters (r 8, all projections), step median {:.3} s, {:.0} tokens/s, peak RSS {:.0} MB",
+        "preset {} seq {} batch {} scored {} recompute {}: {} LoRA parameters (r 8, all projections), step median {:.3} s, {:.0} tokens/s, peak RSS {:.0} MB",
         args.preset,
         args.seq,
         args.batch,
+        scored,
+        args.recompute,
         params,
         median,
         (args.batch * args.seq) as f64 / median,

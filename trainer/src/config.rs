@@ -131,6 +131,20 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// An estimate of the memory a training forward pass over `[batch, seq]` keeps for its
+    /// backward pass: per layer, 8 attention-score-sized tensors (`heads × seq²`) and 24
+    /// hidden-sized plus 13 intermediate-sized values per token, in the compute dtype. The
+    /// coefficients are fitted to the peak memory measured on the Qwen2-0.5B shape at 256
+    /// and 1,024 tokens (docs/benchmarks.md); the estimate decides when to recompute.
+    pub fn activation_bytes(&self, batch: usize, seq: usize, dtype: DType) -> usize {
+        let c = self;
+        let per_token = 24 * c.hidden_size + 13 * c.intermediate_size;
+        let per_layer = batch * (8 * c.num_attention_heads * seq * seq + seq * per_token);
+        per_layer
+            .saturating_mul(c.num_hidden_layers)
+            .saturating_mul(dtype.size_in_bytes())
+    }
+
     /// Reads and checks `config.json` (the file, or a model directory holding it).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let mut path = path.as_ref().to_path_buf();

@@ -62,7 +62,8 @@ pub use init::{
 pub use lora::{Lora, LoraConfig, LoraLayer, TargetModule};
 pub use manifest::{MANIFEST_FILE, Manifest, RewardInfo, RewardVersions, hash_weights};
 pub use model::{
-    Adapter, LoadOptions, Model, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, token_log_probs, weight_files,
+    Adapter, Gradients, LoadOptions, Model, Span, TokenStats, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
+    token_log_probs, weight_files,
 };
 pub use objective::{Advantage, Baseline, GroupKey, LossConfig};
 pub use optim::{AdamW, AdamWConfig};

@@ -162,6 +162,12 @@ pub struct RawTrain {
     pub seed: Option<u64>,
     /// Save a checkpoint every N optimizer steps (default 0: only at the end).
     pub checkpoint_every: Option<u64>,
+    /// Keep only each layer's input in the forward pass and recompute the layer's
+    /// activations in the backward pass: memory for one layer instead of all, for about one
+    /// more forward pass of time, and the same gradients. Default: per micro-batch, when
+    /// its activations would take more than 4 GiB
+    /// ([`crate::ModelConfig::activation_bytes`]).
+    pub recompute_activations: Option<bool>,
 }
 
 /// `[lora]`.
@@ -234,6 +240,9 @@ pub struct RunConfig {
     pub seed: u64,
     /// Checkpoint interval (0: at the end only).
     pub checkpoint_every: u64,
+    /// Recompute each layer's activations in the backward pass instead of keeping them
+    /// (`None`: when a micro-batch's activations would take more than 4 GiB).
+    pub recompute_activations: Option<bool>,
     /// The adapter.
     pub lora: LoraConfig,
 }
@@ -461,6 +470,7 @@ impl RawRunConfig {
             max_len,
             seed,
             checkpoint_every: t.checkpoint_every.unwrap_or(0),
+            recompute_activations: t.recompute_activations,
             lora,
         })
     }

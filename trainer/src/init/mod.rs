@@ -221,7 +221,31 @@ pub(crate) fn random_weights(spec: &InitSpec) -> Result<Vec<(String, Tensor)>> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use candle_core::DType;
+
     use super::*;
+
+    /// The estimate behind automatic recomputation, against the peaks measured on the
+    /// Qwen2-0.5B shape (docs/benchmarks.md: 4.9 GB at 256 tokens, 21.8 GB at 1,024, each
+    /// with 2 GB of weights): recompute at 1,024, not at 256 nor for the tiny model.
+    #[test]
+    fn activation_estimate_decides_recomputation_as_measured() {
+        let big = InitSpec::qwen2_0_5b_shape().config;
+        let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+        let at = |seq| gib(big.activation_bytes(1, seq, DType::F32));
+        assert!((2.0..4.0).contains(&at(256)), "{}", at(256));
+        assert!((16.0..24.0).contains(&at(1024)), "{}", at(1024));
+        assert_eq!(
+            big.activation_bytes(2, 512, DType::F32),
+            2 * big.activation_bytes(1, 512, DType::F32)
+        );
+        assert!(
+            gib(InitSpec::tiny(Arch::Qwen2)
+                .config
+                .activation_bytes(1, 2048, DType::F32))
+                < 4.0
+        );
+    }
 
     #[test]
     fn tiny_presets_are_valid_and_differ_as_documented() {

@@ -2,7 +2,8 @@
 //! and the projections LoRA attaches to. Everything is composed from tensor ops that have a
 //! backward pass; hidden states travel as `[batch * seq, hidden]`.
 
-use candle_core::{D, DType, Tensor};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CudaStorage, CustomOp1, D, DType, Layout, Shape, Storage, Tensor};
 
 use super::rope;
 use crate::Result;
@@ -43,8 +44,9 @@ pub(crate) struct Linear {
 }
 
 impl Linear {
+    /// `x` is `[rows, in_features]`.
     pub(crate) fn forward(&self, x: &Tensor, layer: usize, adapter: Active<'_>) -> Result<Tensor> {
-        let mut y = x.matmul(&self.weight.t()?)?;
+        let mut y = frozen_matmul(x, &self.weight)?;
         if let Some(bias) = &self.bias {
             y = y.broadcast_add(bias)?;
         }
@@ -54,6 +56,74 @@ impl Linear {
             y = y.add(&delta)?;
         }
         Ok(y)
+    }
+}
+
+/// `x Wᵀ` for `x` `[rows, in]` and a frozen `weight` `[out, in]`, with a backward pass that
+/// gives only the gradient of `x`. candle's own matmul backward also computes the gradient of
+/// the weight, `xᵀ · grad`, even for a tensor that is not a variable: for a base model that
+/// is one more matmul per projection and a weight-sized tensor held until the end of the
+/// backward pass (2 GB of f32 for a 0.5B model), both wasted on frozen weights.
+pub(crate) fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    Ok(x.apply_op1(FrozenMatmul {
+        weight: weight.clone(),
+    })?)
+}
+
+struct FrozenMatmul {
+    weight: Tensor,
+}
+
+/// `x Wᵀ` on one backend's storage: the weight's transposed layout, no copy.
+fn matmul_transposed<S: BackendStorage>(
+    x: &S,
+    x_layout: &Layout,
+    w: &S,
+    w_layout: &Layout,
+) -> candle_core::Result<(S, Shape)> {
+    let (rows, inner) = x_layout.shape().dims2()?;
+    let (out, w_inner) = w_layout.shape().dims2()?;
+    if inner != w_inner {
+        candle_core::bail!(
+            "frozen matmul: input [{rows}, {inner}] does not fit weight [{out}, {w_inner}]"
+        );
+    }
+    let y = x.matmul(
+        w,
+        (1, rows, out, inner),
+        x_layout,
+        &w_layout.transpose(0, 1)?,
+    )?;
+    Ok((y, Shape::from((rows, out))))
+}
+
+impl CustomOp1 for FrozenMatmul {
+    fn name(&self) -> &'static str {
+        "frozen-matmul"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (storage, w_layout) = self.weight.storage_and_layout();
+        match &*storage {
+            Storage::Cpu(w) => matmul_transposed(x, layout, w, w_layout),
+            _ => candle_core::bail!("frozen matmul: the weight is not on the CPU"),
+        }
+    }
+
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let (storage, w_layout) = self.weight.storage_and_layout();
+        match &*storage {
+            Storage::Cuda(w) => matmul_transposed(x, layout, w, w_layout),
+            _ => candle_core::bail!("frozen matmul: the weight is not on the GPU"),
+        }
+    }
+
+    fn bwd(&self, _x: &Tensor, _y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.matmul(&self.weight)?))
     }
 }
 

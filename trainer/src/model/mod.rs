@@ -1,7 +1,10 @@
-//! The differentiable Llama/Qwen2/Qwen3 forward pass: logits for every position, so that a
-//! policy-gradient loss can be taken over whole completions, with gradients reaching the
-//! LoRA weights through every op. The base weights are plain tensors (frozen).
+//! The differentiable Llama/Qwen2/Qwen3 forward pass: log-probabilities of the completion
+//! tokens (or logits for every position), so that a policy-gradient loss can be taken over
+//! whole completions, with gradients reaching the LoRA weights through every op. The base
+//! weights are plain tensors (frozen): their matmuls have a backward pass for the input only,
+//! and [`Model::backward`] can recompute activations layer by layer instead of keeping them.
 
+mod head;
 mod layers;
 pub(crate) mod rope;
 pub(crate) mod weights;
@@ -9,11 +12,12 @@ pub(crate) mod weights;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{D, DType, Device, Tensor, TensorId, Var};
 
 use crate::config::ModelConfig;
 use crate::lora::{Lora, TargetModule};
 use crate::{Error, Result};
+pub use head::TokenStats;
 use layers::{Active, Attention, Block, Linear, Mlp, PassContext, RmsNorm, upcast};
 pub use weights::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE, weight_files};
 
@@ -234,18 +238,158 @@ impl Model {
 
     /// Logits `[batch, seq, vocab]` for every position of `input_ids` (`[batch, seq]`, u32 or
     /// i64), position `t` predicting token `t + 1`. Attention is causal and positions start at
-    /// 0 in every row: pad on the right, and ignore the padded positions.
+    /// 0 in every row: pad on the right, and ignore the padded positions. Training does not
+    /// need the whole `[batch, seq, vocab]` tensor: [`Model::score`] makes it a chunk at a time.
     pub fn forward(&self, input_ids: &Tensor, adapter: Adapter<'_>) -> Result<Tensor> {
-        let (batch, seq) = input_ids.dims2().map_err(|_| {
-            Error::invalid(
+        let (ids, batch, seq) = self.checked_input(input_ids)?;
+        let ctx = self.pass_context(batch, seq, adapter)?;
+        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
+        for (i, block) in self.layers.iter().enumerate() {
+            x = block.forward(&x, i, &ctx)?;
+        }
+        let x = self.norm.forward(&x)?;
+        let logits = layers::frozen_matmul(&x, self.head())?;
+        Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
+    }
+
+    /// `log p(input_ids[t + 1] | input_ids[..=t])` for every row, `[batch, seq - 1]`, in f32
+    /// (f64 for an f64 model); differentiable when `adapter` is trainable.
+    pub fn next_token_log_probs(&self, input_ids: &Tensor, adapter: Adapter<'_>) -> Result<Tensor> {
+        let (batch, seq) = input_ids.dims2().map_err(|_| shape_error(input_ids))?;
+        if seq < 2 {
+            return Err(Error::invalid(
                 "input_ids",
-                format!("expected shape [batch, seq], got {:?}", input_ids.dims()),
-            )
-        })?;
+                "need at least 2 tokens to score a next token",
+            ));
+        }
+        let spans: Vec<Span> = (0..batch)
+            .map(|row| Span {
+                row,
+                start: 0,
+                len: seq - 1,
+            })
+            .collect();
+        let stats = self.score(input_ids, adapter, &spans)?;
+        Ok(stats.log_probs.reshape((batch, seq - 1))?)
+    }
+
+    /// The log-probability of each next token at the positions `spans` name, and the
+    /// entropy there, concatenated in the order of `spans`. Only those positions go through
+    /// the output head, in chunks, so prompts cost no head computation and no
+    /// `[tokens, vocab]` tensor is kept. Differentiable when `adapter` is trainable.
+    pub fn score(
+        &self,
+        input_ids: &Tensor,
+        adapter: Adapter<'_>,
+        spans: &[Span],
+    ) -> Result<TokenStats> {
+        let (ids, batch, seq) = self.checked_input(input_ids)?;
+        let (rows, targets) = span_rows(&ids, batch, seq, spans)?;
+        let ctx = self.pass_context(batch, seq, adapter)?;
+        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
+        for (i, block) in self.layers.iter().enumerate() {
+            x = block.forward(&x, i, &ctx)?;
+        }
+        self.score_hidden(&x, &rows, &targets)
+    }
+
+    /// One backward pass for training: scores `spans` with `lora` in training mode, hands the
+    /// scores to `loss` and returns the gradients of the loss it builds for the adapter's
+    /// variables.
+    ///
+    /// With `recompute`, the forward pass keeps only each layer's input, and the backward
+    /// pass runs layer by layer from the last, recomputing one layer's activations at a
+    /// time: memory for one layer instead of all of them (what long sequences on large
+    /// models need), for about one more forward pass of time. The gradients are the same.
+    pub fn backward(
+        &self,
+        input_ids: &Tensor,
+        lora: &Lora,
+        step: u64,
+        spans: &[Span],
+        recompute: bool,
+        loss: impl FnOnce(&TokenStats) -> Result<Tensor>,
+    ) -> Result<Gradients> {
+        let vars = lora.vars();
+        let adapter = Adapter::Train { lora, step };
+        if !recompute {
+            let stats = self.score(input_ids, adapter, spans)?;
+            let store = loss(&stats)?.backward()?;
+            let mut grads = Gradients::default();
+            for var in &vars {
+                if let Some(g) = store.get(var) {
+                    grads.add(var, g)?;
+                }
+            }
+            return Ok(grads);
+        }
+        let (ids, batch, seq) = self.checked_input(input_ids)?;
+        let (rows, targets) = span_rows(&ids, batch, seq, spans)?;
+        let ctx = self.pass_context(batch, seq, adapter)?;
+        let mut inputs = Vec::with_capacity(self.layers.len());
+        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
+        for (i, block) in self.layers.iter().enumerate() {
+            let next = block.forward(&x, i, &ctx)?.detach();
+            inputs.push(x);
+            x = next;
+        }
+        let last = Var::from_tensor(&x)?;
+        drop(x);
+        let stats = self.score_hidden(last.as_tensor(), &rows, &targets)?;
+        let store = loss(&stats)?.backward()?;
+        drop(stats);
+        let mut grads = Gradients::default();
+        let Some(mut upstream) = store.get(&last).cloned() else {
+            // The loss does not depend on the model's output.
+            return Ok(grads);
+        };
+        drop(store);
+        for (i, block) in self.layers.iter().enumerate().rev() {
+            let Some(input) = inputs.pop() else { break };
+            let input = Var::from_tensor(&input)?;
+            let output = block.forward(input.as_tensor(), i, &ctx)?;
+            let store = output.mul(&upstream)?.sum_all()?.backward()?;
+            for var in &vars {
+                if let Some(g) = store.get(var) {
+                    grads.add(var, g)?;
+                }
+            }
+            match store.get(&input) {
+                Some(g) => upstream = g.clone(),
+                None => break,
+            }
+        }
+        Ok(grads)
+    }
+
+    /// The output head's weight (the embedding when tied).
+    fn head(&self) -> &Tensor {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
+    }
+
+    /// Final norm and head over the rows `rows` of the last layer's output `[batch * seq,
+    /// hidden]`, scoring `targets`.
+    fn score_hidden(&self, x: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<TokenStats> {
+        let x = self.norm.forward(&x.index_select(rows, 0)?)?;
+        head::target_stats(&x, self.head(), targets)
+    }
+
+    /// Checked ids (u32) and the `[batch, seq]` shape.
+    fn checked_input(&self, input_ids: &Tensor) -> Result<(Tensor, usize, usize)> {
+        let (batch, seq) = input_ids.dims2().map_err(|_| shape_error(input_ids))?;
         if batch == 0 || seq == 0 {
             return Err(Error::invalid("input_ids", "empty batch or sequence"));
         }
-        let ids = self.checked_ids(input_ids)?;
+        Ok((self.checked_ids(input_ids)?, batch, seq))
+    }
+
+    /// RoPE tables, the causal mask and the adapter for a pass over `[batch, seq]`.
+    fn pass_context<'a>(
+        &self,
+        batch: usize,
+        seq: usize,
+        adapter: Adapter<'a>,
+    ) -> Result<PassContext<'a>> {
         let active = match adapter {
             Adapter::Off => Active {
                 lora: None,
@@ -263,7 +407,6 @@ impl Model {
         if let Some(lora) = active.lora {
             lora.check_fits(&self.config)?;
         }
-
         let (cos, sin) = rope::tables(&self.inv_freq, seq, self.dtype, &self.device)?;
         let mut mask = Vec::with_capacity(seq * seq);
         for i in 0..seq {
@@ -271,40 +414,14 @@ impl Model {
         }
         let causal_mask =
             Tensor::from_vec(mask, (seq, seq), &self.device)?.to_dtype(upcast(self.dtype))?;
-        let ctx = PassContext {
+        Ok(PassContext {
             batch,
             seq,
             cos,
             sin,
             causal_mask,
             adapter: active,
-        };
-
-        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
-        for (i, block) in self.layers.iter().enumerate() {
-            x = block.forward(&x, i, &ctx)?;
-        }
-        let x = self.norm.forward(&x)?;
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let logits = x.matmul(&head.t()?)?;
-        Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
-    }
-
-    /// `log p(input_ids[t + 1] | input_ids[..=t])` for every row, `[batch, seq - 1]`, in f32
-    /// (f64 for an f64 model).
-    pub fn next_token_log_probs(&self, input_ids: &Tensor, adapter: Adapter<'_>) -> Result<Tensor> {
-        let seq = input_ids.dim(D::Minus1)?;
-        if seq < 2 {
-            return Err(Error::invalid(
-                "input_ids",
-                "need at least 2 tokens to score a next token",
-            ));
-        }
-        let logits = self.forward(input_ids, adapter)?;
-        token_log_probs(
-            &logits.narrow(1, 0, seq - 1)?,
-            &input_ids.narrow(1, 1, seq - 1)?,
-        )
+        })
     }
 
     /// Token ids as u32, checked against the vocabulary.
@@ -340,6 +457,80 @@ impl Model {
             ));
         }
         Ok(ids)
+    }
+}
+
+fn shape_error(input_ids: &Tensor) -> Error {
+    Error::invalid(
+        "input_ids",
+        format!("expected shape [batch, seq], got {:?}", input_ids.dims()),
+    )
+}
+
+/// Positions of one row whose next token is scored: `start..start + len`, position `t`
+/// predicting token `t + 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// The row of the batch.
+    pub row: usize,
+    /// The first position.
+    pub start: usize,
+    /// How many positions.
+    pub len: usize,
+}
+
+/// The flat row index (`row * seq + t`) of every scored position, and its target token.
+fn span_rows(ids: &Tensor, batch: usize, seq: usize, spans: &[Span]) -> Result<(Tensor, Tensor)> {
+    let flat = ids.flatten_all()?.to_vec1::<u32>()?;
+    let mut rows = Vec::new();
+    let mut targets = Vec::new();
+    for span in spans {
+        if span.row >= batch || span.start + span.len > seq - 1 {
+            return Err(Error::invalid(
+                "spans",
+                format!(
+                    "row {} positions {}..{} are outside a [{batch}, {seq}] batch (the last position has no next token)",
+                    span.row,
+                    span.start,
+                    span.start + span.len
+                ),
+            ));
+        }
+        for t in span.start..span.start + span.len {
+            let at = span.row * seq + t;
+            rows.push(at as u32);
+            targets.push(flat[at + 1]);
+        }
+    }
+    if rows.is_empty() {
+        return Err(Error::invalid("spans", "no position to score"));
+    }
+    let device = ids.device();
+    let n = rows.len();
+    Ok((
+        Tensor::from_vec(rows, n, device)?,
+        Tensor::from_vec(targets, n, device)?,
+    ))
+}
+
+/// Gradients of a loss for an adapter's variables.
+#[derive(Debug, Default)]
+pub struct Gradients(HashMap<TensorId, Tensor>);
+
+impl Gradients {
+    /// The gradient of `var`, if the loss depends on it.
+    pub fn get(&self, var: &Var) -> Option<&Tensor> {
+        self.0.get(&var.as_tensor().id())
+    }
+
+    fn add(&mut self, var: &Var, grad: &Tensor) -> Result<()> {
+        let id = var.as_tensor().id();
+        let sum = match self.0.remove(&id) {
+            Some(sum) => sum.add(grad)?,
+            None => grad.clone(),
+        };
+        self.0.insert(id, sum);
+        Ok(())
     }
 }
 

@@ -10,12 +10,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use candle_core::{D, DType, Tensor};
+use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{ChatFormat, Example, ExampleStats, build_examples, read_lake};
 use crate::manifest::{self, Manifest, RewardVersions};
-use crate::model::{Adapter, LoadOptions, Model, token_log_probs};
+use crate::model::{Adapter, LoadOptions, Model, Span, TokenStats};
 use crate::objective::{Advantage, grpo_advantages, reinforce_advantages, token_terms};
 use crate::optim::{AdamW, clip_grad_norm, learning_rate};
 use crate::peft::{SavedAdapter, save_adapter};
@@ -24,6 +24,10 @@ use crate::rng::Rng;
 use crate::run_config::{Length, RunConfig};
 use crate::{Error, Lora, Result};
 pub use checkpoint::CHECKPOINT_DIR;
+
+/// Above this estimate of a micro-batch's activations, layers are recomputed in the
+/// backward pass unless `train.recompute_activations` says otherwise.
+const AUTO_RECOMPUTE_BYTES: usize = 4 << 30;
 
 /// The metrics file in the output directory.
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -407,67 +411,80 @@ fn accumulate(
         let input = Tensor::from_vec(ids, (micro.len(), len), device)?;
         let dropout_key = (step << 20) | sums.micro_batches;
         sums.micro_batches += 1;
-        let logits = model
-            .forward(
-                &input,
-                Adapter::Train {
-                    lora,
-                    step: dropout_key,
-                },
-            )?
-            .narrow(1, 0, len - 1)?;
-        let targets = input.narrow(1, 1, len - 1)?;
-        let logp = token_log_probs(&logits, &targets)?;
+        // Only completion positions are scored: position `prompt_len - 1` predicts the
+        // first completion token.
+        let spans: Vec<Span> = micro
+            .iter()
+            .enumerate()
+            .map(|(row, (e, _))| Span {
+                row,
+                start: e.prompt_len - 1,
+                len: e.completion_len(),
+            })
+            .collect();
         let reference = if config.loss.kl_coef > 0.0 {
-            Some(model.next_token_log_probs(&input, Adapter::Off)?.detach())
+            Some(
+                model
+                    .score(&input, Adapter::Off, &spans)?
+                    .log_probs
+                    .detach(),
+            )
         } else {
             None
         };
-        let entropy = entropy(&logits.detach())?;
-        let mut loss_sum: Option<Tensor> = None;
-        for (row, (e, advantage)) in micro.iter().enumerate() {
-            let (from, n) = (e.prompt_len - 1, e.completion_len());
-            let lp = logp.get(row)?.narrow(0, from, n)?;
-            let behaviour = e
-                .behaviour_logprobs
-                .as_ref()
-                .map(|b| Tensor::new(b.as_slice(), device)?.to_dtype(lp.dtype()))
-                .transpose()?;
-            let reference = reference
-                .as_ref()
-                .map(|r| r.get(row)?.narrow(0, from, n))
-                .transpose()?;
-            let terms = token_terms(
-                &lp,
-                behaviour.as_ref(),
-                reference.as_ref(),
-                *advantage,
-                &config.loss,
-            )?;
-            let row_loss = terms.loss.sum_all()?;
-            sums.loss += row_loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-            sums.kl += terms
-                .kl
-                .sum_all()?
-                .to_dtype(DType::F64)?
-                .to_scalar::<f64>()?;
-            sums.entropy += entropy
-                .get(row)?
-                .narrow(0, from, n)?
-                .sum_all()?
-                .to_dtype(DType::F64)?
-                .to_scalar::<f64>()?;
-            loss_sum = Some(match loss_sum {
-                Some(s) => s.add(&row_loss)?,
-                None => row_loss,
-            });
-        }
-        if let Some(loss) = loss_sum {
-            let grads = loss.affine(scale, 0.0)?.backward()?;
-            for (acc, var) in sums.grads.iter_mut().zip(&vars) {
-                if let Some(g) = grads.get(var) {
-                    *acc = acc.add(&g.to_dtype(acc.dtype())?)?;
-                }
+        let loss = |stats: &TokenStats| -> Result<Tensor> {
+            let mut loss_sum: Option<Tensor> = None;
+            let mut offset = 0;
+            for (span, (e, advantage)) in spans.iter().zip(micro.iter()) {
+                let n = span.len;
+                let lp = stats.log_probs.narrow(0, offset, n)?;
+                let behaviour = e
+                    .behaviour_logprobs
+                    .as_ref()
+                    .map(|b| Tensor::new(b.as_slice(), device)?.to_dtype(lp.dtype()))
+                    .transpose()?;
+                let reference = reference
+                    .as_ref()
+                    .map(|r| r.narrow(0, offset, n))
+                    .transpose()?;
+                let terms = token_terms(
+                    &lp,
+                    behaviour.as_ref(),
+                    reference.as_ref(),
+                    *advantage,
+                    &config.loss,
+                )?;
+                let row_loss = terms.loss.sum_all()?;
+                sums.loss += scalar(&row_loss)?;
+                sums.kl += scalar(&terms.kl.sum_all()?)?;
+                sums.entropy += scalar(&stats.entropy.narrow(0, offset, n)?.sum_all()?)?;
+                loss_sum = Some(match loss_sum {
+                    Some(s) => s.add(&row_loss)?,
+                    None => row_loss,
+                });
+                offset += n;
+            }
+            match loss_sum {
+                Some(loss) => Ok(loss.affine(scale, 0.0)?),
+                None => Err(Error::invalid("batch", "a micro-batch without examples")),
+            }
+        };
+        let grads = model.backward(
+            &input,
+            lora,
+            dropout_key,
+            &spans,
+            config.recompute_activations.unwrap_or_else(|| {
+                model
+                    .config()
+                    .activation_bytes(micro.len(), len, model.dtype())
+                    > AUTO_RECOMPUTE_BYTES
+            }),
+            loss,
+        )?;
+        for (acc, var) in sums.grads.iter_mut().zip(&vars) {
+            if let Some(g) = grads.get(var) {
+                *acc = acc.add(&g.to_dtype(acc.dtype())?)?;
             }
         }
         micro.clear();
@@ -489,12 +506,7 @@ fn accumulate(
     Ok(sums)
 }
 
-/// Entropy of the next-token distribution at every position, `[batch, seq]`.
-fn entropy(logits: &Tensor) -> Result<Tensor> {
-    let x = logits.to_dtype(DType::F32)?;
-    let max = x.max_keepdim(D::Minus1)?;
-    let shifted = x.broadcast_sub(&max)?;
-    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-    let log_p = shifted.broadcast_sub(&lse)?;
-    Ok(log_p.exp()?.mul(&log_p)?.sum(D::Minus1)?.neg()?)
+/// A one-element tensor as f64.
+fn scalar(t: &Tensor) -> Result<f64> {
+    Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?)
 }

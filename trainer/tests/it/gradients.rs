@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use atdp_trainer::{
-    Adapter, Arch, LoadOptions, Lora, LoraConfig, Model, ModelConfig, TargetModule,
+    Adapter, Arch, LoadOptions, Lora, LoraConfig, Model, ModelConfig, Span, TargetModule,
 };
 use candle_core::{DType, Device, Tensor, Var};
 
@@ -172,5 +172,110 @@ fn base_weights_get_no_gradient_and_dropout_depends_on_the_step() {
     }
     for (name, tensor) in &base {
         assert!(grads.get(tensor).is_none(), "{name} got a gradient");
+    }
+}
+
+/// The training backward pass (completion positions only, the fused head, and with
+/// `recompute` the layer-by-layer recomputation) gives the gradients of the plain
+/// computation: whole logits, log-softmax built from ops, one backward pass.
+#[test]
+fn training_backward_matches_the_plain_computation_with_and_without_recompute() {
+    let dir = tiny_model(Arch::Qwen2, 4);
+    let model = Model::load(
+        dir.path(),
+        &LoadOptions {
+            dtype: DType::F64,
+            device: Device::Cpu,
+        },
+    )
+    .unwrap();
+    let lora = Lora::new(
+        &model,
+        LoraConfig {
+            r: 2,
+            dropout: 0.1,
+            seed: 4,
+            ..LoraConfig::default()
+        },
+    )
+    .unwrap();
+    for (i, var) in lora.vars().iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+        let v: Vec<f64> = (0..var.elem_count())
+            .map(|j| 0.2 * (((i * 31 + j * 7) % 23) as f64 / 11.5 - 1.0))
+            .collect();
+        var.set(&Tensor::from_vec(v, var.dims(), &Device::Cpu).unwrap())
+            .unwrap();
+    }
+    let ids = batch(&ROWS);
+    let spans = [
+        Span {
+            row: 0,
+            start: 2,
+            len: 4,
+        },
+        Span {
+            row: 1,
+            start: 0,
+            len: 3,
+        },
+    ];
+    let weights = Tensor::new(&[1.0f64, -0.5, 2.0, 0.25, 1.5, -1.0, 0.75], &Device::Cpu).unwrap();
+    let weighted = |lp: &Tensor| lp.mul(&weights).unwrap().sum_all().unwrap().neg().unwrap();
+
+    // The plain computation.
+    let logits = model
+        .forward(
+            &ids,
+            Adapter::Train {
+                lora: &lora,
+                step: STEP,
+            },
+        )
+        .unwrap();
+    let all = atdp_trainer::token_log_probs(
+        &logits.narrow(1, 0, ROWS[0].len() - 1).unwrap(),
+        &ids.narrow(1, 1, ROWS[0].len() - 1).unwrap(),
+    )
+    .unwrap();
+    let picked = Tensor::cat(
+        &spans
+            .iter()
+            .map(|s| all.get(s.row).unwrap().narrow(0, s.start, s.len).unwrap())
+            .collect::<Vec<_>>(),
+        0,
+    )
+    .unwrap();
+    let plain_store = weighted(&picked).backward().unwrap();
+    let plain_lp = values(&picked);
+
+    for recompute in [false, true] {
+        let mut seen = Vec::new();
+        let grads = model
+            .backward(&ids, &lora, STEP, &spans, recompute, |stats| {
+                seen = values(&stats.log_probs);
+                Ok(weighted(&stats.log_probs))
+            })
+            .unwrap();
+        for (a, b) in seen.iter().zip(&plain_lp) {
+            assert!(
+                (a - b).abs() < 1e-12,
+                "recompute {recompute}: log-prob {a} vs {b}"
+            );
+        }
+        assert_eq!(seen.len(), plain_lp.len());
+        for (i, var) in lora.vars().iter().enumerate() {
+            let got = values(grads.get(var).expect("a gradient for every LoRA variable"));
+            let want = values(plain_store.get(var).unwrap());
+            assert!(
+                want.iter().any(|v| v.abs() > 1e-8),
+                "variable {i}: gradient too small to compare"
+            );
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() < 1e-10 * b.abs().max(1.0),
+                    "recompute {recompute}, variable {i}: {a} vs {b}"
+                );
+            }
+        }
     }
 }
