@@ -107,6 +107,9 @@ impl ChatFormat {
         tokenizer: Tokenizer,
     ) -> Result<Self> {
         let mut env = Environment::new();
+        // Chat templates are written for Python's Jinja: `message.content.strip()`,
+        // `.startswith(...)`, `.split(...)` and the like (Llama 3's and many others').
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",
             |message: String| -> std::result::Result<String, minijinja::Error> {

@@ -170,6 +170,29 @@ mod tests {
         }
     }
 
+    /// A template written for Python's Jinja (string methods, as in Llama 3's) renders.
+    #[test]
+    fn templates_may_call_python_string_methods() {
+        let dir = tempfile::tempdir().unwrap();
+        init_model(dir.path(), &InitSpec::tiny(Arch::Qwen2)).unwrap();
+        let path = dir.path().join(crate::TOKENIZER_CONFIG_FILE);
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        config["chat_template"] = serde_json::Value::from(
+            "{% for m in messages %}{% if m.role.startswith('sys') %}[{{ m.content.strip().upper() }}]{% else %}<{{ m.role }}>{{ m.content.split(' ')|join('_') }}{% endif %}{% endfor %}",
+        );
+        std::fs::write(&path, config.to_string()).unwrap();
+        let chat = ChatFormat::load(dir.path()).unwrap();
+        let text = chat
+            .render(
+                &[msg("system", "  Be brief. "), msg("user", "a b c")],
+                &[],
+                false,
+            )
+            .unwrap();
+        assert_eq!(text, "[BE BRIEF.]<user>a_b_c");
+    }
+
     #[test]
     fn prompts_use_the_chat_template_and_the_loss_covers_the_reply_only() {
         let dir = tempfile::tempdir().unwrap();
