@@ -107,42 +107,28 @@ mod tests {
         let targets = Tensor::new(&[0u32, 6, 3, 3, 1], &dev).unwrap();
         let weights = Tensor::new(&[1.0f64, -2.0, 0.5, 3.0, -1.0], &dev).unwrap();
 
-        let x =
-            Var::from_tensor(&Tensor::from_vec(xs.clone(), (rows, hidden), &dev).unwrap()).unwrap();
-        let fused = target_stats(x.as_tensor(), &head, &targets).unwrap();
-        let grads = fused
-            .log_probs
-            .mul(&weights)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let fused_grad = grads
-            .get(&x)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f64>()
-            .unwrap();
+        // d(Σ weights · log-probs)/dx, flattened.
+        let weighted_grad = |lp: &Tensor, x: &Var| -> Vec<f64> {
+            let grads = lp
+                .mul(&weights)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let g = grads.get(x).unwrap().flatten_all().unwrap();
+            g.to_vec1::<f64>().unwrap()
+        };
+        let var = || Var::from_tensor(&Tensor::from_vec(xs.clone(), (rows, hidden), &dev).unwrap());
 
-        let y = Var::from_tensor(&Tensor::from_vec(xs, (rows, hidden), &dev).unwrap()).unwrap();
+        let x = var().unwrap();
+        let fused = target_stats(x.as_tensor(), &head, &targets).unwrap();
+        let fused_grad = weighted_grad(&fused.log_probs, &x);
+
+        let y = var().unwrap();
         let logits = y.as_tensor().matmul(&head.t().unwrap()).unwrap();
         let plain = token_log_probs(&logits, &targets).unwrap();
-        let grads = plain
-            .mul(&weights)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let plain_grad = grads
-            .get(&y)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f64>()
-            .unwrap();
+        let plain_grad = weighted_grad(&plain, &y);
 
         let (a, b) = (
             fused.log_probs.to_vec1::<f64>().unwrap(),

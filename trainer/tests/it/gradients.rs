@@ -28,6 +28,17 @@ fn loss(model: &Model, lora: &Lora) -> Tensor {
     lp.mul(&weights).unwrap().sum_all().unwrap().neg().unwrap()
 }
 
+/// A tiny Qwen2 of `seed`, loaded in f64 (the directory must outlive the model).
+fn f64_model(seed: u64) -> (tempfile::TempDir, Model) {
+    let dir = tiny_model(Arch::Qwen2, seed);
+    let options = LoadOptions {
+        dtype: DType::F64,
+        device: Device::Cpu,
+    };
+    let model = Model::load(dir.path(), &options).unwrap();
+    (dir, model)
+}
+
 fn scalar(t: &Tensor) -> f64 {
     t.to_scalar::<f64>().unwrap()
 }
@@ -41,15 +52,7 @@ fn set_element(var: &Var, index: usize, value: f64) {
 
 #[test]
 fn lora_gradients_match_finite_differences() {
-    let dir = tiny_model(Arch::Qwen2, 5);
-    let model = Model::load(
-        dir.path(),
-        &LoadOptions {
-            dtype: DType::F64,
-            device: Device::Cpu,
-        },
-    )
-    .unwrap();
+    let (_dir, model) = f64_model(5);
     let config = LoraConfig {
         r: 3,
         alpha: 6.0,
@@ -180,15 +183,7 @@ fn base_weights_get_no_gradient_and_dropout_depends_on_the_step() {
 /// computation: whole logits, log-softmax built from ops, one backward pass.
 #[test]
 fn training_backward_matches_the_plain_computation_with_and_without_recompute() {
-    let dir = tiny_model(Arch::Qwen2, 4);
-    let model = Model::load(
-        dir.path(),
-        &LoadOptions {
-            dtype: DType::F64,
-            device: Device::Cpu,
-        },
-    )
-    .unwrap();
+    let (_dir, model) = f64_model(4);
     let lora = Lora::new(
         &model,
         LoraConfig {
