@@ -14,8 +14,9 @@
 //! The recording thread and the lake writer's runtime run at the lowest priority of the
 //! normal scheduling policy ([`yield_to_calls`], nice 19 on Linux): recording is throughput
 //! work that can wait a few milliseconds, and on a small machine its Parquet encoding and
-//! Delta commits otherwise take the CPU from calls in flight (the p99 of calls measured
-//! 4–88 ms with them at normal priority, 3.4–4.1 ms without, at 2,000 calls/s on 2 cores).
+//! Delta commits otherwise take the CPU from calls in flight (in an A/B at 2,000 calls/s on
+//! 2 cores, the p99 of calls measured 3.6–88 ms with them at normal priority, 3.4–4.6 ms
+//! with them lowered).
 //! It still gets all idle CPU, and when calls keep the CPU busy the bounded queue makes them
 //! wait for it rather than lose records.
 
