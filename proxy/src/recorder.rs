@@ -10,15 +10,6 @@
 //! that order. (Appending decision events on the request path instead was measured: the
 //! write-ahead log's lock, shared with the recording thread, tripled the p99 at 2,000
 //! calls/s.)
-//!
-//! The recording thread and the lake writer's runtime run at the lowest priority of the
-//! normal scheduling policy ([`yield_to_calls`], nice 19 on Linux): recording is throughput
-//! work that can wait a few milliseconds, and on a small machine its Parquet encoding and
-//! Delta commits otherwise take the CPU from calls in flight (in an A/B at 2,000 calls/s on
-//! 2 cores, the p99 of calls measured 3.6–88 ms with them at normal priority, 3.4–4.6 ms
-//! with them lowered).
-//! It still gets all idle CPU, and when calls keep the CPU busy the bounded queue makes them
-//! wait for it rather than lose records.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +18,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use atdp_schema::AuditEvent;
-use thread_priority::ThreadPriority;
 
 use crate::record::{StepEnd, StepStart};
 use crate::state::State;
@@ -113,18 +103,8 @@ fn perform(state: &State, job: Job) {
     }
 }
 
-/// Lowers the calling thread to the lowest priority of the normal scheduling policy (nice
-/// 19 on Linux), so that it runs when calls leave the CPU idle. For the recording thread
-/// and the lake writer's runtime. A failure is logged and changes nothing else.
-pub fn yield_to_calls() {
-    if let Err(error) = thread_priority::set_current_thread_priority(ThreadPriority::Min) {
-        tracing::warn!(error = ?error, "Could not lower a recording thread's priority.");
-    }
-}
-
 /// The recording thread's loop; ends when every sender is gone or the state is.
 pub fn run(state: Weak<State>, jobs: Jobs) {
-    yield_to_calls();
     while let Ok(job) = jobs.rx.recv() {
         jobs.queued.fetch_sub(size(&job), Ordering::SeqCst);
         let Some(state) = state.upgrade() else { break };
@@ -166,36 +146,5 @@ impl Recorder {
         if self.tx.send(Job::Barrier(done)).is_ok() {
             let _ = wait.recv();
         }
-    }
-}
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    /// The nice value of the calling thread (field 19 of `/proc/thread-self/stat`).
-    fn nice() -> i32 {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        let after_name = &stat[stat.rfind(')').unwrap() + 1..];
-        after_name
-            .split_whitespace()
-            .nth(16)
-            .unwrap()
-            .parse()
-            .unwrap()
-    }
-
-    #[test]
-    fn recording_threads_yield_and_others_do_not() {
-        let (before, after) = std::thread::spawn(|| {
-            let before = nice();
-            super::yield_to_calls();
-            (before, nice())
-        })
-        .join()
-        .unwrap();
-        assert_eq!(after, 19, "from {before}");
-        // Only the calling thread changed.
-        assert_eq!(nice(), before);
     }
 }

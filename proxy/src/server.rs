@@ -19,12 +19,10 @@ const GRACE: Duration = Duration::from_secs(30);
 /// Runs the proxy until SIGTERM (graceful) or SIGINT (fast); then flushes the lake.
 pub fn run(config: Config) -> Result<()> {
     // The lake writer, the admin port and reloads live on their own runtime, which outlives
-    // Pingora's service runtimes, at low priority (see `recorder`): the writer's encoding
-    // and commits run when calls leave the CPU idle.
+    // Pingora's service runtimes.
     let background = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("atdp-background")
-        .on_thread_start(crate::recorder::yield_to_calls)
         .enable_all()
         .build()
         .map_err(|source| Error::Io {

@@ -73,6 +73,7 @@ pub use peft::{
 };
 pub use report::REPORT_FILE;
 pub use rewards::{RewardSpec, step_returns};
+pub use rng::Rng;
 pub use run_config::{
     Length, RawLora, RawObjective, RawRewards, RawRunConfig, RawSelect, RawTrain, RunConfig,
 };

@@ -5,13 +5,13 @@
 
 /// SplitMix64 (Steele, Lea and Flood, 2014): 64 bits of state, passes BigCrush.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng {
+pub struct Rng {
     state: u64,
 }
 
 impl Rng {
     /// The stream of `seed` named `name` (FNV-1a of the name, mixed with the seed).
-    pub(crate) fn stream(seed: u64, name: &str) -> Self {
+    pub fn stream(seed: u64, name: &str) -> Self {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in name.bytes() {
             hash ^= u64::from(byte);
@@ -25,7 +25,8 @@ impl Rng {
         rng
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -34,12 +35,12 @@ impl Rng {
     }
 
     /// Uniform in [0, 1), 53 bits.
-    pub(crate) fn uniform(&mut self) -> f64 {
+    pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// Standard normal (Box–Muller; one of the pair is dropped to keep the state simple).
-    pub(crate) fn normal(&mut self) -> f64 {
+    pub fn normal(&mut self) -> f64 {
         let u1 = 1.0 - self.uniform(); // (0, 1]: ln is finite
         let u2 = self.uniform();
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()

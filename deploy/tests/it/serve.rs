@@ -24,7 +24,7 @@ async fn hot_swap_under_load_rollback_and_refusals() {
     let work = tempfile::tempdir().unwrap();
     for (n, scale) in [(1, 0.3), (2, 0.3)] {
         let dir = work.path().join(format!("a{n}"));
-        random_adapter(base.path(), &dir, scale);
+        random_adapter(base.path(), &dir, scale, u64::from(n));
         assert_eq!(registry.publish(&dir, "test").await.unwrap().version, n);
     }
     registry.promote(1, "test", "first", None).await.unwrap();
@@ -123,7 +123,7 @@ async fn hot_swap_under_load_rollback_and_refusals() {
 
     // A damaged adapter (truncated weights) is refused; v1 stays.
     let damaged = work.path().join("damaged");
-    random_adapter(base.path(), &damaged, 0.3);
+    random_adapter(base.path(), &damaged, 0.3, 3);
     let weights = damaged.join("adapter_model.safetensors");
     let bytes = std::fs::read(&weights).unwrap();
     std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
@@ -142,7 +142,7 @@ async fn hot_swap_under_load_rollback_and_refusals() {
     let other_base = tempfile::tempdir().unwrap();
     tiny_base(other_base.path(), Some(32));
     let foreign = work.path().join("foreign");
-    random_adapter(other_base.path(), &foreign, 0.3);
+    random_adapter(other_base.path(), &foreign, 0.3, 4);
     assert_eq!(registry.publish(&foreign, "test").await.unwrap().version, 4);
     registry
         .promote(4, "test", "wrong base", None)
@@ -167,7 +167,7 @@ async fn mistral_rs_and_the_trainer_agree_on_the_same_weights() {
     let base_dir = tempfile::tempdir().unwrap();
     tiny_base(base_dir.path(), None);
     let adapter_dir = tempfile::tempdir().unwrap();
-    random_adapter(base_dir.path(), adapter_dir.path(), 0.3);
+    random_adapter(base_dir.path(), adapter_dir.path(), 0.3, 5);
     let base = BaseModel::open(base_dir.path()).unwrap();
     let adapter = Adapter::check(adapter_dir.path(), &base, "test").unwrap();
     for with_adapter in [false, true] {
@@ -263,7 +263,7 @@ fn adapters_with_non_finite_values_or_another_base_are_refused_before_loading() 
     tiny_base(base_dir.path(), None);
     let base = BaseModel::open(base_dir.path()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    random_adapter(base_dir.path(), dir.path(), 0.3);
+    random_adapter(base_dir.path(), dir.path(), 0.3, 6);
     assert!(Adapter::check(dir.path(), &base, "v1").is_ok());
 
     // A NaN in one B matrix.
@@ -299,7 +299,7 @@ fn adapters_with_non_finite_values_or_another_base_are_refused_before_loading() 
     );
 
     // A trainer manifest naming other base weights.
-    random_adapter(base_dir.path(), dir.path(), 0.3);
+    random_adapter(base_dir.path(), dir.path(), 0.3, 7);
     let manifest = serde_json::json!({
         "format": "atdp-trainer/manifest-v1",
         "base_model": {"path": "/elsewhere", "sha256": "0".repeat(64), "files": {}},

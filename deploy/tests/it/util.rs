@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use atdp_deploy::{BaseModel, EngineOptions, Registry, Serving, Status, VERSION_HEADER, Watcher};
 use atdp_trainer::{
-    Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model, init_model, save_adapter,
+    Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model, Rng, init_model, save_adapter,
 };
 use candle_core::{Device, Tensor};
 use futures::StreamExt;
@@ -26,9 +26,9 @@ pub fn tiny_base(dir: &Path, hidden: Option<usize>) {
     init_model(dir, &spec).unwrap();
 }
 
-/// A PEFT adapter for the model in `base` with random B (so that it changes the outputs),
-/// written to `out`.
-pub fn random_adapter(base: &Path, out: &Path, scale: f64) {
+/// A PEFT adapter for the model in `base` with pseudo-random B drawn from `seed` (so that it
+/// changes the outputs, the same way in every run), written to `out`.
+pub fn random_adapter(base: &Path, out: &Path, scale: f64, seed: u64) {
     let model = Model::load(base, &LoadOptions::default()).unwrap();
     let config = LoraConfig {
         r: 4,
@@ -36,9 +36,14 @@ pub fn random_adapter(base: &Path, out: &Path, scale: f64) {
         ..LoraConfig::default()
     };
     let lora = Lora::new(&model, config).unwrap();
-    for (_, _, layer) in lora.layers() {
+    for (index, module, layer) in lora.layers() {
         let shape = layer.b().dims().to_vec();
-        let b = Tensor::randn(0f32, scale as f32, shape, &Device::Cpu).unwrap();
+        // Seeded, unlike candle's `randn`, so that every run serves the same outputs.
+        let mut rng = Rng::stream(seed, &module.module_path(index));
+        let values: Vec<f32> = (0..shape.iter().product::<usize>())
+            .map(|_| (rng.normal() * scale) as f32)
+            .collect();
+        let b = Tensor::from_vec(values, shape, &Device::Cpu).unwrap();
         layer.b().set(&b).unwrap();
     }
     save_adapter(&lora, out, &base.display().to_string()).unwrap();
