@@ -201,7 +201,11 @@ async fn the_loop_learns_swaps_under_load_and_rolls_back_on_live_reward() {
             first_seed: 0,
             episodes: 6,
             temperature: 1.0,
-            concurrency: 3,
+            // One game at a time. Every game opens with the same prompt, and a trained model
+            // often answers alike: two identical conversations in flight cannot be told apart
+            // by automatic grouping (an agent sends `x-atdp-trajectory-id` or a session key
+            // for that), and a turn may join the other game's trajectory.
+            concurrency: 1,
             post_rewards: true,
         },
     )
@@ -339,7 +343,12 @@ async fn steps_when(lake: &str, games: &atdp_loop::EvalReport) -> Vec<atdp_schem
         }
         assert!(
             Instant::now() < deadline,
-            "the game steps never reached the lake"
+            "the game steps never reached the lake: {} of {want} turns under the games' {} trajectory ids",
+            steps
+                .iter()
+                .filter(|s| ids.contains(&s.trajectory_id))
+                .count(),
+            ids.len()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
