@@ -243,11 +243,7 @@ impl Model {
     pub fn forward(&self, input_ids: &Tensor, adapter: Adapter<'_>) -> Result<Tensor> {
         let (ids, batch, seq) = self.checked_input(input_ids)?;
         let ctx = self.pass_context(batch, seq, adapter)?;
-        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
-        for (i, block) in self.layers.iter().enumerate() {
-            x = block.forward(&x, i, &ctx)?;
-        }
-        let x = self.norm.forward(&x)?;
+        let x = self.norm.forward(&self.last_hidden(&ids, &ctx)?)?;
         let logits = layers::frozen_matmul(&x, self.head())?;
         Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
     }
@@ -286,11 +282,7 @@ impl Model {
         let (ids, batch, seq) = self.checked_input(input_ids)?;
         let (rows, targets) = span_rows(&ids, batch, seq, spans)?;
         let ctx = self.pass_context(batch, seq, adapter)?;
-        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
-        for (i, block) in self.layers.iter().enumerate() {
-            x = block.forward(&x, i, &ctx)?;
-        }
-        self.score_hidden(&x, &rows, &targets)
+        self.score_hidden(&self.last_hidden(&ids, &ctx)?, &rows, &targets)
     }
 
     /// One backward pass for training: scores `spans` with `lora` in training mode, hands the
@@ -360,6 +352,15 @@ impl Model {
             }
         }
         Ok(grads)
+    }
+
+    /// The last layer's output `[batch * seq, hidden]` for checked `ids`.
+    fn last_hidden(&self, ids: &Tensor, ctx: &PassContext<'_>) -> Result<Tensor> {
+        let mut x = self.embed_tokens.index_select(&ids.flatten_all()?, 0)?;
+        for (i, block) in self.layers.iter().enumerate() {
+            x = block.forward(&x, i, ctx)?;
+        }
+        Ok(x)
     }
 
     /// The output head's weight (the embedding when tied).
