@@ -37,6 +37,7 @@ pub(crate) struct WalConfig {
     pub segment_max_age: Duration,
     pub budget_bytes: u64,
     pub fsync: bool,
+    pub commit_interval: Duration,
 }
 
 /// A segment that is complete and waits to be committed to the lake.
@@ -288,10 +289,15 @@ struct State {
     sync_exited: bool,
     /// Highest sealed segment so far.
     last_sealed: u64,
+    /// When the last group commit began (commits are at least `commit_interval` apart).
+    last_commit: Instant,
     closed: bool,
     failed: Option<String>,
     chain: ChainHead,
-    chain_dirty: bool,
+    /// `seq` of the chain head last written to the head file. The file is written when a
+    /// segment is sealed, not every sync round: until then the newest segment holds the
+    /// events after it, and opening the log reads them back from there ([`recover_chain`]).
+    head_on_disk: i64,
 }
 
 /// The write-ahead log of one writer instance.
@@ -363,8 +369,9 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(segments)
 }
 
-/// The chain head: the head file, unless the newest segment holds later audit events
-/// (a crash between a log sync and the head file's update).
+/// The chain head: the head file, unless the newest segment holds later audit events. The
+/// file is written when a segment is sealed, before the next one is created, so only the
+/// newest segment can hold events after it.
 fn recover_chain(dir: &Path, writer_id: &str, newest: Option<&Path>) -> Result<ChainHead> {
     let path = dir.join(CHAIN_HEAD_FILE);
     let mut head = match fs::read(&path) {
@@ -462,10 +469,11 @@ impl Wal {
                 rolls_done: 0,
                 sync_exited: false,
                 last_sealed,
+                last_commit: Instant::now(),
                 closed: false,
                 failed: None,
+                head_on_disk: chain.seq,
                 chain,
-                chain_dirty: false,
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
@@ -522,6 +530,9 @@ impl Wal {
     }
 
     fn push(&self, mut state: MutexGuard<'_, State>, framed: &[u8]) -> u64 {
+        // Only the first record of a batch wakes the sync thread: it waits for records
+        // only while none are pending, and it takes all of them at once.
+        let first = state.pending.is_empty();
         state.pending.extend_from_slice(framed);
         state.pending_records += 1;
         state.oldest_unsealed.get_or_insert_with(Instant::now);
@@ -529,7 +540,9 @@ impl Wal {
         state.appended += 1;
         let ticket = state.appended;
         drop(state);
-        self.work.notify_one();
+        if first {
+            self.work.notify_one();
+        }
         ticket
     }
 
@@ -557,7 +570,6 @@ impl Wal {
         let framed = frame(&record)?;
         self.admit(&state, framed.len())?;
         state.chain = head;
-        state.chain_dirty = true;
         let ticket = self.push(state, &framed);
         let Record::Audit(event) = record else {
             return Err(Error::Encode("audit record changed kind".into()));
@@ -714,6 +726,26 @@ impl Wal {
                 }
             }
         }
+        // Group commit: the records of the next `commit_interval` after the last commit
+        // share its write and fsync. A roll request or closing does not wait.
+        loop {
+            if state.roll_requests > state.rolls_done || state.closed {
+                break;
+            }
+            let left = self
+                .config
+                .commit_interval
+                .saturating_sub(state.last_commit.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .work
+                .wait_timeout(state, left)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+        }
+        state.last_commit = Instant::now();
         let spare = std::mem::take(&mut state.spare);
         let mut buf = std::mem::replace(&mut state.pending, spare);
         let records = std::mem::take(&mut state.pending_records);
@@ -726,7 +758,8 @@ impl Wal {
                 .is_some_and(|oldest| oldest.elapsed() >= self.config.segment_max_age);
         let requested = state.roll_requests;
         let roll = requested > state.rolls_done || age_roll || state.closed;
-        let head = std::mem::take(&mut state.chain_dirty).then(|| state.chain.clone());
+        // The chain as of the last record in `buf`, when the head file is behind it.
+        let head = (state.chain.seq != state.head_on_disk).then(|| state.chain.clone());
         let next_seq = state.next_seq;
         let Some(mut active) = state.active.take() else {
             state.sync_exited = true;
@@ -734,10 +767,16 @@ impl Wal {
         };
         drop(state);
 
-        let outcome = self.write_batch(&mut active, &buf, records, head.as_ref());
+        let outcome = self.write_batch(&mut active, &buf, records);
         let outcome = outcome.and_then(|()| {
             let full = active.bytes >= self.config.segment_max_bytes;
             if (roll || full) && active.records > 0 {
+                // The head file catches up before the segment is handed on (once committed
+                // it is deleted, and its events with it) and before a fresh segment becomes
+                // the newest (the one read back on open).
+                if let Some(head) = &head {
+                    self.write_head(head)?;
+                }
                 let fresh = Active::create(&self.dir, next_seq)?;
                 let old = std::mem::replace(&mut active, fresh);
                 Ok(Some(Sealed {
@@ -758,6 +797,9 @@ impl Wal {
             Ok(sealed) => {
                 state.synced = upto;
                 if let Some(sealed) = sealed {
+                    if let Some(head) = &head {
+                        state.head_on_disk = head.seq;
+                    }
                     // Records appended while this round wrote are in `pending`, for the
                     // next segment: its age starts now.
                     state.oldest_unsealed = (!state.pending.is_empty()).then(Instant::now);
@@ -785,13 +827,7 @@ impl Wal {
         keep_going
     }
 
-    fn write_batch(
-        &self,
-        active: &mut Active,
-        buf: &[u8],
-        records: u64,
-        head: Option<&ChainHead>,
-    ) -> Result<()> {
+    fn write_batch(&self, active: &mut Active, buf: &[u8], records: u64) -> Result<()> {
         if !buf.is_empty() {
             active
                 .file
@@ -806,11 +842,12 @@ impl Wal {
             active.bytes += buf.len() as u64;
             active.records += records;
         }
-        if let Some(head) = head {
-            let bytes = serde_json::to_vec(head).map_err(|e| Error::Encode(e.to_string()))?;
-            write_atomic(&self.dir.join(CHAIN_HEAD_FILE), &bytes)?;
-        }
         Ok(())
+    }
+
+    fn write_head(&self, head: &ChainHead) -> Result<()> {
+        let bytes = serde_json::to_vec(head).map_err(|e| Error::Encode(e.to_string()))?;
+        write_atomic(&self.dir.join(CHAIN_HEAD_FILE), &bytes)
     }
 }
 
@@ -897,5 +934,80 @@ mod tests {
         let scan = scan_bytes(Path::new("x"), &data);
         assert!(scan.records.is_empty());
         assert_eq!(scan.damage.map(|d| d.kind), Some(DamageKind::Corrupt));
+    }
+
+    fn config() -> WalConfig {
+        WalConfig {
+            segment_max_bytes: 1 << 20,
+            segment_max_age: Duration::from_secs(3600),
+            budget_bytes: 1 << 30,
+            fsync: true,
+            commit_interval: Duration::from_millis(2),
+        }
+    }
+
+    fn event(i: i64) -> AuditEvent {
+        AuditEvent {
+            event_id: format!("e{i}"),
+            tenant_id: "acme".into(),
+            occurred_at: i,
+            kind: "request_allowed".into(),
+            actor: "key-1".into(),
+            ..AuditEvent::default()
+        }
+    }
+
+    /// What a crash leaves: the files of the log as they are now (everything made durable
+    /// is in them), opened by a new log elsewhere.
+    fn crash_copy(from: &Path, to: &Path) -> Arc<Wal> {
+        fs::create_dir_all(to).unwrap();
+        for entry in fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        Wal::open(to, config()).unwrap().wal
+    }
+
+    #[test]
+    fn chain_head_survives_a_crash_after_its_segment_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let Opened {
+            wal, mut sealed_rx, ..
+        } = Wal::open(&dir.path().join("log"), config()).unwrap();
+        let sync = wal.clone();
+        let thread = std::thread::spawn(move || sync.run_sync());
+        let mut stored = Vec::new();
+        for i in 0..3 {
+            stored.push(wal.append_audit(event(i)).unwrap().1);
+        }
+        // Sealed, committed, deleted: its events are no longer in any segment.
+        wal.roll().unwrap();
+        let sealed = sealed_rx.try_recv().unwrap();
+        wal.release(&sealed).unwrap();
+        assert!(!sealed.path.exists());
+
+        // Crash with only the (empty) next segment: the head file must hold event 3.
+        let after_seal = crash_copy(wal.dir(), &dir.path().join("crash-1"));
+        let (_, next) = after_seal.append_audit(event(3)).unwrap();
+        assert_eq!(next.chain_seq, 4);
+        assert_eq!(next.prev_hash, stored[2].hash);
+
+        // Crash with later events only in the unsealed segment: they are read back from it.
+        let mut ticket = 0;
+        for i in 3..5 {
+            let (t, event) = wal.append_audit(event(i)).unwrap();
+            ticket = t;
+            stored.push(event);
+        }
+        wal.wait_durable(ticket).unwrap();
+        let unsealed = crash_copy(wal.dir(), &dir.path().join("crash-2"));
+        let (_, next) = unsealed.append_audit(event(5)).unwrap();
+        assert_eq!(next.chain_seq, 6);
+        assert_eq!(next.prev_hash, stored[4].hash);
+
+        wal.close();
+        thread.join().unwrap();
     }
 }

@@ -125,6 +125,7 @@ impl LakeWriter {
             segment_max_age: config.segment_max_age,
             budget_bytes: config.budget_bytes,
             fsync: config.fsync,
+            commit_interval: config.commit_interval,
         };
         let dir = config.wal_dir.clone();
         let opened = tokio::task::spawn_blocking(move || Wal::open(&dir, wal_config))

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
+    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
     PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use miette::Diagnostic;
@@ -78,6 +78,8 @@ pub struct AccessPolicy {
     /// The schema's entity types by base name (`ApiKey`), and its actions by id, parsed once.
     types: HashMap<String, EntityTypeName>,
     actions: HashMap<String, EntityUid>,
+    /// Each policy's `@id` annotation, read once (cedar parses the key on every lookup).
+    names: HashMap<PolicyId, String>,
 }
 
 fn read(dir: &Path, name: &str) -> Result<String> {
@@ -114,6 +116,10 @@ impl AccessPolicy {
             .actions()
             .map(|a| (a.id().unescaped().to_owned(), a.clone()))
             .collect();
+        let names = policies
+            .policies()
+            .filter_map(|p| Some((p.id().clone(), p.annotation("id")?.to_owned())))
+            .collect();
         Ok(AccessPolicy {
             schema,
             policies,
@@ -121,6 +127,7 @@ impl AccessPolicy {
             authorizer: Authorizer::new(),
             types,
             actions,
+            names,
         })
     }
 
@@ -248,9 +255,9 @@ impl AccessPolicy {
             .diagnostics()
             .reason()
             .map(|id| {
-                self.policies
-                    .policy(id)
-                    .and_then(|p| p.annotation("id").map(str::to_owned))
+                self.names
+                    .get(id)
+                    .cloned()
                     .unwrap_or_else(|| id.to_string())
             })
             .collect();

@@ -3,7 +3,10 @@
 //! cannot hide its queueing (no coordinated omission). Keep-alive connections, HTTP/1.1.
 //!
 //! `cargo run --release -p proxy --example bench-load -- --port 8080 --rate 2000
-//!  --duration 20 [--stream] [--key sk-atdp-demo-agent] [--connections 64]`
+//!  --duration 20 [--stream] [--key sk-atdp-demo-agent] [--connections 64] [--slow MS]`
+//!
+//! `--slow MS` also prints to stderr, by 100 ms window of scheduled time, how many requests
+//! took MS or longer (to find stalls).
 //!
 //! Prints one JSON line: rate asked, throughput achieved, errors, latency percentiles (ms).
 
@@ -85,7 +88,7 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Re
     Ok(ok)
 }
 
-async fn worker(plan: Arc<Plan>) -> (Vec<Duration>, u64) {
+async fn worker(plan: Arc<Plan>) -> (Vec<(Duration, Duration)>, u64) {
     let mut latencies = Vec::new();
     let mut errors = 0;
     let mut connection: Option<TcpStream> = None;
@@ -119,7 +122,7 @@ async fn worker(plan: Arc<Plan>) -> (Vec<Duration>, u64) {
         }
         .await;
         match outcome {
-            Ok(true) => latencies.push(due.elapsed()),
+            Ok(true) => latencies.push((due.elapsed(), due - plan.start)),
             Ok(false) => errors += 1,
             Err(_) => {
                 errors += 1;
@@ -154,6 +157,7 @@ fn main() -> anyhow::Result<()> {
         .parse()?;
     let key = flag("--key").unwrap_or_else(|| "sk-atdp-demo-agent".into());
     let stream = args.iter().any(|a| a == "--stream");
+    let slow_ms: Option<f64> = flag("--slow").map(|v| v.parse()).transpose()?;
     let body = format!(
         r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly."}},{{"role":"user","content":"Where is my order? It was placed last week and the tracking page shows nothing since Monday."}}]}}"#
     );
@@ -167,7 +171,7 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let (mut latencies, errors, elapsed) = runtime.block_on(async move {
+    let (latencies, errors, elapsed) = runtime.block_on(async move {
         let plan = Arc::new(Plan {
             port,
             request,
@@ -190,6 +194,25 @@ fn main() -> anyhow::Result<()> {
         }
         (latencies, errors, started.elapsed())
     });
+    if let Some(slow) = slow_ms {
+        // Where the slow requests were scheduled, by 100 ms window (to find stalls).
+        let mut windows = std::collections::BTreeMap::<u128, (usize, f64)>::new();
+        for (latency, at) in &latencies {
+            let ms = latency.as_secs_f64() * 1e3;
+            if ms >= slow {
+                let window = windows.entry(at.as_millis() / 100).or_default();
+                window.0 += 1;
+                window.1 = window.1.max(ms);
+            }
+        }
+        for (window, (count, max)) in windows {
+            eprintln!(
+                "slow at {:>6} ms: {count:>4} requests, max {max:.1} ms",
+                window * 100
+            );
+        }
+    }
+    let mut latencies: Vec<Duration> = latencies.into_iter().map(|(l, _)| l).collect();
     latencies.sort();
     println!(
         "{{\"rate\": {rate}, \"stream\": {stream}, \"sent\": {total}, \"ok\": {}, \"errors\": {errors}, \"throughput\": {:.0}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}, \"p999_ms\": {:.3}, \"max_ms\": {:.3}}}",

@@ -12,6 +12,11 @@ use anyhow::Context;
 use clap::Parser;
 use proxy::{RawConfig, RawUpstream, Trust};
 
+/// mimalloc instead of glibc's malloc: allocation and freeing took about a tenth of the
+/// proxy's CPU time at 2,000 calls/s (docs/proxy.md, "Performance").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "atdp-proxy",
