@@ -7,11 +7,10 @@
 //!
 //! The model is generated once under `--dir` (the 0.5B shape is 2 GB of f32 weights).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::path::PathBuf;
 use std::time::Instant;
 
+use anyhow::{Context, bail};
 use atdp_trainer::{AdamW, AdamWConfig, InitSpec, LoadOptions, Lora, LoraConfig, Model, Span};
 use candle_core::Tensor;
 use clap::Parser;
@@ -43,11 +42,6 @@ struct Args {
     dir: PathBuf,
 }
 
-fn spec(preset: &str) -> InitSpec {
-    InitSpec::preset(preset)
-        .unwrap_or_else(|| panic!("unknown preset {preset}: tiny or qwen2-0.5b"))
-}
-
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -60,23 +54,28 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.seq < 2 || args.batch == 0 || args.steps == 0 {
+        bail!("--seq must be at least 2, --batch and --steps at least 1");
+    }
+    let spec = InitSpec::preset(&args.preset)
+        .with_context(|| format!("unknown preset {}: tiny or qwen2-0.5b", args.preset))?;
     let dir = args.dir.join(&args.preset);
     if !dir.join("config.json").exists() {
         let started = Instant::now();
-        atdp_trainer::init_model(&dir, &spec(&args.preset)).unwrap();
+        atdp_trainer::init_model(&dir, &spec)?;
         println!(
             "generated {} in {:.1} s",
             dir.display(),
             started.elapsed().as_secs_f64()
         );
     }
-    let model = Model::load(&dir, &LoadOptions::default()).unwrap();
-    let lora = Lora::new(&model, LoraConfig::default()).unwrap();
+    let model = Model::load(&dir, &LoadOptions::default())?;
+    let lora = Lora::new(&model, LoraConfig::default())?;
     let vars = lora.vars();
     let params: usize = vars.iter().map(|v| v.as_tensor().elem_count()).sum();
-    let mut adamw = AdamW::new(vars.clone(), AdamWConfig::default()).unwrap();
+    let mut adamw = AdamW::new(vars.clone(), AdamWConfig::default())?;
     let vocab = model.config().vocab_size as u64;
     let scored = args
         .completion
@@ -88,7 +87,7 @@ fn main() {
         let ids: Vec<u32> = (0..args.batch * args.seq)
             .map(|i| ((i as u64 * 2_654_435_761 + step as u64 * 97) % vocab) as u32)
             .collect();
-        let ids = Tensor::from_vec(ids, (args.batch, args.seq), model.device()).unwrap();
+        let ids = Tensor::from_vec(ids, (args.batch, args.seq), model.device())?;
         let started = Instant::now();
         let spans: Vec<Span> = (0..args.batch)
             .map(|row| Span {
@@ -97,16 +96,19 @@ fn main() {
                 len: scored,
             })
             .collect();
-        let grads = model
-            .backward(&ids, &lora, step as u64, &spans, args.recompute, |stats| {
-                Ok(stats.log_probs.mean_all()?.neg()?)
-            })
-            .unwrap();
-        let grads: Vec<Tensor> = vars
+        let grads = model.backward(&ids, &lora, step as u64, &spans, args.recompute, |stats| {
+            Ok(stats.log_probs.mean_all()?.neg()?)
+        })?;
+        let grads = vars
             .iter()
-            .map(|v| grads.get(v).cloned().unwrap())
-            .collect();
-        adamw.step(&grads, 1e-4).unwrap();
+            .map(|v| {
+                grads
+                    .get(v)
+                    .cloned()
+                    .context("no gradient for a LoRA variable")
+            })
+            .collect::<anyhow::Result<Vec<Tensor>>>()?;
+        adamw.step(&grads, 1e-4)?;
         if step > 0 {
             times.push(started.elapsed().as_secs_f64());
         }
@@ -125,4 +127,5 @@ fn main() {
         (args.batch * args.seq) as f64 / median,
         peak_rss_mb()
     );
+    Ok(())
 }
