@@ -652,6 +652,13 @@ impl Wal {
         self.lock().held_bytes
     }
 
+    /// Whether appends would fail now: the log failed, or holds `budget` bytes or more. One
+    /// lock, for callers that ask on every request.
+    pub(crate) fn backlogged(&self, budget: u64) -> bool {
+        let state = self.lock();
+        state.failed.is_some() || state.held_bytes >= budget
+    }
+
     /// Why the log stopped writing, if it did.
     pub(crate) fn failure(&self) -> Option<String> {
         self.lock().failed.clone()

@@ -251,6 +251,12 @@ impl LakeWriter {
         self.shared.confirmed(sealed).await
     }
 
+    /// Whether the log failed or holds its whole budget (`stats().log_failure.is_some() ||
+    /// held_bytes >= budget_bytes`), cheaply: for a check on every request.
+    pub fn backlogged(&self) -> bool {
+        self.wal.backlogged(self.config.budget_bytes)
+    }
+
     /// Counters for metrics and health checks.
     pub fn stats(&self) -> WriterStats {
         let (appended, durable) = self.wal.counts();

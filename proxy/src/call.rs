@@ -306,8 +306,7 @@ async fn prepare(
         return Ok(Err(wait(seconds)));
     }
 
-    let stats = state.writer.stats();
-    let backlogged = stats.log_failure.is_some() || stats.held_bytes >= stats.budget_bytes;
+    let backlogged = state.writer.backlogged();
     let record = if !state.config.record {
         false
     } else if backlogged {

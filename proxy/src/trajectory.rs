@@ -30,40 +30,109 @@ pub struct Placement {
 
 #[derive(Debug, Clone)]
 struct Known {
-    trajectory_id: String,
-    step_id: String,
+    trajectory_id: Box<str>,
+    step_id: Box<str>,
     turn_index: i32,
 }
 
-/// The grouping state.
+/// A SHA-256 digest: every key is one, so an entry's size does not depend on the client's
+/// strings and a key never needs a second allocation.
+type Digest32 = [u8; 32];
+
+/// Entries per shard at which the state is split into more than one shard.
+const SHARD_ENTRIES: usize = 4096;
+/// Most shards.
+const MAX_SHARDS: usize = 64;
+
+/// The grouping state, split into shards by key, each with its own lock, map and eviction
+/// queue: a map that doubles rehashes one shard (at most 1/64 of the entries) instead of the
+/// whole state on a call's path (at a million entries, a whole-state rehash stalled every
+/// call for tens of milliseconds), and calls on different threads rarely share a lock.
 #[derive(Debug)]
 pub struct Trajectories {
-    inner: Mutex<Inner>,
-    capacity: usize,
+    shards: Box<[Mutex<Shard>]>,
+    /// Entries each shard keeps.
+    per_shard: usize,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct Shard {
     /// Hash of (tenant, scope, messages + reply) → the step that produced the reply; the
     /// scope is a named trajectory or the calls that name none.
-    by_prefix: HashMap<[u8; 32], (Known, u64)>,
-    /// (tenant, trajectory id or session key) → the last step seen in it.
-    by_name: HashMap<(String, String), (Known, u64)>,
+    by_prefix: HashMap<Digest32, (Known, u64)>,
+    /// Hash of (tenant, trajectory id or session key) → the last step seen in it.
+    by_name: HashMap<Digest32, (Known, u64)>,
+    /// Hash of (tenant, trajectory id) → when it was last seen, for rewards. In the shard of
+    /// the trajectory id's hash, with `users`.
+    owners: HashMap<Digest32, u64>,
+    /// Hash of a trajectory id → how many tenants use it.
+    users: HashMap<Digest32, usize>,
     /// Insertion order, for eviction: an entry is removed only if it was not written again
     /// since (its sequence number still matches).
     order: VecDeque<(Key, u64)>,
-    /// (tenant, trajectory id) pairs seen, for rewards.
-    owners: HashMap<(String, String), u64>,
-    /// Trajectory id → how many tenants use it.
-    users: HashMap<String, usize>,
     next: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 enum Key {
-    Prefix([u8; 32]),
-    Name((String, String)),
-    Owner((String, String)),
+    Prefix(Digest32),
+    Name(Digest32),
+    Owner {
+        pair: Digest32,
+        trajectory: Digest32,
+    },
+}
+
+impl Shard {
+    /// The next sequence number, with `key` queued for eviction under it.
+    fn queue(&mut self, key: Key) -> u64 {
+        self.next += 1;
+        self.order.push_back((key, self.next));
+        self.next
+    }
+
+    /// Drops the oldest entries until at most `capacity` are queued.
+    fn evict(&mut self, capacity: usize) {
+        while self.order.len() > capacity {
+            let Some((key, seq)) = self.order.pop_front() else {
+                break;
+            };
+            match key {
+                Key::Prefix(hash) => {
+                    if self.by_prefix.get(&hash).is_some_and(|(_, s)| *s == seq) {
+                        self.by_prefix.remove(&hash);
+                    }
+                }
+                Key::Name(hash) => {
+                    if self.by_name.get(&hash).is_some_and(|(_, s)| *s == seq) {
+                        self.by_name.remove(&hash);
+                    }
+                }
+                Key::Owner { pair, trajectory } => {
+                    if self.owners.get(&pair) == Some(&seq) {
+                        self.owners.remove(&pair);
+                        if let Some(count) = self.users.get_mut(&trajectory) {
+                            *count -= 1;
+                            if *count == 0 {
+                                self.users.remove(&trajectory);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The digest of a kind of key and its parts, each length-prefixed.
+fn digest(kind: &str, parts: &[&str]) -> Digest32 {
+    let mut hasher = Sha256::new();
+    hasher.update(kind.as_bytes());
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher.finalize().into()
 }
 
 /// Who a trajectory id belongs to, as far as this instance knows.
@@ -110,48 +179,79 @@ fn scope_of(trajectory_id: Option<&str>) -> String {
     trajectory_id.map_or_else(|| "auto".to_owned(), |id| format!("t:{id}"))
 }
 
-/// The running hashes of `tenant`, `scope` and each prefix of `messages`: element `i` covers
-/// `messages[..i]`.
-fn prefix_hashes(tenant: &str, scope: &str, messages: &[Message]) -> Vec<[u8; 32]> {
+fn prefix_hasher(tenant: &str, scope: &str) -> Sha256 {
     let mut hasher = Sha256::new();
     hasher.update(tenant.as_bytes());
     hasher.update([0]);
     hasher.update(scope.as_bytes());
     hasher.update([0]);
+    hasher
+}
+
+fn extend(hasher: &mut Sha256, message: &Message) {
+    let bytes = canonical(message);
+    hasher.update((bytes.len() as u64).to_le_bytes());
+    hasher.update(&bytes);
+}
+
+/// The running hashes of `tenant`, `scope` and each prefix of `messages`: element `i` covers
+/// `messages[..i]`.
+fn prefix_hashes(tenant: &str, scope: &str, messages: &[Message]) -> Vec<Digest32> {
+    let mut hasher = prefix_hasher(tenant, scope);
     let mut out = Vec::with_capacity(messages.len() + 1);
     out.push(hasher.clone().finalize().into());
     for message in messages {
-        let bytes = canonical(message);
-        hasher.update((bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
+        extend(&mut hasher, message);
         out.push(hasher.clone().finalize().into());
     }
     out
 }
 
+/// The hash of `tenant`, `scope` and the whole conversation: `messages`, then `reply`.
+fn conversation_hash(tenant: &str, scope: &str, messages: &[Message], reply: &Message) -> Digest32 {
+    let mut hasher = prefix_hasher(tenant, scope);
+    for message in messages.iter().chain(std::iter::once(reply)) {
+        extend(&mut hasher, message);
+    }
+    hasher.finalize().into()
+}
+
 impl Trajectories {
-    /// Keeps at most about `capacity` entries.
+    /// Keeps at most about `capacity` entries (each call adds up to three).
     pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(16);
+        let shards = (capacity / SHARD_ENTRIES).clamp(1, MAX_SHARDS);
         Trajectories {
-            inner: Mutex::new(Inner::default()),
-            capacity: capacity.max(16),
+            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+            per_shard: capacity.div_ceil(shards),
         }
+    }
+
+    /// Runs `f` on the shard that holds `key`.
+    fn with_shard<R>(&self, key: &Digest32, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let mut index = [0u8; 8];
+        index.copy_from_slice(&key[..8]);
+        let index = (u64::from_le_bytes(index) % self.shards.len() as u64) as usize;
+        let mut shard = self.shards[index].lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut shard)
     }
 
     /// Places a new call. `messages` are the request's messages as the client sent them.
     pub fn place(&self, tenant: &str, naming: Naming<'_>, messages: &[Message]) -> Placement {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let trajectory_id = match naming {
             Naming::Trajectory(id) => Some(id.to_owned()),
-            Naming::Session(key) => Some(
-                inner
-                    .by_name
-                    .get(&(tenant.to_owned(), format!("s:{key}")))
-                    .map_or_else(
-                        || uuid::Uuid::now_v7().to_string(),
-                        |(known, _)| known.trajectory_id.clone(),
-                    ),
-            ),
+            Naming::Session(session) => {
+                let key = digest("name", &[tenant, "s", session]);
+                Some(
+                    self.with_shard(&key, |shard| {
+                        shard
+                            .by_name
+                            .get(&key)
+                            .map(|(known, _)| known.trajectory_id.to_string())
+                    })
+                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+                )
+            }
             Naming::Automatic => None,
         };
         // The parent is the earlier call of the same scope whose conversation (request and
@@ -160,17 +260,20 @@ impl Trajectories {
         let parent = prefix_hashes(tenant, &scope, messages)
             .iter()
             .rev()
-            .find_map(|h| inner.by_prefix.get(h))
-            .map(|(known, _)| known.clone());
+            .find_map(|h| {
+                self.with_shard(h, |shard| {
+                    shard.by_prefix.get(h).map(|(known, _)| known.clone())
+                })
+            });
         match (trajectory_id, parent) {
             (Some(trajectory_id), parent) => Placement {
                 trajectory_id,
                 turn_index: parent.as_ref().map_or(0, |p| p.turn_index + 1),
-                parent_step_id: parent.map(|p| p.step_id),
+                parent_step_id: parent.map(|p| p.step_id.into()),
             },
             (None, Some(parent)) => Placement {
-                trajectory_id: parent.trajectory_id,
-                parent_step_id: Some(parent.step_id),
+                trajectory_id: parent.trajectory_id.into(),
+                parent_step_id: Some(parent.step_id.into()),
                 turn_index: parent.turn_index + 1,
             },
             (None, None) => new_trajectory(),
@@ -189,85 +292,56 @@ impl Trajectories {
         reply: Option<&Message>,
     ) {
         let known = Known {
-            trajectory_id: placement.trajectory_id.clone(),
-            step_id: step_id.to_owned(),
+            trajectory_id: placement.trajectory_id.as_str().into(),
+            step_id: step_id.into(),
             turn_index: placement.turn_index,
         };
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.next += 1;
-        let seq = inner.next;
-        let named = match naming {
-            Naming::Session(session) => Some(format!("s:{session}")),
-            Naming::Trajectory(_) | Naming::Automatic => None,
-        };
-        let scope = scope_of(match naming {
-            Naming::Automatic => None,
-            _ => Some(placement.trajectory_id.as_str()),
-        });
-        if let Some(name) = named {
-            let key = (tenant.to_owned(), name);
-            inner.by_name.insert(key.clone(), (known.clone(), seq));
-            inner.order.push_back((Key::Name(key), seq));
+        let per_shard = self.per_shard;
+        if let Naming::Session(session) = naming {
+            let key = digest("name", &[tenant, "s", session]);
+            let known = known.clone();
+            self.with_shard(&key, |shard| {
+                let seq = shard.queue(Key::Name(key));
+                shard.by_name.insert(key, (known, seq));
+                shard.evict(per_shard);
+            });
         }
         if let Some(reply) = reply {
-            let mut conversation = messages.to_vec();
-            conversation.push(reply.clone());
-            if let Some(hash) = prefix_hashes(tenant, &scope, &conversation).last() {
-                inner.by_prefix.insert(*hash, (known, seq));
-                inner.order.push_back((Key::Prefix(*hash), seq));
+            let scope = scope_of(match naming {
+                Naming::Automatic => None,
+                _ => Some(placement.trajectory_id.as_str()),
+            });
+            let key = conversation_hash(tenant, &scope, messages, reply);
+            self.with_shard(&key, |shard| {
+                let seq = shard.queue(Key::Prefix(key));
+                shard.by_prefix.insert(key, (known, seq));
+                shard.evict(per_shard);
+            });
+        }
+        let trajectory = digest("trajectory", &[&placement.trajectory_id]);
+        let pair = digest("owner", &[tenant, &placement.trajectory_id]);
+        self.with_shard(&trajectory, |shard| {
+            let seq = shard.queue(Key::Owner { pair, trajectory });
+            if shard.owners.insert(pair, seq).is_none() {
+                *shard.users.entry(trajectory).or_insert(0) += 1;
             }
-        }
-        let owner = (tenant.to_owned(), placement.trajectory_id.clone());
-        if inner.owners.insert(owner.clone(), seq).is_none() {
-            *inner
-                .users
-                .entry(placement.trajectory_id.clone())
-                .or_insert(0) += 1;
-        }
-        inner.order.push_back((Key::Owner(owner), seq));
-        while inner.order.len() > self.capacity {
-            let Some((key, seq)) = inner.order.pop_front() else {
-                break;
-            };
-            match key {
-                Key::Prefix(hash) => {
-                    if inner.by_prefix.get(&hash).is_some_and(|(_, s)| *s == seq) {
-                        inner.by_prefix.remove(&hash);
-                    }
-                }
-                Key::Name(key) => {
-                    if inner.by_name.get(&key).is_some_and(|(_, s)| *s == seq) {
-                        inner.by_name.remove(&key);
-                    }
-                }
-                Key::Owner(owner) => {
-                    if inner.owners.get(&owner) == Some(&seq) {
-                        inner.owners.remove(&owner);
-                        if let Some(count) = inner.users.get_mut(&owner.1) {
-                            *count -= 1;
-                            if *count == 0 {
-                                inner.users.remove(&owner.1);
-                            }
-                        }
-                    }
-                }
-            }
-        }
+            shard.evict(per_shard);
+        });
     }
 
     /// Whether `trajectory_id` is `tenant`'s, another tenant's, or unknown here.
     pub fn ownership(&self, tenant: &str, trajectory_id: &str) -> Ownership {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner
-            .owners
-            .contains_key(&(tenant.to_owned(), trajectory_id.to_owned()))
-        {
-            Ownership::Own
-        } else if inner.users.contains_key(trajectory_id) {
-            Ownership::Foreign
-        } else {
-            Ownership::Unknown
-        }
+        let trajectory = digest("trajectory", &[trajectory_id]);
+        let pair = digest("owner", &[tenant, trajectory_id]);
+        self.with_shard(&trajectory, |shard| {
+            if shard.owners.contains_key(&pair) {
+                Ownership::Own
+            } else if shard.users.contains_key(&trajectory) {
+                Ownership::Foreign
+            } else {
+                Ownership::Unknown
+            }
+        })
     }
 }
 
@@ -422,9 +496,55 @@ mod tests {
                 Some(&message("assistant", "a")),
             );
         }
-        let inner = t.inner.lock().unwrap();
-        assert!(inner.order.len() <= 16);
-        assert!(inner.by_prefix.len() <= 16 && inner.owners.len() <= 16);
+        assert_eq!(t.shards.len(), 1);
+        let shard = t.shards[0].lock().unwrap();
+        assert!(shard.order.len() <= 16);
+        assert!(shard.by_prefix.len() <= 16 && shard.owners.len() <= 16);
+    }
+
+    #[test]
+    fn a_large_state_is_sharded_and_bounded() {
+        let capacity = 8 * SHARD_ENTRIES;
+        let t = Trajectories::new(capacity);
+        assert_eq!(t.shards.len(), 8);
+        let reply = message("assistant", "a");
+        let mut last = None;
+        for i in 0..3 * capacity {
+            let m = vec![message("user", &i.to_string())];
+            let p = t.place("x", Naming::Automatic, &m);
+            t.remember(
+                "x",
+                Naming::Automatic,
+                &p,
+                &format!("s{i}"),
+                &m,
+                Some(&reply),
+            );
+            last = Some((m, p));
+        }
+        let mut total = 0;
+        for shard in t.shards.iter() {
+            let shard = shard.lock().unwrap();
+            assert!(shard.order.len() <= t.per_shard);
+            assert!(shard.by_prefix.len() + shard.owners.len() <= t.per_shard);
+            total += shard.order.len();
+        }
+        assert!(total <= capacity && total > capacity / 2, "{total}");
+        // The newest conversation is still continued, across shards.
+        let (mut m, p) = last.unwrap();
+        m.push(reply);
+        m.push(message("user", "more"));
+        let next = t.place("x", Naming::Automatic, &m);
+        assert_eq!(next.trajectory_id, p.trajectory_id);
+        assert_eq!(t.ownership("x", &p.trajectory_id), Ownership::Own);
+        assert_eq!(t.ownership("y", &p.trajectory_id), Ownership::Foreign);
+        // The oldest is forgotten.
+        let first = vec![
+            message("user", "0"),
+            message("assistant", "a"),
+            message("user", "more"),
+        ];
+        assert_eq!(t.place("x", Naming::Automatic, &first).parent_step_id, None);
     }
 }
 
