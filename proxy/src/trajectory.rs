@@ -481,21 +481,31 @@ mod tests {
         );
     }
 
-    #[test]
-    fn memory_is_bounded() {
-        let t = Trajectories::new(16);
-        for i in 0..100 {
+    /// `count` one-turn conversations `"0"`, `"1"`, … of tenant `x`, each answered `"a"`;
+    /// returns the last one's messages and placement.
+    fn one_turn_calls(t: &Trajectories, count: usize) -> (Vec<Message>, Placement) {
+        let mut last = None;
+        for i in 0..count {
             let m = vec![message("user", &i.to_string())];
             let p = t.place("x", Naming::Automatic, &m);
+            let reply = message("assistant", "a");
             t.remember(
                 "x",
                 Naming::Automatic,
                 &p,
-                "s",
+                &format!("s{i}"),
                 &m,
-                Some(&message("assistant", "a")),
+                Some(&reply),
             );
+            last = Some((m, p));
         }
+        last.expect("at least one call")
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let t = Trajectories::new(16);
+        one_turn_calls(&t, 100);
         assert_eq!(t.shards.len(), 1);
         let shard = t.shards[0].lock().unwrap();
         assert!(shard.order.len() <= 16);
@@ -507,21 +517,7 @@ mod tests {
         let capacity = 8 * SHARD_ENTRIES;
         let t = Trajectories::new(capacity);
         assert_eq!(t.shards.len(), 8);
-        let reply = message("assistant", "a");
-        let mut last = None;
-        for i in 0..3 * capacity {
-            let m = vec![message("user", &i.to_string())];
-            let p = t.place("x", Naming::Automatic, &m);
-            t.remember(
-                "x",
-                Naming::Automatic,
-                &p,
-                &format!("s{i}"),
-                &m,
-                Some(&reply),
-            );
-            last = Some((m, p));
-        }
+        let (mut m, p) = one_turn_calls(&t, 3 * capacity);
         let mut total = 0;
         for shard in t.shards.iter() {
             let shard = shard.lock().unwrap();
@@ -531,8 +527,7 @@ mod tests {
         }
         assert!(total <= capacity && total > capacity / 2, "{total}");
         // The newest conversation is still continued, across shards.
-        let (mut m, p) = last.unwrap();
-        m.push(reply);
+        m.push(message("assistant", "a"));
         m.push(message("user", "more"));
         let next = t.place("x", Naming::Automatic, &m);
         assert_eq!(next.trajectory_id, p.trajectory_id);
