@@ -9,6 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Mutex;
 
 use cedar_policy::{
     Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
@@ -80,6 +81,65 @@ pub struct AccessPolicy {
     actions: HashMap<String, EntityUid>,
     /// Each policy's `@id` annotation, read once (cedar parses the key on every lookup).
     names: HashMap<PolicyId, String>,
+    /// Requests that passed the schema check, by everything the check reads (see
+    /// [`checked_key`]): a request with the same key is not checked again. The check is
+    /// about half of a decision (measured 17.1 µs with it, 9.5 µs without).
+    checked: Mutex<HashSet<String>>,
+}
+
+/// Most entries of [`AccessPolicy::checked`]; when full it starts again empty (a model name
+/// is part of the key, and a `*` route lets clients send any).
+const CHECKED_MAX: usize = 4096;
+
+/// The key of a schema check: the principal, action and resource (ids included: an entity
+/// type of the schema may be an enumeration of ids) and the context's shape, its attribute
+/// names and value types. The check reads nothing else of the context: the values a context
+/// is built from here (strings, booleans, integers, sets, records; never an entity or an
+/// extension value) have no constraint in a Cedar schema beyond their type.
+fn checked_key(
+    principal: &EntityUid,
+    action: &EntityUid,
+    resource: &EntityUid,
+    context: &serde_json::Map<String, serde_json::Value>,
+) -> String {
+    fn shape(value: &serde_json::Value, out: &mut String) {
+        use serde_json::Value;
+        match value {
+            Value::String(_) => out.push('s'),
+            Value::Bool(_) => out.push('b'),
+            Value::Number(_) => out.push('n'),
+            Value::Null => out.push('z'),
+            Value::Array(items) => {
+                let mut kinds = std::collections::BTreeSet::new();
+                for item in items {
+                    let mut kind = String::new();
+                    shape(item, &mut kind);
+                    kinds.insert(kind);
+                }
+                out.push('[');
+                for kind in kinds {
+                    out.push_str(&kind);
+                    out.push(',');
+                }
+                out.push(']');
+            }
+            Value::Object(fields) => record(fields, out),
+        }
+    }
+    fn record(fields: &serde_json::Map<String, serde_json::Value>, out: &mut String) {
+        let mut entries: Vec<_> = fields.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        out.push('{');
+        for (name, value) in entries {
+            out.push_str(&format!("{}:{name}=", name.len()));
+            shape(value, out);
+            out.push(',');
+        }
+        out.push('}');
+    }
+    let mut key = format!("{principal}\u{0}{action}\u{0}{resource}\u{0}");
+    record(context, &mut key);
+    key
 }
 
 fn read(dir: &Path, name: &str) -> Result<String> {
@@ -128,6 +188,7 @@ impl AccessPolicy {
             types,
             actions,
             names,
+            checked: Mutex::new(HashSet::new()),
         })
     }
 
@@ -293,14 +354,26 @@ impl AccessPolicy {
         let serde_json::Value::Object(fields) = context else {
             return Err(Error::Policy("context: not a JSON object".into()));
         };
+        let key = checked_key(&principal, &action, &resource, &fields);
         let pairs = fields
             .into_iter()
             .map(|(name, value)| Ok((name, restricted(value)?)))
             .collect::<Result<Vec<_>>>()?;
         let context = Context::from_pairs(pairs)
             .map_err(|e| Error::Policy(format!("context: {}", pretty(&e))))?;
-        Request::new(principal, action, resource, context, Some(&self.schema))
-            .map_err(|e| Error::Policy(format!("request: {}", pretty(&e))))
+        let checked = || self.checked.lock().unwrap_or_else(|p| p.into_inner());
+        if checked().contains(&key) {
+            return Request::new(principal, action, resource, context, None)
+                .map_err(|e| Error::Policy(format!("request: {}", pretty(&e))));
+        }
+        let request = Request::new(principal, action, resource, context, Some(&self.schema))
+            .map_err(|e| Error::Policy(format!("request: {}", pretty(&e))))?;
+        let mut checked = checked();
+        if checked.len() >= CHECKED_MAX {
+            checked.clear();
+        }
+        checked.insert(key);
+        Ok(request)
     }
 }
 

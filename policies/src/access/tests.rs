@@ -324,3 +324,49 @@ fn auditors_are_known_by_id() {
     assert!(!policy.is_auditor(&hash_api_key("sk-atdp-demo-agent")));
     assert!(!policy.is_auditor("nobody"));
 }
+
+#[test]
+fn schema_checks_are_remembered_by_ids_and_context_shape() {
+    let p = policy();
+    let router = hash_api_key(ROUTER);
+    let decide = |model: &str, context| {
+        p.decide(
+            ("ApiKey", &router),
+            "invoke_model",
+            ("Model", model),
+            context,
+        )
+    };
+    assert!(decide("m", call(&["EMAIL_ADDRESS"], "internal", 10)).allowed);
+    let checked = p.checked.lock().unwrap().len();
+    assert_eq!(checked, 1);
+    // Other values of the same shape reuse the check and still decide on their values.
+    assert!(decide("m", call(&["PHONE_NUMBER", "IBAN_CODE"], "internal", 20)).allowed);
+    assert!(!decide("m", call(&["US_SSN"], "external", 20)).allowed);
+    assert!(!decide("m", call(&[], "internal", 9_000_000)).allowed);
+    assert_eq!(
+        p.checked.lock().unwrap().len(),
+        2,
+        "an empty set is its own shape"
+    );
+    // A context of another shape after a checked one is checked, and refused.
+    let wrong = decide(
+        "m",
+        json!({"entities": [], "upstream_trust": "internal", "request_bytes": "big"}),
+    );
+    assert!(
+        !wrong.allowed && wrong.errors.iter().any(|e| e.contains("is not valid for")),
+        "{wrong:?}"
+    );
+    let extra = decide(
+        "m",
+        json!({"entities": [], "upstream_trust": "internal", "request_bytes": 1, "more": 1}),
+    );
+    assert!(
+        !extra.allowed && extra.errors.iter().any(|e| e.contains("is not valid for")),
+        "{extra:?}"
+    );
+    // Another resource is another check.
+    assert!(decide("n", call(&["EMAIL_ADDRESS"], "internal", 10)).allowed);
+    assert_eq!(p.checked.lock().unwrap().len(), 3);
+}
