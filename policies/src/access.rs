@@ -127,11 +127,13 @@ fn checked_key(
         }
     }
     fn record(fields: &serde_json::Map<String, serde_json::Value>, out: &mut String) {
+        use std::fmt::Write;
         let mut entries: Vec<_> = fields.iter().collect();
         entries.sort_by(|a, b| a.0.cmp(b.0));
         out.push('{');
         for (name, value) in entries {
-            out.push_str(&format!("{}:{name}=", name.len()));
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{}:{name}=", name.len());
             shape(value, out);
             out.push(',');
         }
