@@ -248,9 +248,12 @@ fn to_batch<T: serde::Serialize>(table: Table, rows: &[T], times: &[i64]) -> Res
     RecordBatch::try_new(s.schema.clone(), columns).map_err(|e| arrow_error(table, e))
 }
 
-/// Rows of `steps` as a batch.
-pub fn steps_to_batch(rows: &[Step]) -> Result<RecordBatch> {
-    let times: Vec<i64> = rows.iter().map(|r| r.started_at).collect();
+/// Rows of `steps` as a batch (`rows` of `Step` or of `Box<Step>`).
+pub fn steps_to_batch<S>(rows: &[S]) -> Result<RecordBatch>
+where
+    S: std::borrow::Borrow<Step> + serde::Serialize,
+{
+    let times: Vec<i64> = rows.iter().map(|r| r.borrow().started_at).collect();
     to_batch(Table::Steps, rows, &times)
 }
 

@@ -100,6 +100,7 @@ pub(crate) struct SyncProgress {
 }
 
 /// The records of one segment, up to the first damage.
+#[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct SegmentScan {
     pub records: Vec<Record>,
@@ -130,14 +131,32 @@ fn frame_into(record: &Record, mut buf: Vec<u8>) -> Result<Vec<u8>> {
     Ok(framed)
 }
 
-/// Reads a segment's records up to the first damage.
-pub(crate) fn scan_segment(path: &Path) -> Result<SegmentScan> {
-    let data = fs::read(path).map_err(|e| Error::io(path, e))?;
-    Ok(scan_bytes(path, &data))
+/// Reads a segment into `buf` (cleared first; its allocation is reused, so a writer that
+/// scans segment after segment does not fault in fresh memory for each) and hands each
+/// record to `each`, up to the first damage, which it returns.
+pub(crate) fn scan_segment_with(
+    path: &Path,
+    buf: &mut Vec<u8>,
+    each: impl FnMut(Record),
+) -> Result<Option<Damage>> {
+    use std::io::Read;
+    buf.clear();
+    File::open(path)
+        .and_then(|mut file| file.read_to_end(buf))
+        .map_err(|e| Error::io(path, e))?;
+    Ok(scan_bytes_with(path, buf, each))
 }
 
+#[cfg(test)]
 fn scan_bytes(path: &Path, data: &[u8]) -> SegmentScan {
     let mut records = Vec::new();
+    let damage = scan_bytes_with(path, data, |record| records.push(record));
+    SegmentScan { records, damage }
+}
+
+/// Hands each intact record of a segment's bytes to `each`, up to the first damage, which it
+/// returns.
+fn scan_bytes_with(path: &Path, data: &[u8], mut each: impl FnMut(Record)) -> Option<Damage> {
     let damage = |offset: usize, kind, intact| Damage {
         path: path.to_owned(),
         offset: offset as u64,
@@ -152,44 +171,35 @@ fn scan_bytes(path: &Path, data: &[u8]) -> SegmentScan {
         } else {
             DamageKind::Corrupt
         };
-        let damage = (!data.is_empty()).then(|| damage(0, kind, 0));
-        return SegmentScan { records, damage };
+        return (!data.is_empty()).then(|| damage(0, kind, 0));
     }
     if &data[..MAGIC.len()] != MAGIC {
-        return SegmentScan {
-            records,
-            damage: Some(damage(0, DamageKind::Corrupt, 0)),
-        };
+        return Some(damage(0, DamageKind::Corrupt, 0));
     }
     let mut offset = MAGIC.len();
+    let mut intact = 0;
     while offset < data.len() {
         let rest = &data[offset..];
         if rest.len() < FRAME_HEADER {
-            return SegmentScan {
-                damage: Some(damage(offset, DamageKind::TornTail, records.len())),
-                records,
-            };
+            return Some(damage(offset, DamageKind::TornTail, intact));
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
         if len > MAX_RECORD_BYTES {
-            return SegmentScan {
-                damage: Some(damage(offset, DamageKind::Corrupt, records.len())),
-                records,
-            };
+            return Some(damage(offset, DamageKind::Corrupt, intact));
         }
         if rest.len() - FRAME_HEADER < len {
-            return SegmentScan {
-                damage: Some(damage(offset, DamageKind::TornTail, records.len())),
-                records,
-            };
+            return Some(damage(offset, DamageKind::TornTail, intact));
         }
         let payload = &rest[FRAME_HEADER..FRAME_HEADER + len];
         let decoded = (crc32fast::hash(payload) == crc)
             .then(|| postcard::from_bytes::<Record>(payload).ok())
             .flatten();
         match decoded {
-            Some(record) => records.push(record),
+            Some(record) => {
+                each(record);
+                intact += 1;
+            }
             None => {
                 // File systems may leave a crashed write's tail zero-filled: a torn write,
                 // not corruption.
@@ -198,18 +208,12 @@ fn scan_bytes(path: &Path, data: &[u8]) -> SegmentScan {
                 } else {
                     DamageKind::Corrupt
                 };
-                return SegmentScan {
-                    damage: Some(damage(offset, kind, records.len())),
-                    records,
-                };
+                return Some(damage(offset, kind, intact));
             }
         }
         offset += FRAME_HEADER + len;
     }
-    SegmentScan {
-        records,
-        damage: None,
-    }
+    None
 }
 
 fn segment_path(dir: &Path, seq: u64) -> PathBuf {
@@ -382,7 +386,7 @@ fn recover_chain(dir: &Path, writer_id: &str, newest: Option<&Path>) -> Result<C
     };
     if let Some(newest) = newest {
         let from_file = head.seq;
-        for record in scan_segment(newest)?.records {
+        scan_segment_with(newest, &mut Vec::new(), |record| {
             if let Record::Audit(event) = record
                 && event.chain_id == head.chain_id
                 && event.chain_seq > head.seq
@@ -390,7 +394,7 @@ fn recover_chain(dir: &Path, writer_id: &str, newest: Option<&Path>) -> Result<C
                 head.seq = event.chain_seq;
                 head.hash = event.hash;
             }
-        }
+        })?;
         if head.seq > from_file {
             // Write it back now: the segment it came from is deleted once committed.
             let bytes = serde_json::to_vec(&head).map_err(|e| Error::Encode(e.to_string()))?;

@@ -19,8 +19,8 @@ use crate::batch;
 use crate::config::WriterConfig;
 use crate::error::{Error, Result};
 use crate::lake::{Committed, Committer, Lake};
-use crate::record::{AuditEvent, Record, Table};
-use crate::wal::{Damage, DamageKind, Sealed, Wal, WalConfig, scan_segment};
+use crate::record::{AuditEvent, Record, Reward, Step, Table, VaultEntry};
+use crate::wal::{Damage, DamageKind, Sealed, Wal, WalConfig, scan_segment_with};
 
 /// Proof that a record was appended; await [`LakeWriter::durable`] for it to be on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -354,11 +354,14 @@ async fn upload_loop(
     torn_allowed: Option<u64>,
 ) {
     let mut committers: BTreeMap<Table, Committer> = BTreeMap::new();
+    // The segment read buffer, kept between segments (at most a segment's size).
+    let mut buffer = Vec::new();
     while let Some(sealed) = sealed_rx.recv().await {
         let mut backoff = retry.initial;
         let torn_ok = torn_allowed == Some(sealed.seq);
         loop {
-            match upload_segment(&wal, &lake, &mut committers, &sealed, torn_ok).await {
+            match upload_segment(&wal, &lake, &mut committers, &sealed, torn_ok, &mut buffer).await
+            {
                 Ok((rows, damage)) => {
                     let mut stats = shared.stats();
                     stats.damage.extend(damage);
@@ -427,17 +430,23 @@ async fn upload_segment(
     committers: &mut BTreeMap<Table, Committer>,
     sealed: &Sealed,
     torn_ok: bool,
+    buffer: &mut Vec<u8>,
 ) -> Result<(u64, Option<Damage>)> {
     let path = sealed.path.clone();
     // Reading and converting up to a segment of records is CPU work: keep it off the
-    // runtime's workers, which serve the proxy.
-    let (batches, damage) = tokio::task::spawn_blocking(move || {
-        let scan = scan_segment(&path)?;
-        let batches = batches_by_table(scan.records)?;
-        Ok::<_, Error>((batches, scan.damage))
+    // runtime's workers, which serve the proxy. The read buffer comes back for the next
+    // segment (a failed task loses it; the next read allocates anew).
+    let mut buf = std::mem::take(buffer);
+    let (batches, damage, buf) = tokio::task::spawn_blocking(move || {
+        let mut tables = ByTable::default();
+        let damage = scan_segment_with(&path, &mut buf, |record| tables.push(record));
+        let batches = damage.and_then(|damage| Ok((tables.into_batches()?, damage)));
+        (batches, buf)
     })
     .await
+    .map(|(batches, buf)| batches.map(|(batches, damage)| (batches, damage, buf)))
     .map_err(|e| Error::Config(format!("segment read task failed: {e}")))??;
+    *buffer = buf;
     let damage = damage.map(|mut damage| {
         if !torn_ok {
             damage.kind = DamageKind::Corrupt;
@@ -479,34 +488,44 @@ async fn upload_segment(
     }
 }
 
-/// Splits records into one Arrow batch per table.
-pub(crate) fn batches_by_table(
-    records: Vec<Record>,
-) -> Result<Vec<(Table, arrow::array::RecordBatch)>> {
-    let mut steps = Vec::new();
-    let mut rewards = Vec::new();
-    let mut audit = Vec::new();
-    let mut vault = Vec::new();
-    for record in records {
+/// A segment's records by table, as they are read. Steps stay boxed as they are decoded, so
+/// sorting them moves pointers rather than whole steps.
+#[derive(Default)]
+pub(crate) struct ByTable {
+    // Boxed on purpose: a record decodes a step into a box, and a Vec of whole steps would
+    // copy each one and grow by reallocating every step read so far.
+    #[allow(clippy::vec_box)]
+    steps: Vec<Box<Step>>,
+    rewards: Vec<Reward>,
+    audit: Vec<AuditEvent>,
+    vault: Vec<VaultEntry>,
+}
+
+impl ByTable {
+    pub(crate) fn push(&mut self, record: Record) {
         match record {
-            Record::Step(step) => steps.push(*step),
-            Record::Reward(reward) => rewards.push(reward),
-            Record::Audit(event) => audit.push(event),
-            Record::Vault(entry) => vault.push(entry),
+            Record::Step(step) => self.steps.push(step),
+            Record::Reward(reward) => self.rewards.push(reward),
+            Record::Audit(event) => self.audit.push(event),
+            Record::Vault(entry) => self.vault.push(entry),
         }
     }
-    let mut batches = Vec::new();
-    if !steps.is_empty() {
-        batches.push((Table::Steps, batch::steps_to_batch(&steps)?));
+
+    /// One Arrow batch per table that has records.
+    pub(crate) fn into_batches(self) -> Result<Vec<(Table, arrow::array::RecordBatch)>> {
+        let mut batches = Vec::new();
+        if !self.steps.is_empty() {
+            batches.push((Table::Steps, batch::steps_to_batch(&self.steps)?));
+        }
+        if !self.rewards.is_empty() {
+            batches.push((Table::Rewards, batch::rewards_to_batch(&self.rewards)?));
+        }
+        if !self.audit.is_empty() {
+            batches.push((Table::Audit, batch::audit_to_batch(&self.audit)?));
+        }
+        if !self.vault.is_empty() {
+            batches.push((Table::PiiVault, batch::vault_to_batch(&self.vault)?));
+        }
+        Ok(batches)
     }
-    if !rewards.is_empty() {
-        batches.push((Table::Rewards, batch::rewards_to_batch(&rewards)?));
-    }
-    if !audit.is_empty() {
-        batches.push((Table::Audit, batch::audit_to_batch(&audit)?));
-    }
-    if !vault.is_empty() {
-        batches.push((Table::PiiVault, batch::vault_to_batch(&vault)?));
-    }
-    Ok(batches)
 }

@@ -12,8 +12,9 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
-    PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
+    ActionConstraint, Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName,
+    EntityUid, PolicyId, PolicySet, Request, RestrictedExpression, Schema, ValidationMode,
+    Validator,
 };
 use miette::Diagnostic;
 use sha2::{Digest, Sha256};
@@ -42,9 +43,9 @@ pub struct Verdict {
     /// Whether the request is allowed.
     pub allowed: bool,
     /// The `@id`s of the policies that decided (the permits that allowed, or the forbids
-    /// that denied); empty for a default denial.
+    /// that denied), sorted; empty for a default denial.
     pub policies: Vec<String>,
-    /// Evaluation errors (each one makes the decision a denial).
+    /// Evaluation errors (each one makes the decision a denial), sorted.
     pub errors: Vec<String>,
 }
 
@@ -81,6 +82,9 @@ pub struct AccessPolicy {
     actions: HashMap<String, EntityUid>,
     /// Each policy's `@id` annotation, read once (cedar parses the key on every lookup).
     names: HashMap<PolicyId, String>,
+    /// For each action of the schema, the policies whose action scope can match it (see
+    /// [`by_action`]); empty when the policies hold templates (then all are evaluated).
+    by_action: HashMap<EntityUid, PolicySet>,
     /// Requests that passed the schema check, by everything the check reads (see
     /// [`checked_key`]): a request with the same key is not checked again. The check is
     /// about half of a decision (measured 17.1 µs with it, 9.5 µs without).
@@ -97,9 +101,9 @@ const CHECKED_MAX: usize = 4096;
 /// is built from here (strings, booleans, integers, sets, records; never an entity or an
 /// extension value) have no constraint in a Cedar schema beyond their type.
 fn checked_key(
-    principal: &EntityUid,
-    action: &EntityUid,
-    resource: &EntityUid,
+    principal: (&str, &str),
+    action: &str,
+    resource: (&str, &str),
     context: &serde_json::Map<String, serde_json::Value>,
 ) -> String {
     fn shape(value: &serde_json::Value, out: &mut String) {
@@ -139,9 +143,48 @@ fn checked_key(
         }
         out.push('}');
     }
-    let mut key = format!("{principal}\u{0}{action}\u{0}{resource}\u{0}");
+    // Each name with its length first, so that no two different requests share a key.
+    let mut key = String::with_capacity(128);
+    for part in [principal.0, principal.1, action, resource.0, resource.1] {
+        use std::fmt::Write;
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{}:{part}", part.len());
+    }
     record(context, &mut key);
     key
+}
+
+/// For each of `actions`, the static policies whose action scope can match it: scope `action`
+/// (any), `action == A` with A that action, or `action in [...]` (kept whatever the list: an
+/// action group's members are not resolved here). A policy left out has an action scope that
+/// is false for the request, and Cedar's scope is the first conjunct of a policy's condition,
+/// so leaving it out changes neither the decision, nor the deciding policies, nor the errors:
+/// it only spares building and evaluating its condition (most policies here are for other
+/// actions). Policies with templates are not split: the map is then empty.
+fn by_action<'a>(
+    policies: &PolicySet,
+    actions: impl Iterator<Item = &'a EntityUid>,
+) -> HashMap<EntityUid, PolicySet> {
+    if policies.templates().next().is_some() || policies.policies().any(|p| !p.is_static()) {
+        return HashMap::new();
+    }
+    let mut split = HashMap::new();
+    for action in actions {
+        let mut set = PolicySet::new();
+        for policy in policies.policies() {
+            let may_match = match policy.action_constraint() {
+                ActionConstraint::Any | ActionConstraint::In(_) => true,
+                ActionConstraint::Eq(only) => &only == action,
+            };
+            // A static policy from a valid set is always accepted; if one were not, no
+            // action would be split and every request would see every policy.
+            if may_match && set.add(policy.clone()).is_err() {
+                return HashMap::new();
+            }
+        }
+        split.insert(action.clone(), set);
+    }
+    split
 }
 
 fn read(dir: &Path, name: &str) -> Result<String> {
@@ -174,7 +217,7 @@ impl AccessPolicy {
             .entity_types()
             .map(|t| (t.basename().to_owned(), t.clone()))
             .collect();
-        let actions = schema
+        let actions: HashMap<String, EntityUid> = schema
             .actions()
             .map(|a| (a.id().unescaped().to_owned(), a.clone()))
             .collect();
@@ -182,6 +225,7 @@ impl AccessPolicy {
             .policies()
             .filter_map(|p| Some((p.id().clone(), p.annotation("id")?.to_owned())))
             .collect();
+        let by_action = by_action(&policies, actions.values());
         Ok(AccessPolicy {
             schema,
             policies,
@@ -190,6 +234,7 @@ impl AccessPolicy {
             types,
             actions,
             names,
+            by_action,
             checked: Mutex::new(HashSet::new()),
         })
     }
@@ -306,15 +351,17 @@ impl AccessPolicy {
     }
 
     fn evaluate(&self, request: &Request, entities: &Entities) -> Verdict {
-        let response = self
-            .authorizer
-            .is_authorized(request, &self.policies, entities);
-        let errors: Vec<String> = response
+        let policies = request
+            .action()
+            .and_then(|action| self.by_action.get(action))
+            .unwrap_or(&self.policies);
+        let response = self.authorizer.is_authorized(request, policies, entities);
+        let mut errors: Vec<String> = response
             .diagnostics()
             .errors()
             .map(ToString::to_string)
             .collect();
-        let policies: Vec<String> = response
+        let mut policies: Vec<String> = response
             .diagnostics()
             .reason()
             .map(|id| {
@@ -324,6 +371,10 @@ impl AccessPolicy {
                     .unwrap_or_else(|| id.to_string())
             })
             .collect();
+        // Cedar reports both in no fixed order; sorted, a verdict reads (and is recorded)
+        // the same every time.
+        errors.sort();
+        policies.sort();
         Verdict {
             allowed: response.decision() == Decision::Allow && errors.is_empty(),
             policies,
@@ -344,6 +395,10 @@ impl AccessPolicy {
                 .map(|t| EntityUid::from_type_name_and_id(t.clone(), EntityId::new(id)))
                 .ok_or_else(|| Error::Policy(format!("the schema has no entity type {kind}")))
         };
+        let serde_json::Value::Object(fields) = context else {
+            return Err(Error::Policy("context: not a JSON object".into()));
+        };
+        let key = checked_key(principal, action, resource, &fields);
         let principal = uid(principal.0, principal.1)?;
         let action = self
             .actions
@@ -353,10 +408,6 @@ impl AccessPolicy {
         let resource = uid(resource.0, resource.1)?;
         // Built directly rather than through `Context::from_json_value`, which re-reads the
         // schema on every call; `Request::new` still checks it against the schema.
-        let serde_json::Value::Object(fields) = context else {
-            return Err(Error::Policy("context: not a JSON object".into()));
-        };
-        let key = checked_key(&principal, &action, &resource, &fields);
         let pairs = fields
             .into_iter()
             .map(|(name, value)| Ok((name, restricted(value)?)))

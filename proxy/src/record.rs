@@ -88,17 +88,13 @@ pub fn build_step(start: &StepStart, request: &RequestView, end: StepEnd) -> Ste
     }
 }
 
-/// The fields of a step that carry text from the conversation.
-const TEXT_FIELDS: &[&str] = &[
-    "request_messages",
-    "tools",
-    "params",
-    "response_message",
-    "extra_json",
-];
-
 /// Masks every text field of `step` for storage, fills `step.pii`, and returns the vault
 /// items to store. Any failure is an error: the step must then not be stored at all.
+///
+/// The fields that carry text from the conversation (`request_messages`, `tools`, `params`,
+/// `response_message`, `extra_json`) go through JSON, which the masker walks, as one object
+/// with those keys (so a span's `field` reads `request_messages[0].content`); the rest of the
+/// step (ids, times, token ids, log-probs) carries none and stays as it is.
 pub fn mask_step(
     step: &mut Step,
     scanner: &Scanner,
@@ -106,16 +102,27 @@ pub fn mask_step(
     keys: &KeyRing,
 ) -> policies::Result<Vec<VaultItem>> {
     let encode = |e: serde_json::Error| policies::Error::Mask(format!("step encoding: {e}"));
-    let whole = serde_json::to_value(&*step).map_err(encode)?;
-    let Value::Object(mut whole) = whole else {
-        return Err(policies::Error::Mask("step is not an object".into()));
-    };
     let mut texts = Map::new();
-    for field in TEXT_FIELDS {
-        if let Some(value) = whole.remove(*field) {
-            texts.insert((*field).to_owned(), value);
-        }
-    }
+    texts.insert(
+        "request_messages".to_owned(),
+        serde_json::to_value(&step.request_messages).map_err(encode)?,
+    );
+    texts.insert(
+        "tools".to_owned(),
+        serde_json::to_value(&step.tools).map_err(encode)?,
+    );
+    texts.insert(
+        "params".to_owned(),
+        serde_json::to_value(&step.params).map_err(encode)?,
+    );
+    texts.insert(
+        "response_message".to_owned(),
+        serde_json::to_value(&step.response_message).map_err(encode)?,
+    );
+    texts.insert(
+        "extra_json".to_owned(),
+        serde_json::to_value(&step.extra_json).map_err(encode)?,
+    );
     let mut texts = Value::Object(texts);
     let masker = JsonMasker {
         scanner,
@@ -124,11 +131,24 @@ pub fn mask_step(
         keys,
     };
     let masked = masker.mask(&mut texts)?;
-    if let Value::Object(texts) = texts {
-        whole.extend(texts);
-    }
-    let mut stored: Step = serde_json::from_value(Value::Object(whole)).map_err(encode)?;
-    stored.pii = masked
+    let Value::Object(mut texts) = texts else {
+        return Err(policies::Error::Mask(
+            "masked fields are not an object".into(),
+        ));
+    };
+    let mut field = |name: &str| texts.remove(name).unwrap_or(Value::Null);
+    // Decoded into locals first: the step changes only when every field decodes.
+    let request_messages = serde_json::from_value(field("request_messages")).map_err(encode)?;
+    let tools = serde_json::from_value(field("tools")).map_err(encode)?;
+    let params = serde_json::from_value(field("params")).map_err(encode)?;
+    let response_message = serde_json::from_value(field("response_message")).map_err(encode)?;
+    let extra_json = serde_json::from_value(field("extra_json")).map_err(encode)?;
+    step.request_messages = request_messages;
+    step.tools = tools;
+    step.params = params;
+    step.response_message = response_message;
+    step.extra_json = extra_json;
+    step.pii = masked
         .spans
         .into_iter()
         .map(|(field, span)| PiiSpan {
@@ -138,7 +158,6 @@ pub fn mask_step(
             action: span.action.name().to_owned(),
         })
         .collect();
-    *step = stored;
     Ok(masked.vault)
 }
 
@@ -207,6 +226,14 @@ mod tests {
                 content: Some("mail jane@example.com".into()),
                 ..Message::default()
             }],
+            tools: vec![atdp_schema::Tool {
+                kind: "function".into(),
+                name: "lookup".into(),
+                description: Some("escalate to ops@example.com".into()),
+                parameters: None,
+            }],
+            params: Some(r#"{"user":"bob@example.com"}"#.into()),
+            extra: Some(r#"{"metadata":{"owner":"ann@example.com"}}"#.into()),
             ..RequestView::default()
         };
         let start = StepStart {
@@ -253,19 +280,25 @@ mod tests {
         .unwrap();
         let text = serde_json::to_string(&step).unwrap();
         assert!(
-            !text.contains("jane@example.com") && !text.contains("4111"),
+            !text.contains("@example.com") && !text.contains("4111"),
             "{text}"
         );
-        assert_eq!(vault.len(), 2);
-        let fields: Vec<&str> = step.pii.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(vault.len(), 5);
+        let mut fields: Vec<&str> = step.pii.iter().map(|p| p.field.as_str()).collect();
+        fields.sort();
         assert_eq!(
             fields,
             [
+                "extra_json#.metadata.owner",
+                "params#.user",
                 "request_messages[0].content",
-                "response_message.tool_calls[0].arguments#.card"
+                "response_message.tool_calls[0].arguments#.card",
+                "tools[0].description",
             ]
         );
+        assert_eq!(step.tools[0].name, "lookup");
+        assert_eq!(step.model_requested, "m");
         assert_eq!(step.step_id, "s");
-        assert_eq!(vault_entries("acme", vault).len(), 2);
+        assert_eq!(vault_entries("acme", vault).len(), 5);
     }
 }

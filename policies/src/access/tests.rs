@@ -370,3 +370,96 @@ fn schema_checks_are_remembered_by_ids_and_context_shape() {
     assert!(decide("n", call(&["EMAIL_ADDRESS"], "internal", 10)).allowed);
     assert_eq!(p.checked.lock().unwrap().len(), 3);
 }
+
+#[test]
+fn each_action_sees_only_the_policies_that_can_match_it_and_decides_the_same() {
+    let source = |name: &str| std::fs::read_to_string(quickstart().join(name)).unwrap();
+    // The quickstart's policies, plus one in `action in [...]` form and one for `call_tool`
+    // whose condition fails to evaluate (overflow) on large requests.
+    let policies = format!(
+        "{}\n@id(\"group-scope\")\nforbid (principal, action in [Atdp::Action::\"invoke_model\"], resource) when {{ context.request_bytes == 7 }};\n@id(\"overflowing\")\nforbid (principal, action == Atdp::Action::\"call_tool\", resource) when {{ context.request_bytes * 4611686018427387904 > 0 }};\n",
+        source("policies.cedar")
+    );
+    let load = || {
+        AccessPolicy::from_sources(
+            &source("schema.cedarschema"),
+            &policies,
+            &source("entities.json"),
+        )
+        .unwrap()
+    };
+    let split = load();
+    let mut whole = load();
+    whole.by_action.clear();
+    let names = |action: &str| {
+        let uid = &split.actions[action];
+        let mut names: Vec<_> = split.by_action[uid]
+            .policies()
+            .map(|p| split.names[p.id()].clone())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names("invoke_model"),
+        [
+            "active-keys-invoke",
+            "group-scope",
+            "no-ssn-or-secrets-external"
+        ]
+    );
+    assert_eq!(
+        names("call_tool"),
+        [
+            "acme-router-tools",
+            "demo-agent-tools",
+            "group-scope",
+            "overflowing"
+        ]
+    );
+
+    let keys = [ROUTER, REPORTS, REVOKED, "sk-atdp-demo-agent"].map(hash_api_key);
+    let mut denied_with_errors = 0;
+    for key in &keys {
+        for bytes in [7, 10, 9_000_000] {
+            for (entities, trust) in [(&[][..], "internal"), (&["US_SSN"][..], "external")] {
+                for (action, resource) in [
+                    ("invoke_model", ("Model", "gpt-4.1-mini")),
+                    ("call_tool", ("Tool", "refund")),
+                    ("call_tool", ("Tool", "delete_account")),
+                ] {
+                    let decide = |p: &AccessPolicy| {
+                        p.decide(
+                            ("ApiKey", key),
+                            action,
+                            resource,
+                            call(entities, trust, bytes),
+                        )
+                    };
+                    let (a, b) = (decide(&split), decide(&whole));
+                    assert_eq!(a, b, "{action} {resource:?} {bytes} {entities:?}");
+                    denied_with_errors += usize::from(!a.errors.is_empty());
+                }
+            }
+        }
+    }
+    // The overflowing policy did error (on call_tool only), the same way in both.
+    assert!(denied_with_errors > 0);
+    let ok = split.decide(
+        ("ApiKey", &keys[0]),
+        "invoke_model",
+        ("Model", "m"),
+        call(&[], "internal", 9_000_000_000),
+    );
+    assert!(ok.errors.is_empty(), "{ok:?}");
+    for (action, resource, context) in [
+        ("write_reward", ("Trajectory", "t-1"), json!({})),
+        ("erase", ("Tenant", "acme"), json!({})),
+    ] {
+        let (a, b) = (
+            split.decide(("ApiKey", &keys[0]), action, resource, context.clone()),
+            whole.decide(("ApiKey", &keys[0]), action, resource, context),
+        );
+        assert_eq!(a, b, "{action}");
+    }
+}

@@ -5,6 +5,7 @@
 //! --upstream URL` starts with nothing else configured. `--check-config` validates the
 //! settings, the policy directory and the key file, prints a summary, and exits.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -169,16 +170,20 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                // Our crates at info; the libraries (Pingora, delta-rs) only when they warn. delta-kernel
-                // logs "No files in log segment" as an error each time a new table is first read;
-                // the writer reports its own failures, so it is silenced.
+                // Our crates at info; the libraries (Pingora, delta-rs) only when they warn. Two
+                // kinds of library noise are silenced: delta-rs's kernel (crate `buoyant_kernel`)
+                // logs "No files in log segment" as an error each time a table with no commit yet
+                // is read, and Pingora logs an error when a pooled upstream connection is still
+                // held by its idle watcher (it then connects anew). The writer and the proxy
+                // report their own failures.
                 .unwrap_or_else(|_| {
                     tracing_subscriber::EnvFilter::new(
-                        "warn,atdp_proxy=info,proxy=info,atdp_schema=info,policies=info,delta_kernel=off",
+                        "warn,atdp_proxy=info,proxy=info,atdp_schema=info,policies=info,buoyant_kernel=off,pingora_core::connectors=off",
                     )
                 }),
         )
         .with_target(false)
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let cli = Cli::parse();
     let outcome = settings(&cli)
