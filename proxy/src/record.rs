@@ -102,27 +102,22 @@ pub fn mask_step(
     keys: &KeyRing,
 ) -> policies::Result<Vec<VaultItem>> {
     let encode = |e: serde_json::Error| policies::Error::Mask(format!("step encoding: {e}"));
-    let mut texts = Map::new();
-    texts.insert(
-        "request_messages".to_owned(),
-        serde_json::to_value(&step.request_messages).map_err(encode)?,
-    );
-    texts.insert(
-        "tools".to_owned(),
-        serde_json::to_value(&step.tools).map_err(encode)?,
-    );
-    texts.insert(
-        "params".to_owned(),
-        serde_json::to_value(&step.params).map_err(encode)?,
-    );
-    texts.insert(
-        "response_message".to_owned(),
-        serde_json::to_value(&step.response_message).map_err(encode)?,
-    );
-    texts.insert(
-        "extra_json".to_owned(),
-        serde_json::to_value(&step.extra_json).map_err(encode)?,
-    );
+    let texts = [
+        (
+            "request_messages",
+            serde_json::to_value(&step.request_messages),
+        ),
+        ("tools", serde_json::to_value(&step.tools)),
+        ("params", serde_json::to_value(&step.params)),
+        (
+            "response_message",
+            serde_json::to_value(&step.response_message),
+        ),
+        ("extra_json", serde_json::to_value(&step.extra_json)),
+    ]
+    .into_iter()
+    .map(|(name, value)| Ok((name.to_owned(), value.map_err(encode)?)))
+    .collect::<policies::Result<Map<String, Value>>>()?;
     let mut texts = Value::Object(texts);
     let masker = JsonMasker {
         scanner,
