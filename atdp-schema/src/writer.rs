@@ -435,18 +435,19 @@ async fn upload_segment(
     let path = sealed.path.clone();
     // Reading and converting up to a segment of records is CPU work: keep it off the
     // runtime's workers, which serve the proxy. The read buffer comes back for the next
-    // segment (a failed task loses it; the next read allocates anew).
+    // segment, also when reading failed (a task that panicked loses it; the next read
+    // allocates anew).
     let mut buf = std::mem::take(buffer);
-    let (batches, damage, buf) = tokio::task::spawn_blocking(move || {
+    let (read, buf) = tokio::task::spawn_blocking(move || {
         let mut tables = ByTable::default();
-        let damage = scan_segment_with(&path, &mut buf, |record| tables.push(record));
-        let batches = damage.and_then(|damage| Ok((tables.into_batches()?, damage)));
-        (batches, buf)
+        let read = scan_segment_with(&path, &mut buf, |record| tables.push(record))
+            .and_then(|damage| Ok((tables.into_batches()?, damage)));
+        (read, buf)
     })
     .await
-    .map(|(batches, buf)| batches.map(|(batches, damage)| (batches, damage, buf)))
-    .map_err(|e| Error::Config(format!("segment read task failed: {e}")))??;
+    .map_err(|e| Error::Config(format!("segment read task failed: {e}")))?;
     *buffer = buf;
+    let (batches, damage) = read?;
     let damage = damage.map(|mut damage| {
         if !torn_ok {
             damage.kind = DamageKind::Corrupt;
