@@ -4,7 +4,7 @@
 //! 405) → API key (401) → rate limits (429) → lake back-pressure (503, or served unrecorded)
 //! → content type (415) → size (413) → JSON (400) → fields (400) → route (404) → masking
 //! (500: nothing is forwarded when masking fails) → Cedar for the dispatched model and every
-//! offered tool (403). Then the call goes upstream through a subrequest.
+//! offered tool (403). Then the call goes upstream ([`crate::upstream`]) from this task.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,8 +13,6 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use http::{Method, header};
 use pingora::proxy::Session;
-use pingora::proxy::subrequest::pipe::{InputBody, InputBodyType, pipe_subrequest};
-use pingora::proxy::subrequest::{BodyMode, Ctx as SubrequestCtx};
 use pingora::{Error, ErrorType, Result};
 use policies::{JsonMasker, KeyIdentity, VaultItem, hash_api_key};
 use serde_json::{Value, json};
@@ -22,10 +20,15 @@ use serde_json::{Value, json};
 use crate::config::{OnBackpressure, Trust};
 use crate::pump::Pump;
 use crate::record::{StepEnd, StepStart, decision_event, now_micros};
-use crate::service::{Dispatch, resolve, respond_error};
+use crate::service::{resolve, respond_error};
 use crate::state::State;
 use crate::trajectory::Naming;
+use crate::upstream::{Dispatch, Failure, Upstreams};
 use crate::wire::{Added, ApiFamily, ApiKind, RequestView, parse_json_body, parse_request};
+
+/// The error `call::handle` returns for a reply that was cut after it began: Pingora then
+/// closes the client's connection instead of ending the body (logged by the proxy itself).
+pub const REPLY_CUT: &str = "reply cut";
 
 /// A refusal, written as an error in the API's format.
 #[derive(Debug)]
@@ -131,7 +134,11 @@ pub fn authenticate(state: &State, session: &Session) -> std::result::Result<Cal
 }
 
 /// Routes a request by path.
-pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
+pub async fn handle(
+    state: &Arc<State>,
+    upstreams: &Upstreams,
+    session: &mut Session,
+) -> Result<()> {
     let _in_flight = crate::state::InFlight::enter(&state.in_flight);
     let path = session.req_header().uri.path().to_owned();
     let method = session.req_header().method.clone();
@@ -153,7 +160,7 @@ pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
             let reject = Reject::new(405, "method_not_allowed", format!("{path} takes POST"));
             return refuse(state, session, family, api.name(), reject).await;
         }
-        return call(state, session, api).await;
+        return call(state, upstreams, session, api).await;
     }
     match (method.as_str(), path.as_str()) {
         ("GET", "/v1/models") => crate::endpoints::models(state, session).await,
@@ -219,7 +226,7 @@ pub async fn read_body(
 struct Prepared {
     caller: Caller,
     request: RequestView,
-    dispatch: Arc<Dispatch>,
+    dispatch: Dispatch,
     body: Bytes,
     /// Placeholders to restore in the reply (empty when nothing was masked on the way out).
     restore: Arc<HashMap<String, VaultItem>>,
@@ -599,13 +606,12 @@ async fn prepare(
     Ok(Ok(Prepared {
         caller,
         request,
-        dispatch: Arc::new(Dispatch {
+        dispatch: Dispatch {
             upstream,
             address,
             api,
-            body_len: body.len(),
             path,
-        }),
+        },
         body,
         restore: Arc::new(restore),
         start,
@@ -615,8 +621,13 @@ async fn prepare(
     }))
 }
 
-/// A model call: prepare, dispatch through a subrequest, record.
-async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result<()> {
+/// A model call: prepare, send upstream, record.
+async fn call(
+    state: &Arc<State>,
+    upstreams: &Upstreams,
+    session: &mut Session,
+    api: ApiKind,
+) -> Result<()> {
     let arrived = Instant::now();
     let started_at = now_micros();
     let prepared = match prepare(state, session, api, started_at).await? {
@@ -624,15 +635,6 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
         Err(reject) => return refuse(state, session, api.family(), api.name(), reject).await,
     };
     state.metrics.added.observe(arrived.elapsed());
-    let spawner = session
-        .subrequest_spawner
-        .as_ref()
-        .ok_or_else(|| Error::explain(ErrorType::InternalError, "subrequests are not enabled"))?;
-    let context = SubrequestCtx::builder()
-        .body_mode(BodyMode::ExpectBody)
-        .user_ctx(Box::new(prepared.dispatch.clone()))
-        .build();
-    let (subrequest, handle) = spawner.create_subrequest(session.as_downstream(), context);
     let mut pump = Pump::new(
         api,
         &prepared.start,
@@ -643,35 +645,36 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
         prepared.record,
     );
     let dispatched = Instant::now();
-    let outcome = pipe_subrequest(
-        session,
-        subrequest,
-        handle,
-        |task| pump.filter(task),
-        InputBodyType::Preset(InputBody::Bytes(vec![prepared.body.clone()])),
-    )
-    .await;
+    let outcome = upstreams
+        .exchange(session, &prepared.dispatch, prepared.body, &mut pump)
+        .await;
     if let Some(at) = pump.header_at {
         state
             .metrics
             .upstream
             .observe(at.duration_since(dispatched));
     }
+    // A reply that began and then failed (upstream cut, client gone, a placeholder that
+    // would not restore) ends with the client's connection closed before the end of the
+    // body, so the client sees the cut, as it would from the upstream itself, instead of a
+    // well-formed partial reply.
+    let mut cut = false;
     let failure = match outcome {
-        Ok(mut done) => {
-            if let Some(join) = done.join_handle.take() {
-                let _ = join.await;
+        Ok(()) => None,
+        Err(Failure {
+            from_upstream,
+            header_sent,
+            kind,
+        }) => {
+            cut = !from_upstream || header_sent;
+            if from_upstream && header_sent {
+                tracing::warn!(upstream = %prepared.dispatch.upstream.name, error_kind = ?kind, "The upstream cut its reply.");
             }
-            None
-        }
-        Err(mut error) => {
-            if let Some(join) = error.state.join_handle.take() {
-                join.abort();
-            }
-            if !error.state.header_received && error.from_subreq {
+            if from_upstream && !header_sent {
                 // The upstream failed before answering and nothing reached the client yet:
-                // say what happened (as the subrequest would have).
-                let (status, message) = crate::service::upstream_failure(error.error.etype());
+                // say what happened.
+                let (status, message) = crate::service::upstream_failure(&kind);
+                tracing::warn!(upstream = %prepared.dispatch.upstream.name, error_kind = ?kind, status, "Upstream call failed.");
                 let _ = respond_error(
                     session,
                     api.family(),
@@ -683,7 +686,7 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
                 .await;
                 pump.status = status;
             }
-            Some((error.from_subreq, error.error.etype().clone()))
+            Some((from_upstream, kind))
         }
     };
     let end = pump.finish(failure);
@@ -715,6 +718,12 @@ async fn call(state: &Arc<State>, session: &mut Session, api: ApiKind) -> Result
     }
     if prepared.record {
         state.record_step(prepared.start, prepared.request, end);
+    }
+    if cut {
+        return Err(Error::explain(
+            ErrorType::Custom(REPLY_CUT),
+            "the reply was cut; the client's connection is closed",
+        ));
     }
     Ok(())
 }

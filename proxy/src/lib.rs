@@ -46,6 +46,7 @@ mod server;
 mod service;
 mod state;
 mod trajectory;
+mod upstream;
 
 /// The wire formats, from their own crate.
 use atdp_wire as wire;

@@ -1,5 +1,5 @@
-//! The response path: every task the subrequest produces passes through [`Pump::filter`] on
-//! its way to the client. It adds the `x-atdp-*` headers, restores placeholders (in whole
+//! The response path: every part of the upstream's response (header, body chunks, end)
+//! passes through [`Pump::filter`] on its way to the client. It adds the `x-atdp-*` headers, restores placeholders (in whole
 //! JSON replies and inside SSE streams), and keeps what the client was sent, so the step is
 //! recorded from the bytes the client actually received.
 

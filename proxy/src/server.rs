@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::service::Proxy;
 use crate::state::State;
+use crate::upstream::Upstreams;
 
 /// How long a graceful shutdown waits for in-flight calls before closing them.
 const GRACE: Duration = Duration::from_secs(30);
@@ -67,6 +68,7 @@ pub fn run(config: Config) -> Result<()> {
         &server.configuration,
         Proxy {
             state: state.clone(),
+            upstreams: Arc::new(Upstreams::new(&server.configuration)),
         },
     );
     service.add_tcp(&listen.to_string());

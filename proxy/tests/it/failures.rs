@@ -163,6 +163,7 @@ fn large_bodies_and_cut_streams() {
             &chat(prompt, stream),
         );
         assert_eq!(response.status, 200, "stream={stream}");
+        assert!(response.complete, "stream={stream}");
         assert!(
             response.body.len() > 2 << 20,
             "the echo came back whole (stream={stream})"
@@ -178,6 +179,14 @@ fn large_bodies_and_cut_streams() {
     );
     assert_eq!(cut.status, 200);
     assert!(!String::from_utf8_lossy(&cut.body).contains("[DONE]"));
+    assert!(
+        String::from_utf8_lossy(&cut.body).contains("data: {"),
+        "the events sent before the cut arrived"
+    );
+    assert!(
+        !cut.complete,
+        "the client sees the cut: its connection closes before the last chunk"
+    );
     // An upstream error is passed on with the upstream's status.
     let failed = post(
         proxy.port,
@@ -397,4 +406,153 @@ fn a_masking_failure_refuses_the_call_and_forwards_nothing() {
         "nothing is forwarded when masking fails"
     );
     let _ = proxy.stop();
+}
+
+/// An upstream written here for framing and connection cases the Python one does not make:
+/// on each connection it answers the first chat request (with `Content-Length` when
+/// `framed`, else ending the body by closing the connection), and closes the connection
+/// without answering when a second request arrives on it, as an upstream does when it
+/// closes an idle keep-alive connection just as the proxy reuses it.
+struct RawUpstream {
+    port: u16,
+    /// Requests read and not answered.
+    dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+const RAW_REPLY: &str = r#"{"id":"chatcmpl-raw","object":"chat.completion","created":1,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":"raw reply"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#;
+
+impl RawUpstream {
+    fn start(framed: bool) -> RawUpstream {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let counter = dropped.clone();
+        std::thread::spawn(move || {
+            for connection in listener.incoming() {
+                let Ok(mut connection) = connection else {
+                    return;
+                };
+                let counter = counter.clone();
+                std::thread::spawn(move || {
+                    use std::io::Write;
+                    if !read_request(&mut connection) {
+                        return;
+                    }
+                    let head = if framed {
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                            RAW_REPLY.len()
+                        )
+                    } else {
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+                            .to_owned()
+                    };
+                    connection.write_all(head.as_bytes()).unwrap();
+                    connection.write_all(RAW_REPLY.as_bytes()).unwrap();
+                    if !framed {
+                        return;
+                    }
+                    if read_request(&mut connection) {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        RawUpstream { port, dropped }
+    }
+
+    fn dropped(&self) -> usize {
+        self.dropped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Reads one request with a `Content-Length` body; false when the connection closes first.
+fn read_request(connection: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if raw.len() >= split + 4 + length {
+                return true;
+            }
+        }
+        match connection.read(&mut buffer) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => raw.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+#[test]
+fn a_reused_connection_the_upstream_closed_is_retried_on_a_fresh_one() {
+    let upstream = RawUpstream::start(true);
+    let proxy = Proxy::start(upstream.port, &[]);
+    let calls = 6;
+    for n in 0..calls {
+        let response = post(
+            proxy.port,
+            "/v1/chat/completions",
+            Some(DEMO_KEY),
+            "application/json",
+            &chat(&format!("call {n}"), false),
+        );
+        assert_eq!(
+            response.status,
+            200,
+            "call {n}: {}",
+            String::from_utf8_lossy(&response.body)
+        );
+        assert_eq!(
+            response.json()["choices"][0]["message"]["content"],
+            "raw reply"
+        );
+        // Give the pool time to take the connection back, so the next call reuses it.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        upstream.dropped() >= 1,
+        "no call reused a connection the upstream then closed, so the retry was not exercised"
+    );
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
+    assert_eq!(statuses, vec!["ok"; calls], "{statuses:?}");
+}
+
+#[test]
+fn a_reply_ended_by_closing_the_connection_reaches_the_client_chunked_and_whole() {
+    let upstream = RawUpstream::start(false);
+    let proxy = Proxy::start(upstream.port, &[]);
+    for n in 0..2 {
+        let response = post(
+            proxy.port,
+            "/v1/chat/completions",
+            Some(DEMO_KEY),
+            "application/json",
+            &chat(&format!("call {n}"), false),
+        );
+        assert_eq!(
+            response.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&response.body)
+        );
+        assert_eq!(response.header("transfer-encoding"), Some("chunked"));
+        assert!(response.complete, "the body ends with its last chunk");
+        assert_eq!(response.body, RAW_REPLY.as_bytes());
+    }
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
+    assert_eq!(statuses, ["ok", "ok"], "{statuses:?}");
+    assert_eq!(lake.steps[0].completion_tokens, Some(2));
 }

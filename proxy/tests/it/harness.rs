@@ -236,6 +236,9 @@ pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Whether the body ended as its framing says (the last chunk, or `Content-Length`
+    /// bytes); false when the connection closed before.
+    pub complete: bool,
 }
 
 impl Response {
@@ -302,29 +305,45 @@ pub fn try_http(
     let chunked = headers
         .iter()
         .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    if chunked {
-        body = dechunk(&body);
-    }
+    let length = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok());
+    let complete = if chunked {
+        let (whole, ended) = dechunk(&body);
+        body = whole;
+        ended
+    } else {
+        length.is_none_or(|n| n == body.len())
+    };
     Some(Response {
         status,
         headers,
         body,
+        complete,
     })
 }
 
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+/// The body of a chunked message, and whether its last (empty) chunk arrived.
+fn dechunk(mut raw: &[u8]) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
     while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size =
-            usize::from_str_radix(String::from_utf8_lossy(&raw[..end]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
+        let Ok(size) = usize::from_str_radix(String::from_utf8_lossy(&raw[..end]).trim(), 16)
+        else {
+            return (out, false);
+        };
         let start = end + 2;
-        out.extend_from_slice(&raw[start..(start + size).min(raw.len())]);
-        raw = &raw[(start + size + 2).min(raw.len())..];
+        if size == 0 {
+            return (out, raw[start..].starts_with(b"\r\n"));
+        }
+        if start + size + 2 > raw.len() {
+            out.extend_from_slice(&raw[start.min(raw.len())..]);
+            return (out, false);
+        }
+        out.extend_from_slice(&raw[start..start + size]);
+        raw = &raw[start + size + 2..];
     }
-    out
+    (out, false)
 }
 
 /// Everything in the lake under `data/lake`.

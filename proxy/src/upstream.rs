@@ -1,0 +1,448 @@
+//! The call to the upstream, made from the client's own task: a pooled connection from
+//! Pingora's connector, the request written to it, and the response pumped to the client as
+//! it arrives.
+//!
+//! This replaces a Pingora subrequest per call (a second task, its channels and a second pass
+//! through Pingora's proxy state machine), so it does by hand what that pass did: strip the
+//! hop-by-hop headers and those the client's `Connection` header names, put the request in
+//! HTTP/2 form when the connection is HTTP/2 (`:authority` from the upstream, no `Host`),
+//! retry a reused connection that fails before any response byte, and frame a response that
+//! has no length as chunked for the client.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Version, header};
+use pingora::connectors::ConnectorOptions;
+use pingora::connectors::http::Connector;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use pingora::protocols::http::HttpTask;
+use pingora::protocols::http::client::HttpSession;
+use pingora::proxy::Session;
+use pingora::server::configuration::ServerConf;
+use pingora::{Error, ErrorType, Result};
+
+use crate::config::Upstream;
+use crate::pump::Pump;
+use crate::wire::{ApiFamily, ApiKind};
+
+/// How many connections a call tries when each fails in a way that is safe to retry (a
+/// reused connection the upstream had closed); Pingora's own default.
+const MAX_TRIES: usize = 16;
+
+/// How long an idle upstream connection is kept for reuse.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the ones
+/// that only ever concern a proxy. Never forwarded.
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "http2-settings",
+];
+
+/// Client headers that are for the proxy, or that the proxy sets itself. The agent's key is
+/// ours, not the provider's: the provider's is injected from the upstream's settings.
+const NOT_FORWARDED: [&str; 8] = [
+    "authorization",
+    "x-api-key",
+    "accept-encoding",
+    "expect",
+    "host",
+    "content-length",
+    "x-atdp-trajectory-id",
+    "x-atdp-session-id",
+];
+
+/// Where one call goes.
+#[derive(Debug)]
+pub struct Dispatch {
+    /// The upstream.
+    pub upstream: Upstream,
+    /// Its resolved address.
+    pub address: SocketAddr,
+    /// The API (for the credential header).
+    pub api: ApiKind,
+    /// Path and query to send (with the upstream's prefix).
+    pub path: String,
+}
+
+/// How a call to the upstream ended, when it did not end well.
+#[derive(Debug)]
+pub struct Failure {
+    /// Whether the upstream failed (else the client, or the proxy's own filter).
+    pub from_upstream: bool,
+    /// Whether the response header had reached the client.
+    pub header_sent: bool,
+    /// What failed.
+    pub kind: ErrorType,
+}
+
+/// Connections to every upstream (pooled; HTTP/2 where a TLS upstream offers it).
+pub struct Upstreams {
+    connector: Connector,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstreams").finish_non_exhaustive()
+    }
+}
+
+impl Upstreams {
+    /// A connector with the server's TLS settings (its CA file) and pool size.
+    pub fn new(conf: &ServerConf) -> Upstreams {
+        Upstreams {
+            connector: Connector::new(Some(ConnectorOptions::from_server_conf(conf))),
+        }
+    }
+
+    /// Sends `body` to the upstream and pumps the response to the client through `pump`.
+    /// The connection goes back to the pool only after a complete response.
+    pub async fn exchange(
+        &self,
+        session: &mut Session,
+        dispatch: &Dispatch,
+        body: Bytes,
+        pump: &mut Pump,
+    ) -> std::result::Result<(), Failure> {
+        let peer = peer(dispatch);
+        let upstream_failure = |header_sent, error: Box<Error>| Failure {
+            from_upstream: true,
+            header_sent,
+            kind: error.etype().clone(),
+        };
+        let (mut connection, header) = self
+            .send(session.req_header(), dispatch, &peer, body)
+            .await
+            .map_err(|e| upstream_failure(false, e))?;
+        let mut done = connection.response_done();
+        let mut task = Some(HttpTask::Header(header, done));
+        let mut header_sent = false;
+        loop {
+            if let Some(task) = task.take() {
+                let written = match pump.filter(task) {
+                    Ok(Some(task)) => session.write_response_tasks(vec![task]).await.map(|_| ()),
+                    Ok(None) => Ok(()),
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = written {
+                    connection.shutdown().await;
+                    return Err(Failure {
+                        from_upstream: false,
+                        header_sent,
+                        kind: error.etype().clone(),
+                    });
+                }
+                header_sent = true;
+            }
+            if done {
+                break;
+            }
+            match connection.read_response_body().await {
+                Ok(Some(bytes)) => {
+                    done = connection.response_done();
+                    task = Some(HttpTask::Body(Some(bytes), done));
+                }
+                Ok(None) => {
+                    done = true;
+                    task = Some(HttpTask::Done);
+                }
+                Err(error) => {
+                    connection.shutdown().await;
+                    return Err(upstream_failure(header_sent, error));
+                }
+            }
+        }
+        self.connector
+            .release_http_session(connection, &peer, Some(IDLE_TIMEOUT))
+            .await;
+        Ok(())
+    }
+
+    /// Gets a connection, writes the request and reads the response header, retrying on a
+    /// fresh connection when a reused one turns out closed.
+    async fn send(
+        &self,
+        client: &RequestHeader,
+        dispatch: &Dispatch,
+        peer: &HttpPeer,
+        body: Bytes,
+    ) -> Result<(HttpSession, Box<ResponseHeader>)> {
+        let request = request_header(client, dispatch, body.len())?;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (mut connection, reused) = self.connector.get_http_session(peer).await?;
+            connection.set_read_timeout(Some(dispatch.upstream.read_timeout));
+            connection.set_write_timeout(Some(dispatch.upstream.read_timeout));
+            let attempt = match &connection {
+                HttpSession::H2(_) => h2_form(request.clone(), &dispatch.upstream),
+                _ => Ok(request.clone()),
+            };
+            let result = match attempt {
+                Ok(request) => write_and_read_header(&mut connection, request, &body).await,
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(header) => return Ok((connection, header)),
+                Err(mut error) => {
+                    connection.shutdown().await;
+                    error.retry.decide_reuse(reused);
+                    if !error.retry() || tries >= MAX_TRIES {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The peer for one call: TLS with SNI, HTTP/2 offered over TLS, the upstream's timeouts.
+fn peer(dispatch: &Dispatch) -> HttpPeer {
+    let upstream = &dispatch.upstream;
+    let sni = if upstream.tls {
+        upstream.host.clone()
+    } else {
+        String::new()
+    };
+    let mut peer = HttpPeer::new(dispatch.address, upstream.tls, sni);
+    peer.options.connection_timeout = Some(upstream.connect_timeout);
+    peer.options.read_timeout = Some(upstream.read_timeout);
+    peer.options.idle_timeout = Some(IDLE_TIMEOUT);
+    if upstream.tls {
+        peer.options.set_http_version(2, 1);
+    }
+    peer
+}
+
+fn invalid(what: &'static str) -> Box<Error> {
+    Error::explain(ErrorType::InternalError, what)
+}
+
+/// The upstream's `Host`: its name, with the port when it is not the scheme's default.
+fn authority(upstream: &Upstream) -> String {
+    let default_port = if upstream.tls { 443 } else { 80 };
+    if upstream.port == default_port {
+        upstream.host.clone()
+    } else {
+        format!("{}:{}", upstream.host, upstream.port)
+    }
+}
+
+/// The request the upstream gets, in HTTP/1.1 form: the client's end-to-end headers, the
+/// upstream's path, `Host`, the body's length and the provider's credential.
+pub fn request_header(
+    client: &RequestHeader,
+    dispatch: &Dispatch,
+    body_len: usize,
+) -> Result<Box<RequestHeader>> {
+    let mut request = Box::new(client.clone());
+    let nominated: Vec<HeaderName> = request
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in &nominated {
+        request.remove_header(name);
+    }
+    for name in HOP_BY_HOP.iter().chain(NOT_FORWARDED.iter()) {
+        request.remove_header(*name);
+    }
+    let uri: http::Uri = dispatch
+        .path
+        .parse()
+        .map_err(|_| invalid("the upstream path is not a valid URI"))?;
+    request.set_uri(uri);
+    request.set_version(Version::HTTP_11);
+    let upstream = &dispatch.upstream;
+    request.insert_header(header::HOST, authority(upstream))?;
+    request.insert_header(header::CONTENT_LENGTH, body_len)?;
+    if let Some(key) = &upstream.api_key {
+        match dispatch.api.family() {
+            ApiFamily::Anthropic => request.insert_header("x-api-key", key.0.as_str())?,
+            ApiFamily::OpenAi => {
+                request.insert_header(header::AUTHORIZATION, format!("Bearer {}", key.0))?
+            }
+        }
+    }
+    Ok(request)
+}
+
+/// The same request for an HTTP/2 connection: an absolute URI whose authority becomes
+/// `:authority`, and no `Host` (some HTTP/2 servers refuse both).
+fn h2_form(mut request: Box<RequestHeader>, upstream: &Upstream) -> Result<Box<RequestHeader>> {
+    request.remove_header(&header::HOST);
+    let path = request
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let uri = http::Uri::builder()
+        .scheme(if upstream.tls { "https" } else { "http" })
+        .authority(authority(upstream))
+        .path_and_query(path)
+        .build()
+        .map_err(|_| invalid("the upstream's address is not a valid authority"))?;
+    request.set_uri(uri);
+    request.set_version(Version::HTTP_2);
+    Ok(request)
+}
+
+/// Writes the request and reads the response header, skipping informational responses
+/// (the proxy never sends `Expect`). A response without a length is framed as chunked, so
+/// the client's connection stays reusable.
+async fn write_and_read_header(
+    connection: &mut HttpSession,
+    request: Box<RequestHeader>,
+    body: &Bytes,
+) -> Result<Box<ResponseHeader>> {
+    connection.write_request_header(request).await?;
+    connection.write_request_body(body.clone(), true).await?;
+    connection.finish_request_body().await?;
+    let mut header = loop {
+        connection.read_response_header().await?;
+        let header = connection
+            .response_header()
+            .ok_or_else(|| invalid("the upstream connection returned no response header"))?;
+        if !header.status.is_informational() || header.status == 101 {
+            break Box::new(header.clone());
+        }
+    };
+    let framed = header.headers.contains_key(header::TRANSFER_ENCODING)
+        || header.headers.contains_key(header::CONTENT_LENGTH);
+    let bodiless = matches!(header.status.as_u16(), 204 | 304);
+    if !framed && !bodiless && !connection.response_done() {
+        header.set_version(Version::HTTP_11);
+        header.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+    }
+    Ok(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Secret, Trust};
+
+    fn dispatch(tls: bool, port: u16, api: ApiKind) -> Dispatch {
+        Dispatch {
+            upstream: Upstream {
+                name: "provider".into(),
+                host: "api.example.com".into(),
+                port,
+                tls,
+                prefix: "/openai".into(),
+                trust: Trust::External,
+                api_key: Some(Secret("sk-provider".into())),
+                connect_timeout: Duration::from_secs(1),
+                read_timeout: Duration::from_secs(1),
+                record_logprobs: false,
+                record_token_ids: false,
+            },
+            address: SocketAddr::from(([127, 0, 0, 1], port)),
+            api,
+            path: "/openai/v1/chat/completions?x=1".into(),
+        }
+    }
+
+    fn client() -> RequestHeader {
+        let mut request = RequestHeader::build("POST", b"/v1/chat/completions?x=1", None).unwrap();
+        for (name, value) in [
+            ("host", "127.0.0.1:8080"),
+            ("connection", "keep-alive, x-hop-one, X-Hop-Two"),
+            ("x-hop-one", "1"),
+            ("x-hop-two", "2"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("proxy-authorization", "Basic eA=="),
+            ("authorization", "Bearer sk-atdp-demo-agent"),
+            ("x-api-key", "sk-atdp-demo-agent"),
+            ("accept-encoding", "gzip"),
+            ("expect", "100-continue"),
+            ("content-length", "99"),
+            ("x-atdp-trajectory-id", "t-1"),
+            ("x-atdp-session-id", "s-1"),
+            ("content-type", "application/json"),
+            ("anthropic-version", "2023-06-01"),
+            ("x-stainless-lang", "python"),
+            ("user-agent", "OpenAI/Python 1.0"),
+        ] {
+            request.append_header(name, value).unwrap();
+        }
+        request
+    }
+
+    fn names(request: &RequestHeader) -> Vec<String> {
+        let mut names: Vec<String> = request.headers.keys().map(|n| n.to_string()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn the_upstream_gets_end_to_end_headers_its_path_host_length_and_own_key() {
+        let request =
+            request_header(&client(), &dispatch(false, 8000, ApiKind::OpenAiChat), 12).unwrap();
+        assert_eq!(
+            names(&request),
+            [
+                "anthropic-version",
+                "authorization",
+                "content-length",
+                "content-type",
+                "host",
+                "user-agent",
+                "x-stainless-lang"
+            ]
+        );
+        let header = |name: &str| request.headers.get(name).unwrap().to_str().unwrap();
+        assert_eq!(header("authorization"), "Bearer sk-provider");
+        assert_eq!(header("host"), "api.example.com:8000");
+        assert_eq!(header("content-length"), "12");
+        assert_eq!(request.uri, "/openai/v1/chat/completions?x=1");
+        assert_eq!(request.version, Version::HTTP_11);
+
+        // Anthropic's key goes in x-api-key; the default port is left out of Host.
+        let request = request_header(
+            &client(),
+            &dispatch(true, 443, ApiKind::AnthropicMessages),
+            12,
+        )
+        .unwrap();
+        let header = |name: &str| request.headers.get(name).unwrap().to_str().unwrap();
+        assert_eq!(header("x-api-key"), "sk-provider");
+        assert!(request.headers.get("authorization").is_none());
+        assert_eq!(header("host"), "api.example.com");
+    }
+
+    #[test]
+    fn the_http2_form_carries_the_authority_in_the_uri_and_no_host() {
+        let dispatch = dispatch(true, 8443, ApiKind::OpenAiChat);
+        let request = request_header(&client(), &dispatch, 12).unwrap();
+        let request = h2_form(request, &dispatch.upstream).unwrap();
+        assert_eq!(
+            request.uri,
+            "https://api.example.com:8443/openai/v1/chat/completions?x=1"
+        );
+        assert!(request.headers.get("host").is_none());
+        assert_eq!(request.version, Version::HTTP_2);
+        assert_eq!(
+            request.headers.get("authorization").unwrap(),
+            "Bearer sk-provider"
+        );
+    }
+}
