@@ -302,8 +302,10 @@ fn h2_form(mut request: Box<RequestHeader>, upstream: &Upstream) -> Result<Box<R
 }
 
 /// Writes the request and reads the response header, skipping informational responses
-/// (the proxy never sends `Expect`). A response without a length is framed as chunked, so
-/// the client's connection stays reusable.
+/// (the proxy never sends `Expect`). The header is made one for an HTTP/1.1 client: a
+/// response without a length (HTTP/2 gives none; HTTP/1 may end a body by closing) is framed
+/// as chunked, or given `Content-Length: 0` when it has no body, so the client's connection
+/// stays reusable.
 async fn write_and_read_header(
     connection: &mut HttpSession,
     request: Box<RequestHeader>,
@@ -321,12 +323,18 @@ async fn write_and_read_header(
             break Box::new(header.clone());
         }
     };
+    // The client is answered in HTTP/1.1 whatever the upstream spoke (Pingora's HTTP/1
+    // writer cannot write an HTTP/2 status line).
+    header.set_version(Version::HTTP_11);
     let framed = header.headers.contains_key(header::TRANSFER_ENCODING)
         || header.headers.contains_key(header::CONTENT_LENGTH);
     let bodiless = matches!(header.status.as_u16(), 204 | 304);
-    if !framed && !bodiless && !connection.response_done() {
-        header.set_version(Version::HTTP_11);
-        header.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+    if !framed && !bodiless {
+        if connection.response_done() {
+            header.insert_header(header::CONTENT_LENGTH, 0)?;
+        } else {
+            header.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+        }
     }
     Ok(header)
 }

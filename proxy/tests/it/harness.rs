@@ -212,6 +212,154 @@ impl Drop for Proxy {
     }
 }
 
+/// A throw-away certificate authority and a server certificate for 127.0.0.1 that it signs,
+/// made with the `openssl` command in `dir`: (the authority's PEM path, the certificate's,
+/// its key's). The proxy trusts the authority through `--ca-file`.
+pub fn tls_certificates(dir: &Path) -> (String, String, String) {
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_owned();
+    std::fs::write(
+        path("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let steps: [Vec<String>; 3] = [
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=atdp-test-ca",
+            "-keyout",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([path("ca.key"), "-out".into(), path("ca.pem")])
+        .collect(),
+        [
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([path("key.pem"), "-out".into(), path("leaf.csr")])
+        .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                path("leaf.csr"),
+                "-CA".into(),
+                path("ca.pem"),
+                "-CAkey".into(),
+                path("ca.key"),
+                "-extfile".into(),
+                path("leaf.ext"),
+                "-out".into(),
+                path("cert.pem"),
+            ])
+            .collect(),
+    ];
+    for step in steps {
+        let made = std::process::Command::new("openssl")
+            .args(&step)
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    (path("ca.pem"), path("cert.pem"), path("key.pem"))
+}
+
+/// nginx (Debian's) as an HTTPS front offering HTTP/2 by ALPN, passing every request to a
+/// local HTTP/1.1 server; its access log has one line per request: protocol, method, path,
+/// status, host (`:authority` on HTTP/2).
+pub struct Nginx {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Nginx {
+    pub fn start_h2(dir: &Path, cert: &str, key: &str, backend: u16) -> Nginx {
+        let port = free_port();
+        let prefix = dir.join("nginx");
+        std::fs::create_dir_all(prefix.join("tmp")).unwrap();
+        let log = prefix.join("access.log");
+        let p = |name: &str| prefix.join(name).to_str().unwrap().to_owned();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {pid};\n\
+             error_log {errors} warn;\nevents {{ worker_connections 64; }}\n\
+             http {{\n\
+               log_format proto '$server_protocol $request_method $request_uri $status $host';\n\
+               access_log {log} proto;\n\
+               client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp};\n\
+               uwsgi_temp_path {tmp}; scgi_temp_path {tmp};\n\
+               server {{\n\
+                 listen 127.0.0.1:{port} ssl http2;\n\
+                 ssl_certificate {cert}; ssl_certificate_key {key};\n\
+                 location / {{\n\
+                   proxy_pass http://127.0.0.1:{backend};\n\
+                   proxy_http_version 1.1; proxy_set_header Connection \"\";\n\
+                   proxy_buffering off;\n\
+                 }}\n\
+               }}\n\
+             }}\n",
+            pid = p("nginx.pid"),
+            errors = p("error.log"),
+            log = log.display(),
+            tmp = p("tmp"),
+        );
+        std::fs::write(prefix.join("nginx.conf"), conf).unwrap();
+        let nginx = ["/usr/sbin/nginx", "nginx"]
+            .into_iter()
+            .find(|n| Command::new(n).arg("-v").output().is_ok())
+            .expect("nginx is not installed: .ci/run installs nginx-light");
+        let child = Command::new(nginx)
+            .args(["-p", &p(""), "-c", &p("nginx.conf"), "-e", &p("error.log")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut front = Nginx { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = front.child.try_wait() {
+                panic!(
+                    "nginx exited ({status}): {}",
+                    std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "nginx did not start listening");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        front.port = port;
+        front
+    }
+
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Runs one `sdk_client.py` scenario; returns its JSON line.
 pub fn sdk(base_url: &str, key: &str, scenario: &str, text: &str, extra: &[&str]) -> Value {
     let output = Command::new(python())

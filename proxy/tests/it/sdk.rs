@@ -302,74 +302,8 @@ fn behaviour_logprobs_are_recorded_and_stripped_unless_the_client_asked() {
 #[test]
 fn https_upstreams_are_reached_over_tls_with_a_configured_ca() {
     use std::io::BufRead;
-    // A throw-away certificate authority and a server certificate for 127.0.0.1 it signs;
-    // the proxy trusts the authority through --ca-file.
     let dir = tempfile::tempdir().unwrap();
-    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(
-        path("leaf.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    let steps: [Vec<String>; 3] = [
-        [
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=atdp-test-ca",
-            "-keyout",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([path("ca.key"), "-out".into(), path("ca.pem")])
-        .collect(),
-        [
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([path("key.pem"), "-out".into(), path("leaf.csr")])
-        .collect(),
-        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([
-                path("leaf.csr"),
-                "-CA".into(),
-                path("ca.pem"),
-                "-CAkey".into(),
-                path("ca.key"),
-                "-extfile".into(),
-                path("leaf.ext"),
-                "-out".into(),
-                path("cert.pem"),
-            ])
-            .collect(),
-    ];
-    for step in steps {
-        let made = std::process::Command::new("openssl")
-            .args(&step)
-            .output()
-            .unwrap();
-        assert!(
-            made.status.success(),
-            "{}",
-            String::from_utf8_lossy(&made.stderr)
-        );
-    }
-    let ca = path("ca.pem");
+    let (ca, cert, key) = tls_certificates(dir.path());
     let mut fake = std::process::Command::new(python())
         .arg(root().join("tests/python/fake_upstream.py"))
         .args(["--port", "0", "--tls-cert"])
@@ -424,4 +358,60 @@ fn https_upstreams_are_reached_over_tls_with_a_configured_ca() {
     );
     assert_eq!(out["text"], "Echo: again");
     let _ = proxy.stop();
+}
+
+#[test]
+fn http2_upstreams_get_the_calls_in_http2_form() {
+    // nginx (a real HTTP/2 server) terminates TLS with HTTP/2 offered by ALPN and passes the
+    // calls to the fake provider over HTTP/1.1; its access log says which protocol the proxy
+    // spoke to it.
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_certificates(dir.path());
+    let upstream = Upstream::start();
+    let front = Nginx::start_h2(dir.path(), &cert, &key, upstream.port);
+    let config = dir.path().join("proxy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[upstream]]\nname = \"h2\"\nurl = \"https://127.0.0.1:{}\"\n",
+            front.port
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::launch_raw(
+        &["--config", config.to_str().unwrap(), "--ca-file", &ca],
+        tempfile::tempdir().unwrap(),
+    );
+    for (scenario, text) in [
+        ("openai-chat", "plain over h2"),
+        ("openai-chat-stream", "streamed over h2"),
+        ("anthropic-messages-stream", "anthropic over h2"),
+    ] {
+        let out = sdk(&proxy.base_url(), DEMO_KEY, scenario, text, &[]);
+        assert_eq!(out["text"], format!("Echo: {text}"), "{scenario}");
+    }
+    let data = proxy.stop();
+    let log = front.access_log();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "HTTP/2.0 POST /v1/chat/completions 200 127.0.0.1",
+            "HTTP/2.0 POST /v1/chat/completions 200 127.0.0.1",
+            "HTTP/2.0 POST /v1/messages 200 127.0.0.1",
+        ],
+        "protocol, method, path, status and :authority as nginx saw them"
+    );
+    // The agent's key did not go upstream.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert!(
+            !request["headers"].to_string().contains(DEMO_KEY),
+            "{request}"
+        );
+    }
+    let lake = read_lake(data.path());
+    let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
+    assert_eq!(statuses, ["ok", "ok", "ok"], "{statuses:?}");
 }
