@@ -492,25 +492,31 @@ fn read_request(connection: &mut std::net::TcpStream) -> bool {
     }
 }
 
+/// Call `n` of a test: a plain chat completion, answered 200.
+fn chat_ok(port: u16, n: usize) -> Response {
+    let response = post(
+        port,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        &chat(&format!("call {n}"), false),
+    );
+    assert_eq!(
+        response.status,
+        200,
+        "call {n}: {}",
+        String::from_utf8_lossy(&response.body)
+    );
+    response
+}
+
 #[test]
 fn a_reused_connection_the_upstream_closed_is_retried_on_a_fresh_one() {
     let upstream = RawUpstream::start(true);
     let proxy = Proxy::start(upstream.port, &[]);
     let calls = 6;
     for n in 0..calls {
-        let response = post(
-            proxy.port,
-            "/v1/chat/completions",
-            Some(DEMO_KEY),
-            "application/json",
-            &chat(&format!("call {n}"), false),
-        );
-        assert_eq!(
-            response.status,
-            200,
-            "call {n}: {}",
-            String::from_utf8_lossy(&response.body)
-        );
+        let response = chat_ok(proxy.port, n);
         assert_eq!(
             response.json()["choices"][0]["message"]["content"],
             "raw reply"
@@ -533,19 +539,7 @@ fn a_reply_ended_by_closing_the_connection_reaches_the_client_chunked_and_whole(
     let upstream = RawUpstream::start(false);
     let proxy = Proxy::start(upstream.port, &[]);
     for n in 0..2 {
-        let response = post(
-            proxy.port,
-            "/v1/chat/completions",
-            Some(DEMO_KEY),
-            "application/json",
-            &chat(&format!("call {n}"), false),
-        );
-        assert_eq!(
-            response.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&response.body)
-        );
+        let response = chat_ok(proxy.port, n);
         assert_eq!(response.header("transfer-encoding"), Some("chunked"));
         assert!(response.complete, "the body ends with its last chunk");
         assert_eq!(response.body, RAW_REPLY.as_bytes());
