@@ -116,7 +116,7 @@ impl Upstreams {
         pump: &mut Pump,
     ) -> std::result::Result<(), Failure> {
         let peer = peer(dispatch);
-        let upstream_failure = |header_sent, error: Box<Error>| Failure {
+        let failed_upstream = |header_sent, error: Box<Error>| Failure {
             from_upstream: true,
             header_sent,
             kind: error.etype().clone(),
@@ -124,7 +124,7 @@ impl Upstreams {
         let (mut connection, header) = self
             .send(session.req_header(), dispatch, &peer, body)
             .await
-            .map_err(|e| upstream_failure(false, e))?;
+            .map_err(|e| failed_upstream(false, e))?;
         let mut done = connection.response_done();
         let mut task = Some(HttpTask::Header(header, done));
         let mut header_sent = false;
@@ -159,7 +159,7 @@ impl Upstreams {
                 }
                 Err(error) => {
                     connection.shutdown().await;
-                    return Err(upstream_failure(header_sent, error));
+                    return Err(failed_upstream(header_sent, error));
                 }
             }
         }
@@ -178,16 +178,17 @@ impl Upstreams {
         peer: &HttpPeer,
         body: Bytes,
     ) -> Result<(HttpSession, Box<ResponseHeader>)> {
-        let request = request_header(client, dispatch, body.len())?;
         let mut tries = 0;
         loop {
             tries += 1;
+            // Built for each try (the connection takes it), rather than cloned from a copy.
+            let request = request_header(client, dispatch, body.len())?;
             let (mut connection, reused) = self.connector.get_http_session(peer).await?;
             connection.set_read_timeout(Some(dispatch.upstream.read_timeout));
             connection.set_write_timeout(Some(dispatch.upstream.read_timeout));
             let attempt = match &connection {
-                HttpSession::H2(_) => h2_form(request.clone(), &dispatch.upstream),
-                _ => Ok(request.clone()),
+                HttpSession::H2(_) => h2_form(request, &dispatch.upstream),
+                _ => Ok(request),
             };
             let result = match attempt {
                 Ok(request) => write_and_read_header(&mut connection, request, &body).await,

@@ -344,7 +344,6 @@ impl Nginx {
             assert!(Instant::now() < deadline, "nginx did not start listening");
             std::thread::sleep(Duration::from_millis(20));
         }
-        front.port = port;
         front
     }
 
