@@ -1,7 +1,9 @@
 //! The response path: every part of the upstream's response (header, body chunks, end)
 //! passes through [`Pump::filter`] on its way to the client. It adds the `x-atdp-*` headers, restores placeholders (in whole
 //! JSON replies and inside SSE streams), and keeps what the client was sent, so the step is
-//! recorded from the bytes the client actually received.
+//! recorded from the bytes the client actually received. A streamed chunk is read for the
+//! record only once it has been written ([`Pump::sent`]), so parsing its events does not
+//! hold that chunk back, and a chunk whose write failed is not recorded.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,6 +55,9 @@ pub struct Pump {
     assembler: StreamAssembler,
     /// Bytes of the reply fed to the record so far.
     kept: usize,
+    /// A streamed chunk (restored, not yet stripped) on its way to the client, fed to the
+    /// record by [`Pump::sent`] once written; dropped if the write fails.
+    unsent: Option<Bytes>,
     sent_end: bool,
     truncated: bool,
     policy_version: Option<String>,
@@ -99,6 +104,7 @@ impl Pump {
             parser: SseParser::new(),
             assembler: StreamAssembler::new(api),
             kept: 0,
+            unsent: None,
             sent_end: false,
             truncated: false,
             policy_version: None,
@@ -158,24 +164,26 @@ impl Pump {
         Ok(Bytes::from(restored))
     }
 
-    /// A streamed chunk: restored, recorded, stripped; with the end of the stream when
-    /// `end`.
-    fn stream_chunk(&mut self, bytes: &[u8], end: bool) -> Result<Bytes> {
-        let mut restored = match self.restorer.as_mut() {
-            Some(restorer) => match restorer.push(bytes) {
-                Ok(out) => out.to_vec(),
-                Err(_) => return Err(self.fail(RESTORE_FAILED)),
-            },
-            None => bytes.to_vec(),
-        };
-        if end && let Some(restorer) = self.restorer.as_mut() {
-            match restorer.finish() {
-                Ok(rest) => restored.extend_from_slice(&rest),
-                Err(_) => return Err(self.fail(RESTORE_FAILED)),
+    /// A streamed chunk: restored and stripped, with the end of the stream when `end`; the
+    /// restored bytes wait in `unsent` for the record.
+    fn stream_chunk(&mut self, bytes: Bytes, end: bool) -> Result<Bytes> {
+        let restored = match self.restorer.as_mut() {
+            Some(restorer) => {
+                let Ok(out) = restorer.push(&bytes) else {
+                    return Err(self.fail(RESTORE_FAILED));
+                };
+                let mut out = out.to_vec();
+                if end {
+                    let Ok(rest) = restorer.finish() else {
+                        return Err(self.fail(RESTORE_FAILED));
+                    };
+                    out.extend_from_slice(&rest);
+                }
+                Bytes::from(out)
             }
-        }
-        self.keep(&restored);
-        Ok(match self.stripper.as_mut() {
+            None => bytes,
+        };
+        let out = match self.stripper.as_mut() {
             Some(stripper) => {
                 let mut out = stripper.push(&restored).to_vec();
                 if end {
@@ -183,8 +191,21 @@ impl Pump {
                 }
                 Bytes::from(out)
             }
-            None => Bytes::from(restored),
-        })
+            None => restored.clone(),
+        };
+        // A chunk is always followed by its write and `sent` (or by the end of the call), so
+        // nothing is waiting here; should one be, it is kept first, in order.
+        self.sent();
+        self.unsent = Some(restored);
+        Ok(out)
+    }
+
+    /// The last task returned by [`Pump::filter`] was written to the client's connection:
+    /// its bytes count as received and are read for the record.
+    pub fn sent(&mut self) {
+        if let Some(bytes) = self.unsent.take() {
+            self.keep(&bytes);
+        }
     }
 
     /// Transforms one task on its way to the client.
@@ -242,7 +263,7 @@ impl Pump {
                 Ok(Some(HttpTask::Body(Some(self.rewrite_json()?), true)))
             }
             HttpTask::Body(Some(bytes), end) => {
-                let out = self.stream_chunk(&bytes, end)?;
+                let out = self.stream_chunk(bytes, end)?;
                 self.sent_end |= end;
                 Ok(Some(HttpTask::Body(Some(out), end)))
             }
@@ -253,7 +274,7 @@ impl Pump {
                     return Ok(Some(HttpTask::Body(Some(self.rewrite_json()?), true)));
                 }
                 if self.restorer.is_some() || self.stripper.is_some() {
-                    let rest = self.stream_chunk(&[], true)?;
+                    let rest = self.stream_chunk(Bytes::new(), true)?;
                     return Ok(Some(HttpTask::Body(Some(rest), true)));
                 }
                 Ok(Some(HttpTask::Done))
@@ -345,5 +366,95 @@ pub fn store_step(state: &State, start: &StepStart, request: &RequestView, end: 
     if let Err(error) = state.writer.append(step) {
         state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
         tracing::error!(step_id = %start.step_id, error = %error, "Could not record the step.");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use pingora::http::ResponseHeader;
+
+    use super::*;
+
+    const FIRST: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    const LAST: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+    fn pump() -> Pump {
+        let start = StepStart {
+            step_id: "s1".to_owned(),
+            trajectory_id: "t1".to_owned(),
+            parent_step_id: None,
+            turn_index: 0,
+            tenant_id: "demo".to_owned(),
+            agent_id: "agent".to_owned(),
+            started_at: 0,
+            api: "openai.chat",
+            upstream: "provider".to_owned(),
+            model_requested: "gpt-4o".to_owned(),
+            tags: BTreeMap::new(),
+        };
+        Pump::new(
+            ApiKind::OpenAiChat,
+            &start,
+            "demo".to_owned(),
+            Arc::new(HashMap::new()),
+            Arc::new(KeyRing::default()),
+            Added::default(),
+            true,
+        )
+    }
+
+    /// Passes the SSE header and `chunks` through the pump, each written (`sent`) when its
+    /// flag says so, and returns the bytes the pump let out.
+    fn stream(pump: &mut Pump, chunks: &[(&'static [u8], bool)]) -> Vec<u8> {
+        let mut header = ResponseHeader::build(200, None).unwrap();
+        header
+            .insert_header("content-type", "text/event-stream")
+            .unwrap();
+        pump.filter(HttpTask::Header(Box::new(header), false))
+            .unwrap();
+        pump.sent();
+        let mut out = Vec::new();
+        for (i, (chunk, written)) in chunks.iter().enumerate() {
+            let end = i + 1 == chunks.len();
+            let task = pump
+                .filter(HttpTask::Body(Some(Bytes::from_static(chunk)), end))
+                .unwrap();
+            let Some(HttpTask::Body(Some(bytes), _)) = task else {
+                panic!("a body chunk came out as another task");
+            };
+            out.extend_from_slice(&bytes);
+            if *written {
+                pump.sent();
+            }
+        }
+        out
+    }
+
+    fn text(end: &StepEnd) -> Option<String> {
+        end.response.as_ref()?.message.as_ref()?.content.clone()
+    }
+
+    #[test]
+    fn a_streamed_chunk_is_recorded_once_written_and_not_when_its_write_failed() {
+        let mut whole = pump();
+        let out = stream(&mut whole, &[(FIRST, true), (LAST, true)]);
+        assert_eq!(
+            out,
+            [FIRST, LAST].concat(),
+            "the bytes pass through unchanged"
+        );
+        let end = whole.finish(None);
+        assert_eq!(end.status, "ok");
+        assert_eq!(text(&end).as_deref(), Some("Hello"));
+
+        // The client's connection failed while the last chunk was written: the record holds
+        // what was written before it, and says the client went away.
+        let mut cut = pump();
+        stream(&mut cut, &[(FIRST, true), (LAST, false)]);
+        let end = cut.finish(Some((false, ErrorType::WriteError)));
+        assert_eq!(end.status, "interrupted");
+        assert_eq!(text(&end).as_deref(), Some("Hel"));
     }
 }

@@ -131,7 +131,10 @@ impl Upstreams {
         loop {
             if let Some(task) = task.take() {
                 let written = match pump.filter(task) {
-                    Ok(Some(task)) => session.write_response_tasks(vec![task]).await.map(|_| ()),
+                    Ok(Some(task)) => session
+                        .write_response_tasks(vec![task])
+                        .await
+                        .map(|_| pump.sent()),
                     Ok(None) => Ok(()),
                     Err(error) => Err(error),
                 };
