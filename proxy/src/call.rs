@@ -133,6 +133,14 @@ pub fn authenticate(state: &State, session: &Session) -> std::result::Result<Cal
     Ok(Caller { key_hash, identity })
 }
 
+/// The names of the caller's token buckets: its key's and its tenant's.
+fn token_buckets(caller: &Caller) -> (String, String) {
+    (
+        format!("key-tokens:{}", caller.key_hash),
+        format!("tokens:{}", caller.identity.tenant),
+    )
+}
+
 /// Routes a request by path.
 pub async fn handle(
     state: &Arc<State>,
@@ -296,10 +304,17 @@ async fn prepare(
         u64::from(limits.key_requests_per_minute),
         u64::from(limits.tenant_requests_per_minute),
     );
+    let (key_tokens, tenant_tokens) = token_buckets(&caller);
     check!(
         state
             .limiter
-            .check(&format!("tokens:{tenant}"), limits.tenant_tokens_per_minute)
+            .check(&tenant_tokens, limits.tenant_tokens_per_minute)
+            .map_err(wait)
+    );
+    check!(
+        state
+            .limiter
+            .check(&key_tokens, limits.key_tokens_per_minute)
             .map_err(wait)
     );
     check!(
@@ -694,11 +709,15 @@ async fn call(
     state.metrics.request(api.name(), status);
     if let Some(response) = &end.response {
         let tokens = response.prompt_tokens.unwrap_or(0) + response.completion_tokens.unwrap_or(0);
-        state.limiter.charge(
-            &format!("tokens:{}", prepared.caller.identity.tenant),
-            state.config.limits.tenant_tokens_per_minute,
-            u64::try_from(tokens).unwrap_or(0),
-        );
+        let tokens = u64::try_from(tokens).unwrap_or(0);
+        let limits = &state.config.limits;
+        let (key_tokens, tenant_tokens) = token_buckets(&prepared.caller);
+        state
+            .limiter
+            .charge(&tenant_tokens, limits.tenant_tokens_per_minute, tokens);
+        state
+            .limiter
+            .charge(&key_tokens, limits.key_tokens_per_minute, tokens);
     }
     let reply = end.response.as_ref().and_then(|r| r.message.clone());
     let placement = crate::trajectory::Placement {

@@ -51,7 +51,9 @@ mod upstream;
 /// The wire formats, from their own crate.
 use atdp_wire as wire;
 
-pub use config::{Config, Limits, OnBackpressure, RawConfig, RawRoute, RawUpstream, Trust};
+pub use config::{
+    Config, Durability, Limits, OnBackpressure, RawConfig, RawRoute, RawUpstream, Trust,
+};
 pub use error::{Error, Result};
 pub use server::run;
 pub use state::load_keys;

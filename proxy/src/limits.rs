@@ -1,7 +1,7 @@
 //! Rate limits: token buckets per API key and per tenant, refilled continuously.
 //!
 //! Requests are charged before a call is forwarded. Tokens are only known once the upstream
-//! has answered, so they are charged afterwards and a tenant whose bucket is empty is refused
+//! has answered, so they are charged afterwards and a key or tenant whose bucket is empty is refused
 //! until it refills (a call may overshoot by its own size, never more).
 
 use std::collections::HashMap;
@@ -14,7 +14,7 @@ struct Bucket {
     at: Instant,
 }
 
-/// Buckets by name (`key:<hash>`, `tenant:<id>`, `tokens:<id>`).
+/// Buckets by name (`key:<hash>`, `tenant:<id>`, `key-tokens:<hash>`, `tokens:<id>`).
 #[derive(Debug, Default)]
 pub struct RateLimiter {
     buckets: Mutex<HashMap<String, Bucket>>,

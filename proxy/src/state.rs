@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
 use policies::{KeyRing, Policy, PolicyStore};
 
-use crate::config::Config;
+use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::limits::RateLimiter;
 use crate::metrics::Metrics;
@@ -104,14 +104,21 @@ pub fn load_keys(path: &Path, tenants: &[String]) -> Result<KeyRing> {
     Ok(keys)
 }
 
+/// The lake writer's settings from the proxy's.
+fn writer_config(config: &Config) -> WriterConfig {
+    let mut writer = WriterConfig::new(config.lake.clone(), config.wal.clone());
+    writer.storage_options = config.lake_options.0.clone();
+    writer.fsync = config.durability == Durability::Fsync;
+    writer.commit_interval = config.commit_interval;
+    writer
+}
+
 impl State {
     /// Loads the policy and keys and opens the lake writer.
     pub async fn open(config: Config) -> Result<Arc<State>> {
         let policy = Policy::load(&config.policy)?;
         let keys = load_keys(&config.keys, &policy.access.tenants())?;
-        let mut writer_config = WriterConfig::new(config.lake.clone(), config.wal.clone());
-        writer_config.storage_options = config.lake_options.0.clone();
-        let writer = LakeWriter::open(writer_config).await?;
+        let writer = LakeWriter::open(writer_config(&config)).await?;
         let (recorder, jobs) = crate::recorder::channel();
         let state = Arc::new(State {
             policy: PolicyStore::new(policy),
@@ -183,5 +190,33 @@ impl State {
             tracing::error!(error = %error, "Could not record the policy reload in the audit trail.");
         }
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+
+    #[test]
+    fn the_lake_writer_gets_the_durability_and_commit_interval() {
+        let config = |extra: &str| {
+            RawConfig::from_toml(&format!(
+                "{extra}\npolicy = \"p\"\n[[upstream]]\nname = \"a\"\nurl = \"http://x\"\n"
+            ))
+            .unwrap()
+            .validate()
+            .unwrap()
+        };
+        let writer = writer_config(&config(""));
+        assert!(writer.fsync);
+        assert_eq!(writer.commit_interval, std::time::Duration::from_millis(10));
+        let writer = writer_config(&config(
+            "durability = \"buffered\"\ncommit_interval_ms = 0\nlake_options = { aws_region = \"r\" }",
+        ));
+        assert!(!writer.fsync);
+        assert!(writer.commit_interval.is_zero());
+        assert_eq!(writer.storage_options["aws_region"], "r");
+        assert!(writer.validate().is_ok());
     }
 }

@@ -79,6 +79,13 @@ struct Cli {
     /// Object-store option for the lake, KEY=VALUE (repeatable; e.g. aws_endpoint=…).
     #[arg(long = "lake-option", value_name = "KEY=VALUE")]
     lake_options: Vec<String>,
+    /// Write-ahead log durability: fsync (default) or buffered (no fsync; survives a crash
+    /// of the proxy, not of the machine).
+    #[arg(long, env = "ATDP_DURABILITY")]
+    durability: Option<String>,
+    /// Shortest time between two write-ahead log commits, in ms (default 10, at most 1000).
+    #[arg(long, env = "ATDP_COMMIT_INTERVAL_MS")]
+    commit_interval_ms: Option<u64>,
     /// Under lake back-pressure: refuse (503) or serve_unrecorded.
     #[arg(long, env = "ATDP_ON_BACKPRESSURE")]
     on_backpressure: Option<String>,
@@ -91,6 +98,9 @@ struct Cli {
     /// Tokens per minute per tenant (0: unlimited).
     #[arg(long, env = "ATDP_TENANT_TPM")]
     tenant_tpm: Option<u64>,
+    /// Tokens per minute per API key (0: unlimited).
+    #[arg(long, env = "ATDP_KEY_TPM")]
+    key_tpm: Option<u64>,
     /// Validate everything, print a summary, and exit.
     #[arg(long)]
     check_config: bool,
@@ -123,6 +133,7 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     over!(record);
     over!(mask);
     over!(ca_file);
+    over!(commit_interval_ms);
     for option in &cli.lake_options {
         let (key, value) = option
             .split_once('=')
@@ -136,6 +147,13 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
             other => anyhow::bail!("--on-backpressure {other:?}: use refuse or serve_unrecorded"),
         };
     }
+    if let Some(durability) = &cli.durability {
+        raw.durability = Some(match durability.as_str() {
+            "fsync" => proxy::Durability::Fsync,
+            "buffered" => proxy::Durability::Buffered,
+            other => anyhow::bail!("--durability {other:?}: use fsync or buffered"),
+        });
+    }
     if let Some(rpm) = cli.key_rpm {
         raw.limits.key_requests_per_minute = rpm;
     }
@@ -144,6 +162,9 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     }
     if let Some(tpm) = cli.tenant_tpm {
         raw.limits.tenant_tokens_per_minute = tpm;
+    }
+    if let Some(tpm) = cli.key_tpm {
+        raw.limits.key_tokens_per_minute = tpm;
     }
     if let Some(url) = &cli.upstream {
         let trust = match cli.upstream_trust.as_deref() {
@@ -217,7 +238,12 @@ fn main() -> ExitCode {
                     "lake          {} (options: {:?})",
                     config.lake, config.lake_options
                 );
-                println!("wal           {}", config.wal.display());
+                println!(
+                    "wal           {} (durability {}, commits at most every {} ms)",
+                    config.wal.display(),
+                    config.durability.name(),
+                    config.commit_interval.as_millis()
+                );
                 println!("record        {}   mask {}", config.record, config.mask);
                 println!("limits        {:?}", config.limits);
                 for upstream in &config.upstreams {

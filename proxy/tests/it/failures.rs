@@ -264,6 +264,45 @@ fn rate_limits_answer_429_with_retry_after() {
     let _ = proxy.stop();
 }
 
+#[test]
+fn token_limits_per_key_and_per_tenant_refuse_once_the_reported_tokens_run_out() {
+    let upstream = Upstream::start();
+    let call = |port: u16, key: &str| {
+        post(
+            port,
+            "/v1/chat/completions",
+            Some(key),
+            "application/json",
+            &chat("hi", false),
+        )
+    };
+    // The fake upstream reports some tokens for each call; a budget of 1 a minute is spent
+    // by the first call, which is served: tokens are only known once the upstream answers.
+    for setting in ["key_tokens_per_minute = 1", "tenant_tokens_per_minute = 1"] {
+        let config = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(config.path(), format!("[limits]\n{setting}\n")).unwrap();
+        let proxy = Proxy::start(
+            upstream.port,
+            &["--config", config.path().to_str().unwrap()],
+        );
+        let first = call(proxy.port, DEMO_KEY);
+        assert_eq!(first.status, 200, "{setting}");
+        assert!(first.json()["usage"]["total_tokens"].as_u64().unwrap() > 1);
+        let limited = call(proxy.port, DEMO_KEY);
+        assert_eq!(limited.status, 429, "{setting}");
+        assert!(limited.header("retry-after").is_some(), "{setting}");
+        assert_eq!(limited.json()["error"]["type"], "rate_limit_error");
+        // Another key, of another tenant, has its own buckets.
+        assert_eq!(call(proxy.port, OTHER_KEY).status, 200, "{setting}");
+        let _ = proxy.stop();
+    }
+    // The same from the flags.
+    let proxy = Proxy::start(upstream.port, &["--key-tpm", "1"]);
+    assert_eq!(call(proxy.port, DEMO_KEY).status, 200);
+    assert_eq!(call(proxy.port, DEMO_KEY).status, 429);
+    let _ = proxy.stop();
+}
+
 /// Sends a streaming chat request on a raw connection and returns it, for tests that cut or
 /// outlive it.
 fn open_stream(port: u16, text: &str) -> std::net::TcpStream {

@@ -7,3 +7,4 @@ mod failures;
 mod harness;
 mod rewards;
 mod sdk;
+mod settings;

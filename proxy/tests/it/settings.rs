@@ -1,0 +1,153 @@
+//! Settings checked before anything starts: `--check-config`, refused settings and policy
+//! directories (exit status 2 and a message naming the problem), and the durability settings
+//! of the write-ahead log in a running proxy.
+
+use std::process::{Command, Output};
+
+use crate::harness::*;
+
+/// Runs `atdp-proxy` with `args` in the data directory `data` until it exits.
+fn run(data: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_atdp-proxy"))
+        .arg("--data")
+        .arg(data)
+        .args(["--upstream", "http://127.0.0.1:9"])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn check_config_prints_the_settings_and_changes_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let policy = quickstart();
+    let output = run(
+        data.path(),
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--durability",
+            "buffered",
+            "--commit-interval-ms",
+            "50",
+            "--key-tpm",
+            "7",
+            "--check-config",
+        ],
+    );
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    assert!(stdout.contains("configuration is valid"), "{stdout}");
+    assert!(
+        stdout.contains("(durability buffered, commits at most every 50 ms)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("key_tokens_per_minute: 7"), "{stdout}");
+    assert!(
+        stdout.contains("(tenants: acme, demo, globex, other)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("absent; it would be created at start"),
+        "{stdout}"
+    );
+    // Neither the key file nor the lake nor the log was created.
+    assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
+
+    // The defaults.
+    let output = run(
+        data.path(),
+        &["--policy", policy.to_str().unwrap(), "--check-config"],
+    );
+    assert!(
+        text(&output.stdout).contains("(durability fsync, commits at most every 10 ms)"),
+        "{}",
+        text(&output.stdout)
+    );
+}
+
+#[test]
+fn refused_settings_and_policies_exit_2_naming_the_problem() {
+    let data = tempfile::tempdir().unwrap();
+    let policy = quickstart();
+    let policy = policy.to_str().unwrap();
+    for (args, expected) in [
+        (
+            vec!["--policy", policy, "--durability", "never"],
+            "--durability \"never\": use fsync or buffered",
+        ),
+        (
+            vec!["--policy", policy, "--commit-interval-ms", "5000"],
+            "`commit_interval_ms` must be at most 1000",
+        ),
+        (
+            vec!["--policy", policy, "--record", "true", "--mask", "false"],
+            "`mask = false` needs `record = false`",
+        ),
+        (vec!["--listen", "nowhere"], "no policy directory"),
+    ] {
+        // With and without --check-config: the same check, before anything starts.
+        for check in [true, false] {
+            let mut args = args.clone();
+            if check {
+                args.push("--check-config");
+            }
+            let output = run(data.path(), &args);
+            let stderr = text(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        }
+    }
+
+    // A policy directory with a Cedar syntax error is refused, and the error names the file.
+    let broken = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(quickstart()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), broken.path().join(entry.file_name())).unwrap();
+    }
+    let cedar = broken.path().join("policies.cedar");
+    let mut source = std::fs::read_to_string(&cedar).unwrap();
+    source.push_str("\npermit(principal, action, resource) when { principal.");
+    std::fs::write(&cedar, source).unwrap();
+    for check in [true, false] {
+        let mut args = vec!["--policy", broken.path().to_str().unwrap()];
+        if check {
+            args.push("--check-config");
+        }
+        let output = run(data.path(), &args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("policies.cedar"), "{stderr}");
+    }
+}
+
+#[test]
+fn buffered_durability_records_every_call() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(
+        upstream.port,
+        &["--durability", "buffered", "--commit-interval-ms", "0"],
+    );
+    for _ in 0..3 {
+        let reply = http(
+            proxy.port,
+            "POST",
+            "/v1/chat/completions",
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &format!("Bearer {DEMO_KEY}")),
+            ],
+            br#"{"model":"gpt-4.1-mini","messages":[{"role":"user","content":"hi"}]}"#,
+        );
+        assert_eq!(reply.status, 200);
+    }
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    assert_eq!(lake.steps.len(), 3);
+    assert!(lake.steps.iter().all(|s| s.status == "ok"));
+}
