@@ -7,12 +7,13 @@
 //! hop-by-hop headers and those the client's `Connection` header names, put the request in
 //! HTTP/2 form when the connection is HTTP/2 (`:authority` from the upstream, no `Host`),
 //! retry a reused connection that fails before any response byte, and frame a response that
-//! has no length as chunked for the client.
+//! has no length as chunked for the client. An HTTP/1.1 request's header and body go out in
+//! one write.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http::{HeaderName, Version, header};
 use pingora::connectors::ConnectorOptions;
 use pingora::connectors::http::Connector;
@@ -20,9 +21,11 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::HttpTask;
 use pingora::protocols::http::client::HttpSession;
+use pingora::protocols::http::v1::client::{HttpSession as Http1Session, http_req_header_to_wire};
 use pingora::proxy::Session;
 use pingora::server::configuration::ServerConf;
-use pingora::{Error, ErrorType, Result};
+use pingora::{Error, ErrorType, Result, RetryType};
+use tokio::io::AsyncWriteExt;
 
 use crate::config::Upstream;
 use crate::pump::Pump;
@@ -186,21 +189,10 @@ impl Upstreams {
             tries += 1;
             // Built for each try (the connection takes it), rather than cloned from a copy.
             let request = request_header(client, dispatch, body.len())?;
-            let (mut connection, reused) = self.connector.get_http_session(peer).await?;
-            connection.set_read_timeout(Some(dispatch.upstream.read_timeout));
-            connection.set_write_timeout(Some(dispatch.upstream.read_timeout));
-            let attempt = match &connection {
-                HttpSession::H2(_) => h2_form(request, &dispatch.upstream),
-                _ => Ok(request),
-            };
-            let result = match attempt {
-                Ok(request) => write_and_read_header(&mut connection, request, &body).await,
-                Err(error) => Err(error),
-            };
-            match result {
-                Ok(header) => return Ok((connection, header)),
+            let (connection, reused) = self.connector.get_http_session(peer).await?;
+            match try_once(connection, peer, dispatch, request, &body).await {
+                Ok(answered) => return Ok(answered),
                 Err(mut error) => {
-                    connection.shutdown().await;
                     error.retry.decide_reuse(reused);
                     if !error.retry() || tries >= MAX_TRIES {
                         return Err(error);
@@ -209,6 +201,106 @@ impl Upstreams {
             }
         }
     }
+}
+
+/// One try on one connection: the request written, the response header read. The
+/// connection is shut down when the try fails.
+async fn try_once(
+    connection: HttpSession,
+    peer: &HttpPeer,
+    dispatch: &Dispatch,
+    request: Box<RequestHeader>,
+    body: &Bytes,
+) -> Result<(HttpSession, Box<ResponseHeader>)> {
+    let timeout = dispatch.upstream.read_timeout;
+    let mut connection = match connection {
+        HttpSession::H1(h1) => {
+            // Header and body in one write (one system call for a request that fits the
+            // socket), where Pingora's session would flush the header on its own first. The
+            // stream is taken out of the session for that, and a new session reads the
+            // response.
+            let mut stream = h1.into_inner();
+            if let Err(error) = write_h1(&mut stream, &request, body, timeout).await {
+                let _ = stream.shutdown().await;
+                return Err(error);
+            }
+            HttpSession::H1(Http1Session::new_with_options(stream, peer))
+        }
+        mut other => {
+            other.set_write_timeout(Some(timeout));
+            let written = match &other {
+                HttpSession::H2(_) => match h2_form(request, &dispatch.upstream) {
+                    Ok(request) => write_whole(&mut other, request, body).await,
+                    Err(error) => Err(error),
+                },
+                _ => write_whole(&mut other, request, body).await,
+            };
+            if let Err(error) = written {
+                other.shutdown().await;
+                return Err(error);
+            }
+            other
+        }
+    };
+    connection.set_read_timeout(Some(timeout));
+    connection.set_write_timeout(Some(timeout));
+    match read_header(&mut connection).await {
+        Ok(header) => Ok((connection, header)),
+        Err(error) => {
+            connection.shutdown().await;
+            Err(error)
+        }
+    }
+}
+
+/// Writes an HTTP/1.1 request (header and body) to `stream` in one vectored write, and
+/// flushes it. A system error on the write is worth a retry when the connection was reused
+/// (the upstream had closed it), as Pingora decides for a failed read of the response header.
+async fn write_h1(
+    stream: &mut pingora::protocols::Stream,
+    request: &RequestHeader,
+    body: &Bytes,
+    timeout: Duration,
+) -> Result<()> {
+    let header = http_req_header_to_wire(request).ok_or_else(|| {
+        Error::explain(
+            ErrorType::InvalidHTTPHeader,
+            "the request line holds a forbidden byte",
+        )
+    })?;
+    let mut wire = header.freeze().chain(body.clone());
+    let write = async {
+        stream.write_all_buf(&mut wire).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(timeout, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(cause)) => {
+            let system = cause.raw_os_error().is_some();
+            let mut error =
+                Error::because(ErrorType::WriteError, "while writing the request", cause);
+            if system {
+                error.retry = RetryType::ReusedOnly;
+            }
+            Err(error)
+        }
+        Err(_) => Err(Error::explain(
+            ErrorType::WriteTimedout,
+            "while writing the request (timeout)",
+        )),
+    }
+}
+
+/// Writes a request through the session (HTTP/2).
+async fn write_whole(
+    connection: &mut HttpSession,
+    request: Box<RequestHeader>,
+    body: &Bytes,
+) -> Result<()> {
+    connection.write_request_header(request).await?;
+    connection.write_request_body(body.clone(), true).await?;
+    connection.finish_request_body().await?;
+    Ok(())
 }
 
 /// The peer for one call: TLS with SNI, HTTP/2 offered over TLS, the upstream's timeouts.
@@ -305,19 +397,11 @@ fn h2_form(mut request: Box<RequestHeader>, upstream: &Upstream) -> Result<Box<R
     Ok(request)
 }
 
-/// Writes the request and reads the response header, skipping informational responses
-/// (the proxy never sends `Expect`). The header is made one for an HTTP/1.1 client: a
-/// response without a length (HTTP/2 gives none; HTTP/1 may end a body by closing) is framed
-/// as chunked, or given `Content-Length: 0` when it has no body, so the client's connection
-/// stays reusable.
-async fn write_and_read_header(
-    connection: &mut HttpSession,
-    request: Box<RequestHeader>,
-    body: &Bytes,
-) -> Result<Box<ResponseHeader>> {
-    connection.write_request_header(request).await?;
-    connection.write_request_body(body.clone(), true).await?;
-    connection.finish_request_body().await?;
+/// Reads the response header, skipping informational responses (the proxy never sends
+/// `Expect`). The header is made one for an HTTP/1.1 client: a response without a length
+/// (HTTP/2 gives none; HTTP/1 may end a body by closing) is framed as chunked, or given
+/// `Content-Length: 0` when it has no body, so the client's connection stays reusable.
+async fn read_header(connection: &mut HttpSession) -> Result<Box<ResponseHeader>> {
     let mut header = loop {
         connection.read_response_header().await?;
         let header = connection
