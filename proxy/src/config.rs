@@ -67,8 +67,9 @@ impl Durability {
 
 /// Default `commit_interval_ms`: at most 100 fsyncs a second. Measured at 8,000 calls/s
 /// (docs/benchmarks.md): 2 ms cost the log's sync thread 8 µs of CPU per call, 20 ms 1.6 µs;
-/// on cloud block storage each fsync is also an operation out of a provisioned budget. A
-/// crash of the machine loses at most this much of the calls already answered.
+/// on cloud block storage each fsync is also an operation out of a provisioned budget. It
+/// adds up to this much to the time an answered call's record waits in memory, where a crash
+/// of the machine can lose it.
 pub const DEFAULT_COMMIT_INTERVAL_MS: u64 = 10;
 
 /// Longest `commit_interval_ms` (the lake writer's own bound).

@@ -1,8 +1,8 @@
 //! Rate limits: token buckets per API key and per tenant, refilled continuously.
 //!
 //! Requests are charged before a call is forwarded. Tokens are only known once the upstream
-//! has answered, so they are charged afterwards and a key or tenant whose bucket is empty is refused
-//! until it refills (a call may overshoot by its own size, never more).
+//! has answered, so they are charged afterwards, and a key or tenant whose token bucket is
+//! empty is refused until it refills (a call may overshoot by its own size, never more).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
