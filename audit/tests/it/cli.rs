@@ -15,10 +15,7 @@ fn python() -> String {
 
 fn check_evidence(path: &std::path::Path) -> Output {
     Command::new(python())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/python/check_evidence.py"
-        ))
+        .arg(crate::common::manifest_dir().join("../tests/python/check_evidence.py"))
         .arg(path)
         .output()
         .unwrap()

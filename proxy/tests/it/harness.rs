@@ -11,8 +11,16 @@ use std::time::{Duration, Instant};
 use atdp_schema::{AuditEvent, Filter, Lake, LakeReader, Reward, Step, VaultEntry};
 use serde_json::Value;
 
+/// This crate's directory, read when the tests run (cargo sets it then too). The value fixed at
+/// compile time can name another checkout: cargo keeps a test binary built there as fresh when
+/// the sources here are older and the target directory is shared.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    manifest_dir().join("..")
 }
 
 pub fn python() -> String {

@@ -24,7 +24,7 @@ async fn run_twice_preview_and_diff() {
     let f = Fixture::new().await;
     let spec = f.dir.path().join("stop_ok.toml");
     std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/stop_ok.toml"),
+        crate::common::manifest_dir().join("examples/stop_ok.toml"),
         &spec,
     )
     .unwrap();

@@ -8,7 +8,7 @@ use atdp_rewards::{Error, RewardFn, Selection};
 use crate::common::{Fixture, STEPS, python};
 
 fn example_script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    crate::common::manifest_dir()
         .join("examples/python/tool_use.py")
         .display()
         .to_string()
