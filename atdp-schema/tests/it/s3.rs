@@ -26,15 +26,30 @@ impl Relay {
             target,
             task: None,
         };
-        relay.resume();
+        relay.resume().await;
         relay
     }
 
-    fn resume(&mut self) {
-        let socket = TcpSocket::new_v4().unwrap();
-        socket.set_reuseaddr(true).unwrap();
-        socket.bind(([127, 0, 0, 1], self.port).into()).unwrap();
-        let listener = socket.listen(128).unwrap();
+    /// Listens on the relay's port again. While the relay was stopped, the port may have been
+    /// taken as the local port of an outgoing connection (it is in the ephemeral range), so
+    /// binding is retried until that connection ends.
+    async fn resume(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let listener = loop {
+            let socket = TcpSocket::new_v4().unwrap();
+            socket.set_reuseaddr(true).unwrap();
+            match socket.bind(([127, 0, 0, 1], self.port).into()) {
+                Ok(()) => break socket.listen(128).unwrap(),
+                Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "the relay's port stayed in use"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => panic!("cannot bind the relay: {error}"),
+            }
+        };
         let target = self.target;
         self.task = Some(tokio::spawn(async move {
             let mut connections = JoinSet::new();
@@ -89,7 +104,7 @@ async fn outage_then_recovery_loses_and_duplicates_nothing() {
         "records wait in the log during the outage"
     );
 
-    relay.resume();
+    relay.resume().await;
     tokio::time::timeout(Duration::from_secs(120), writer.flush())
         .await
         .unwrap()
