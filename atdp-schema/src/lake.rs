@@ -262,8 +262,13 @@ impl Committer {
         Ok(self.delta.insert(delta))
     }
 
-    /// Commits `batch` as transaction `seq`, unless the table already has it.
-    pub(crate) async fn commit(&mut self, seq: i64, batch: RecordBatch) -> Result<Committed> {
+    /// Commits `batches` as transaction `seq` (one Delta commit), unless the table already
+    /// has it.
+    pub(crate) async fn commit(
+        &mut self,
+        seq: i64,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Committed> {
         let mut last_error = None;
         for attempt in 0..CONFLICT_RETRIES {
             if self.delta.is_none() {
@@ -280,7 +285,7 @@ impl Committer {
                 None => self.create(delta).await,
             };
             let written = match delta {
-                Ok(delta) => self.write(delta, seq, batch.clone()).await,
+                Ok(delta) => self.write(delta, seq, batches.clone()).await,
                 Err(error) => Err(error),
             };
             match written {
@@ -336,12 +341,12 @@ impl Committer {
         &self,
         delta: DeltaTable,
         seq: i64,
-        batch: RecordBatch,
+        batches: Vec<RecordBatch>,
     ) -> std::result::Result<DeltaTable, DeltaTableError> {
         let commit = CommitProperties::default()
             .with_application_transaction(Transaction::new(&self.app_id, seq));
         delta
-            .write(vec![batch])
+            .write(batches)
             .with_save_mode(SaveMode::Append)
             .with_partition_columns(PARTITION_COLUMNS)
             .with_writer_properties(writer_properties(self.table))

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arrow::array::RecordBatch;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -457,12 +458,12 @@ async fn upload_segment(
     let mut rows = 0;
     let seq = i64::try_from(sealed.seq)
         .map_err(|_| Error::Config(format!("segment number {} is out of range", sealed.seq)))?;
-    for (table, batch) in batches {
-        let count = batch.num_rows() as u64;
+    for (table, batches) in batches {
+        let count: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let committer = committers
             .entry(table)
             .or_insert_with(|| Committer::new(lake.clone(), table, wal.writer_id()));
-        if let Committed::Now(version) = committer.commit(seq, batch).await? {
+        if let Committed::Now(version) = committer.commit(seq, batches).await? {
             tracing::debug!(table = %table, segment = sealed.seq, version, rows = count, "Committed segment.");
             rows += count;
         }
@@ -489,44 +490,143 @@ async fn upload_segment(
     }
 }
 
-/// A segment's records by table, as they are read. Steps stay boxed as they are decoded, so
-/// sorting them moves pointers rather than whole steps.
+/// Records converted to Arrow at a time while a segment is read. A segment holds up to
+/// `segment_max_bytes` of records (64 MiB by default, some 80,000 small steps); decoding it
+/// whole before converting held every decoded step at once (a 400 MB peak measured at
+/// 8,000 calls/s, faulted in fresh on every segment). Converting in chunks keeps one chunk of
+/// decoded records, whose memory the next chunk reuses.
+const CHUNK_ROWS: usize = 4096;
+
+/// A segment's records by table, as they are read, converted to Arrow every [`CHUNK_ROWS`]
+/// rows. Steps stay boxed as they are decoded, so that the vector moves pointers rather than
+/// whole steps when it grows.
 #[derive(Default)]
 pub(crate) struct ByTable {
     // Boxed on purpose: a record decodes a step into a box, and a Vec of whole steps would
-    // copy each one and grow by reallocating every step read so far.
+    // copy each one.
     #[allow(clippy::vec_box)]
     steps: Vec<Box<Step>>,
     rewards: Vec<Reward>,
     audit: Vec<AuditEvent>,
     vault: Vec<VaultEntry>,
+    /// Converted chunks, in [`TABLE_ORDER`].
+    batches: [Vec<RecordBatch>; 4],
+    /// The first conversion error; the records after it are not converted.
+    error: Option<Error>,
+}
+
+/// The order in which a segment's tables are committed.
+const TABLE_ORDER: [Table; 4] = [Table::Steps, Table::Rewards, Table::Audit, Table::PiiVault];
+
+/// The position of `table` in [`TABLE_ORDER`].
+fn table_index(table: Table) -> usize {
+    match table {
+        Table::Steps => 0,
+        Table::Rewards => 1,
+        Table::Audit => 2,
+        Table::PiiVault => 3,
+    }
 }
 
 impl ByTable {
     pub(crate) fn push(&mut self, record: Record) {
-        match record {
-            Record::Step(step) => self.steps.push(step),
-            Record::Reward(reward) => self.rewards.push(reward),
-            Record::Audit(event) => self.audit.push(event),
-            Record::Vault(entry) => self.vault.push(entry),
+        if self.error.is_some() {
+            return;
+        }
+        let (table, pending) = match record {
+            Record::Step(step) => {
+                self.steps.push(step);
+                (Table::Steps, self.steps.len())
+            }
+            Record::Reward(reward) => {
+                self.rewards.push(reward);
+                (Table::Rewards, self.rewards.len())
+            }
+            Record::Audit(event) => {
+                self.audit.push(event);
+                (Table::Audit, self.audit.len())
+            }
+            Record::Vault(entry) => {
+                self.vault.push(entry);
+                (Table::PiiVault, self.vault.len())
+            }
+        };
+        if pending >= CHUNK_ROWS {
+            self.convert(table);
         }
     }
 
-    /// One Arrow batch per table that has records.
-    pub(crate) fn into_batches(self) -> Result<Vec<(Table, arrow::array::RecordBatch)>> {
-        let mut batches = Vec::new();
-        if !self.steps.is_empty() {
-            batches.push((Table::Steps, batch::steps_to_batch(&self.steps)?));
+    /// Converts the pending records of `table` to a batch and drops them.
+    fn convert(&mut self, table: Table) {
+        let converted = match table {
+            Table::Steps if !self.steps.is_empty() => batch::steps_to_batch(&self.steps),
+            Table::Rewards if !self.rewards.is_empty() => batch::rewards_to_batch(&self.rewards),
+            Table::Audit if !self.audit.is_empty() => batch::audit_to_batch(&self.audit),
+            Table::PiiVault if !self.vault.is_empty() => batch::vault_to_batch(&self.vault),
+            _ => return,
+        };
+        match table {
+            Table::Steps => self.steps.clear(),
+            Table::Rewards => self.rewards.clear(),
+            Table::Audit => self.audit.clear(),
+            Table::PiiVault => self.vault.clear(),
         }
-        if !self.rewards.is_empty() {
-            batches.push((Table::Rewards, batch::rewards_to_batch(&self.rewards)?));
+        match converted {
+            Ok(batch) => self.batches[table_index(table)].push(batch),
+            Err(error) => self.error = Some(error),
         }
-        if !self.audit.is_empty() {
-            batches.push((Table::Audit, batch::audit_to_batch(&self.audit)?));
+    }
+
+    /// The batches of each table that has records, tables in [`TABLE_ORDER`].
+    pub(crate) fn into_batches(mut self) -> Result<Vec<(Table, Vec<RecordBatch>)>> {
+        for table in TABLE_ORDER {
+            if self.error.is_none() {
+                self.convert(table);
+            }
         }
-        if !self.vault.is_empty() {
-            batches.push((Table::PiiVault, batch::vault_to_batch(&self.vault)?));
+        if let Some(error) = self.error {
+            return Err(error);
         }
-        Ok(batches)
+        Ok(TABLE_ORDER
+            .into_iter()
+            .zip(self.batches)
+            .filter(|(_, batches)| !batches.is_empty())
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_convert_in_chunks_and_tables_keep_their_order() {
+        let mut tables = ByTable::default();
+        for i in 0..2 * CHUNK_ROWS + 1 {
+            tables.push(Record::Reward(Reward {
+                reward_id: format!("r{i}"),
+                ..Reward::default()
+            }));
+            if i == CHUNK_ROWS - 1 {
+                // The rewards were converted as the chunk filled; the step is not yet.
+                assert!(tables.rewards.is_empty());
+                tables.push(Record::Step(Box::default()));
+            }
+        }
+        tables.push(Record::Step(Box::default()));
+        let batches = tables.into_batches().unwrap();
+        let shape: Vec<(Table, Vec<usize>)> = batches
+            .iter()
+            .map(|(table, batches)| (*table, batches.iter().map(|b| b.num_rows()).collect()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Table::Steps, vec![2]),
+                (Table::Rewards, vec![CHUNK_ROWS, CHUNK_ROWS, 1]),
+            ]
+        );
+        let rewards = batch::rewards_from_batch(&batches[1].1[1]).unwrap();
+        assert_eq!(rewards[0].reward_id, format!("r{CHUNK_ROWS}"));
     }
 }
