@@ -180,6 +180,11 @@ impl Proxy {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The process id of the running proxy.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
     /// Sends SIGTERM (a graceful shutdown starts).
     pub fn terminate(&mut self) {
         if std::mem::replace(&mut self.terminated, true) {

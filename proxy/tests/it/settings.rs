@@ -1,6 +1,6 @@
 //! Settings checked before anything starts: `--check-config`, refused settings and policy
 //! directories (exit status 2 and a message naming the problem), and the durability settings
-//! of the write-ahead log in a running proxy.
+//! of the write-ahead log in a running proxy, and the process settings it makes for itself.
 
 use std::process::{Command, Output};
 
@@ -150,4 +150,21 @@ fn buffered_durability_records_every_call() {
     let lake = read_lake(data.path());
     assert_eq!(lake.steps.len(), 3);
     assert!(lake.steps.iter().all(|s| s.status == "ok"));
+}
+
+/// The proxy turns transparent huge pages off for itself at start (docs/proxy.md §9): the
+/// kernel zeroed every fresh 2 MiB page of the lake writer's bursts.
+#[cfg(target_os = "linux")]
+#[test]
+fn transparent_huge_pages_are_off_in_the_proxy() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.pid())).unwrap();
+    // `THP_enabled` is in /proc/<pid>/status since Linux 6.0.
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("THP_enabled:"))
+        .expect("THP_enabled in /proc/<pid>/status");
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+    proxy.stop();
 }
