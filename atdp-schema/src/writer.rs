@@ -519,6 +519,19 @@ pub(crate) struct ByTable {
 /// The order in which a segment's tables are committed.
 const TABLE_ORDER: [Table; 4] = [Table::Steps, Table::Rewards, Table::Audit, Table::PiiVault];
 
+/// `rows` as a batch, and emptied; `None` when there are none.
+fn drain_into_batch<T>(
+    rows: &mut Vec<T>,
+    to_batch: impl FnOnce(&[T]) -> Result<RecordBatch>,
+) -> Option<Result<RecordBatch>> {
+    if rows.is_empty() {
+        return None;
+    }
+    let converted = to_batch(rows);
+    rows.clear();
+    Some(converted)
+}
+
 /// The position of `table` in [`TABLE_ORDER`].
 fn table_index(table: Table) -> usize {
     match table {
@@ -560,21 +573,15 @@ impl ByTable {
     /// Converts the pending records of `table` to a batch and drops them.
     fn convert(&mut self, table: Table) {
         let converted = match table {
-            Table::Steps if !self.steps.is_empty() => batch::steps_to_batch(&self.steps),
-            Table::Rewards if !self.rewards.is_empty() => batch::rewards_to_batch(&self.rewards),
-            Table::Audit if !self.audit.is_empty() => batch::audit_to_batch(&self.audit),
-            Table::PiiVault if !self.vault.is_empty() => batch::vault_to_batch(&self.vault),
-            _ => return,
+            Table::Steps => drain_into_batch(&mut self.steps, batch::steps_to_batch),
+            Table::Rewards => drain_into_batch(&mut self.rewards, batch::rewards_to_batch),
+            Table::Audit => drain_into_batch(&mut self.audit, batch::audit_to_batch),
+            Table::PiiVault => drain_into_batch(&mut self.vault, batch::vault_to_batch),
         };
-        match table {
-            Table::Steps => self.steps.clear(),
-            Table::Rewards => self.rewards.clear(),
-            Table::Audit => self.audit.clear(),
-            Table::PiiVault => self.vault.clear(),
-        }
         match converted {
-            Ok(batch) => self.batches[table_index(table)].push(batch),
-            Err(error) => self.error = Some(error),
+            Some(Ok(batch)) => self.batches[table_index(table)].push(batch),
+            Some(Err(error)) => self.error = Some(error),
+            None => {}
         }
     }
 
