@@ -7,6 +7,7 @@ use crate::access::{
 };
 use crate::config::{MASKING_FILE, MaskingConfig};
 use crate::detect::Scanner;
+use crate::forwarding::{FORWARDING_FILE, Forwarding};
 
 /// The problems found in the policy directory `dir`; empty when it is valid. Unlike loading,
 /// which stops at the first file that fails, this checks every file it can.
@@ -27,6 +28,7 @@ pub fn check_dir(dir: &Path) -> Vec<String> {
     let policies = read(POLICIES_FILE, true);
     let entities = read(ENTITIES_FILE, true);
     let masking = read(MASKING_FILE, false);
+    let forwarding = read(FORWARDING_FILE, false);
     if let Some(schema) = schema {
         match parse_schema(&schema) {
             Ok(schema) => {
@@ -54,6 +56,11 @@ pub fn check_dir(dir: &Path) -> Vec<String> {
             }
             Err(found) => problems.extend(found),
         }
+    }
+    if let Some(forwarding) = forwarding
+        && let Err(found) = Forwarding::from_toml(&forwarding)
+    {
+        problems.extend(found.into_iter().map(|p| format!("{FORWARDING_FILE}: {p}")));
     }
     problems
 }

@@ -8,6 +8,7 @@ use crate::access::AccessPolicy;
 use crate::config::MaskingConfig;
 use crate::detect::Scanner;
 use crate::error::Result;
+use crate::forwarding::Forwarding;
 
 /// A loaded, validated policy directory.
 #[derive(Debug)]
@@ -18,19 +19,23 @@ pub struct Policy {
     pub masking: MaskingConfig,
     /// The detectors those settings describe, compiled.
     pub scanner: Scanner,
+    /// What may be forwarded beyond the proxy's known lists (`forwarding.toml`).
+    pub forwarding: Forwarding,
 }
 
 impl Policy {
     /// Loads and validates a policy directory: the three Cedar files and, when present,
-    /// `masking.toml`.
+    /// `masking.toml` and `forwarding.toml`.
     pub fn load(dir: &Path) -> Result<Policy> {
         let access = AccessPolicy::load(dir)?;
         let masking = MaskingConfig::load(dir)?;
         let scanner = Scanner::with_config(&masking.detection, None)?;
+        let forwarding = Forwarding::load(dir)?;
         Ok(Policy {
             access,
             masking,
             scanner,
+            forwarding,
         })
     }
 }

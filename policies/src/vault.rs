@@ -136,11 +136,9 @@ impl KeyRing {
         Ok(KeyRing { tenants })
     }
 
-    /// Reads a key file from disk.
+    /// Reads a key file from disk; the same as [`KeyFile::load`](crate::KeyFile::load).
     pub fn load(path: &Path) -> Result<KeyRing> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::KeyFile(format!("cannot read {}: {e}", path.display())))?;
-        KeyRing::from_json(&text)
+        crate::KeyFile::new(path).load()
     }
 
     /// The key file's JSON (holds secrets: write it with restricted permissions).
@@ -184,13 +182,60 @@ impl KeyRing {
         );
     }
 
-    /// Adds a new current key for `tenant`; old keys stay to open old entries. Returns its id.
+    /// The tenant names, in sort order.
+    pub fn tenants(&self) -> impl Iterator<Item = &str> {
+        self.tenants.keys().map(String::as_str)
+    }
+
+    /// The id of `tenant`'s current key (the one [`KeyRing::seal`] uses).
+    pub fn current_key_id(&self, tenant: &str) -> Option<&str> {
+        self.tenants.get(tenant).map(|k| k.current.as_str())
+    }
+
+    /// The ids of every key of `tenant`, in sort order (ids, never key material).
+    pub fn key_ids(&self, tenant: &str) -> Vec<&str> {
+        self.tenants
+            .get(tenant)
+            .map(|k| k.keys.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// Adds a new current key for `tenant`; old keys stay to open old entries. Returns its id:
+    /// `k{n}` with `n` one more than the highest number among the tenant's key ids, so an id
+    /// is never given to two keys, even after [`KeyRing::undo_rotation`] removed one.
     pub fn rotate(&mut self, tenant: &str) -> Result<String> {
         let keys = self.tenant_mut(tenant)?;
-        let id = format!("k{}", keys.keys.len() + 1);
+        let highest = keys
+            .keys
+            .keys()
+            .filter_map(|id| id.strip_prefix('k')?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        let id = format!("k{}", highest.saturating_add(1));
         keys.keys.insert(id.clone(), random_key());
         keys.current.clone_from(&id);
         Ok(id)
+    }
+
+    /// Undoes one rotation of `tenant` that added `key_id` when `previous` was current:
+    /// `key_id` is removed, and if it is still current, `previous` is current again. A later
+    /// rotation stays in force. Returns whether anything changed (nothing does when the tenant
+    /// was erased meanwhile, or `key_id` is already gone; the key is kept when `previous` is
+    /// gone too, since a tenant always has a current key).
+    pub fn undo_rotation(&mut self, tenant: &str, key_id: &str, previous: &str) -> bool {
+        let Some(keys) = self.tenants.get_mut(tenant) else {
+            return false;
+        };
+        if !keys.keys.contains_key(key_id) || key_id == previous {
+            return false;
+        }
+        if keys.current == key_id {
+            if !keys.keys.contains_key(previous) {
+                return false;
+            }
+            previous.clone_into(&mut keys.current);
+        }
+        keys.keys.remove(key_id).is_some()
     }
 
     /// Forgets every key of `tenant`: its vault entries can no longer be opened anywhere the
@@ -338,6 +383,29 @@ mod tests {
         assert!(ring.open("acme", "US_SSN", &new).is_err());
         assert!(ring.token("acme", "US_SSN", "536-22-1234").is_err());
         assert_eq!(token.len(), "<US_SSN_>".len() + TOKEN_HEX_DIGITS);
+    }
+
+    #[test]
+    fn undoing_a_rotation_keeps_later_ones_and_ids_stay_unique() {
+        let mut ring = ring();
+        let sealed = ring.seal("acme", "PERSON", "Ana").unwrap();
+        assert_eq!(ring.rotate("acme").unwrap(), "k2");
+        assert_eq!(ring.rotate("acme").unwrap(), "k3");
+        // The rotation to k2 is undone after the one to k3: k3 stays current.
+        assert!(ring.undo_rotation("acme", "k2", "k1"));
+        assert_eq!(ring.key_ids("acme"), ["k1", "k3"]);
+        assert_eq!(ring.current_key_id("acme"), Some("k3"));
+        // The next id is past every existing one: k3 is not overwritten.
+        assert_eq!(ring.rotate("acme").unwrap(), "k4");
+        assert_eq!(ring.key_ids("acme"), ["k1", "k3", "k4"]);
+        // Undoing the current rotation makes the previous key current again.
+        assert!(ring.undo_rotation("acme", "k4", "k3"));
+        assert_eq!(ring.current_key_id("acme"), Some("k3"));
+        assert!(!ring.undo_rotation("acme", "k4", "k3"));
+        assert!(!ring.undo_rotation("acme", "k3", "k9"));
+        assert!(!ring.undo_rotation("nobody", "k2", "k1"));
+        assert_eq!(ring.open("acme", "PERSON", &sealed).unwrap(), "Ana");
+        assert_eq!(ring.key_ids("globex"), ["k1"]);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! `{"id": …, "spans": [{"start", "end", "entity", "score"}]}` with UTF-8 byte offsets;
 //! `atdp-policy mask` writes `{"id", "text", "spans", "vault"}` with the masked text;
 //! `atdp-policy check DIR` lists every problem of a policy directory with file, line and
-//! column (exit status 1 when there is one); `atdp-policy keygen` creates a key file. With
+//! column (exit status 1 when there is one); `atdp-policy keygen` adds fresh keys for tenants
+//! to a key file, creating it if needed (tenants that have keys keep them). With
 //! `--policy DIR`, `scan` and `mask` use that directory's `masking.toml` (custom entities,
 //! context words, threshold; `mask` also its storage actions). A malformed input line is reported on stderr
 //! with its line number (never its content) and does not stop the rest; the exit status is
@@ -18,8 +19,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use policies::{
-    Action, KeyRing, MaskPolicy, MaskingConfig, Scanner, builtin_entities, check_dir,
-    json_error_kind, mask,
+    Action, KeyFile, KeyRing, MaskPolicy, MaskingConfig, MissingKeys, Scanner, builtin_entities,
+    check_dir, json_error_kind, mask,
 };
 use serde::Deserialize;
 
@@ -70,9 +71,10 @@ enum Command {
         /// The directory (schema.cedarschema, policies.cedar, entities.json, masking.toml).
         dir: PathBuf,
     },
-    /// Create a key file with fresh random keys for the given tenants.
+    /// Add fresh random keys for the given tenants to a key file, creating it if needed;
+    /// tenants that already have keys keep them.
     Keygen {
-        /// Where to write it (mode 0600); an existing file is not overwritten.
+        /// The key file (mode 0600); changed under its lock file, `<out>.lock`.
         #[arg(long)]
         out: PathBuf,
         /// Tenants (repeatable).
@@ -216,30 +218,15 @@ fn check(dir: &std::path::Path) -> anyhow::Result<usize> {
 }
 
 fn keygen(out: &PathBuf, tenants: &[String]) -> anyhow::Result<usize> {
-    let mut ring = KeyRing::default();
-    for tenant in tenants {
-        ring.generate(tenant);
-    }
-    let json = ring.to_json()?;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(out).with_context(|| {
-        format!(
-            "cannot create {} (an existing key file is never overwritten)",
-            out.display()
-        )
-    })?;
-    file.write_all(json.as_bytes())?;
-    file.sync_all()?;
+    let ensured = KeyFile::new(out).ensure_tenants(tenants, MissingKeys::Generate)?;
+    let mut asked = tenants.to_vec();
+    asked.sort();
+    asked.dedup();
     eprintln!(
-        "atdp-policy: wrote keys for {} tenant(s) to {}",
-        tenants.len(),
-        out.display()
+        "atdp-policy: wrote keys for {} new tenant(s) to {}; {} already had keys and kept them",
+        ensured.generated.len(),
+        out.display(),
+        asked.len().saturating_sub(ensured.generated.len())
     );
     Ok(0)
 }

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod json_masking;
+mod keyfile;
 mod robustness;
 
 use std::io::Write;
@@ -102,7 +104,8 @@ fn keygen_then_mask() {
         let mode = std::fs::metadata(&keys).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
-    // Never overwritten.
+    // Existing keys are never replaced: a second keygen for the tenant leaves the file as is.
+    let first = std::fs::read(&keys).unwrap();
     let again = run(
         &[
             "keygen",
@@ -113,7 +116,8 @@ fn keygen_then_mask() {
         ],
         "",
     );
-    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(again.status.code(), Some(0));
+    assert_eq!(std::fs::read(&keys).unwrap(), first);
 
     let input = r#"{"id": 7, "text": "mail jane@example.com twice: jane@example.com"}"#;
     let out = run(

@@ -1,0 +1,364 @@
+//! Masking a whole JSON document: every string value and every object key, numbers (card
+//! numbers are bare digits), and JSON carried inside strings (tool-call arguments, tool
+//! results), which is parsed, masked and written back, at any depth. What exactly is read is
+//! in docs/policies.md, "What the JSON masker reads".
+//!
+//! The walk allocates nothing for what it finds nothing in: paths are built on the stack and
+//! written out only for a span, JSON inside strings is parsed into a tree that borrows from
+//! the string, and a string without a backslash is scanned once.
+
+mod embedded;
+mod escape;
+mod number;
+mod parse;
+mod path;
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt::Write;
+
+use serde_json::{Map, Value};
+
+use crate::detect::Scanner;
+use crate::error::{Error, Result};
+use crate::mask::{Action, MaskPolicy, MaskedSpan, VaultItem, mask};
+use crate::vault::KeyRing;
+use parse::Fail;
+use path::Path;
+
+/// What masking a document did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JsonMasked {
+    /// Each masked span with the path of the string, key or number it was in:
+    /// `messages[1].content`, and for JSON inside a string, the path inside after `#`:
+    /// `messages[2].tool_calls[0].function.arguments#.email`. Paths name keys as masked.
+    pub spans: Vec<(String, MaskedSpan)>,
+    /// Originals to store in the vault.
+    pub vault: Vec<VaultItem>,
+}
+
+/// Masks `document` in place.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonMasker<'a> {
+    /// The detectors.
+    pub scanner: &'a Scanner,
+    /// Actions per entity.
+    pub policy: &'a MaskPolicy,
+    /// The tenant whose keys are used.
+    pub tenant: &'a str,
+    /// The keys.
+    pub keys: &'a KeyRing,
+}
+
+/// How deep the walk goes: arrays, objects and steps into JSON inside a string, counted
+/// together from the document's root. serde_json refuses documents nested deeper than 128
+/// levels, which leaves at least 32 for JSON inside strings.
+pub(crate) const MAX_DEPTH: usize = 160;
+
+/// How many times the JSON escapes of one string are decoded, each decoding revealing the
+/// next (`\u005cu0040` is `\u0040`, which is `@`).
+pub(crate) const MAX_DECODE_ROUNDS: usize = 32;
+
+/// Texts up to this long that were found clean are remembered for the rest of the document,
+/// so that the keys and short values that repeat (`role`, `type`, `description`) are scanned
+/// once.
+const MEMO_BYTES: usize = 32;
+
+/// The state of one `mask` call.
+#[derive(Default)]
+struct Pass {
+    /// What was found so far.
+    found: JsonMasked,
+    /// Short texts in which nothing was found.
+    clean: HashSet<Box<str>>,
+}
+
+/// The depth one level below `depth`, or the error that refuses the document.
+fn deeper(depth: usize) -> Result<usize> {
+    if depth >= MAX_DEPTH {
+        return Err(Error::Mask(format!(
+            "the JSON nests more than {MAX_DEPTH} levels (arrays, objects and JSON inside \
+             strings together), so it cannot be checked; send it less deeply nested"
+        )));
+    }
+    Ok(depth + 1)
+}
+
+impl JsonMasker<'_> {
+    /// Masks every string value, object key and number of `document`, and the JSON inside
+    /// its strings. Any failure is an error and the document must not be used: nesting too
+    /// deep to check, escapes hidden too many levels deep, or a masking error.
+    pub fn mask(&self, document: &mut Value) -> Result<JsonMasked> {
+        let mut pass = Pass::default();
+        self.walk(document, &Path::Root, 0, &mut pass)?;
+        Ok(pass.found)
+    }
+
+    fn walk(
+        &self,
+        value: &mut Value,
+        path: &Path<'_>,
+        depth: usize,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        match value {
+            Value::String(text) => {
+                if let Some(masked) = self.mask_string(text, path, depth, pass)? {
+                    *text = masked;
+                }
+            }
+            Value::Number(number) => {
+                let mut inline = number::StackText::new();
+                let written;
+                let literal = if write!(inline, "{number}").is_ok() {
+                    inline.as_str()
+                } else {
+                    written = number.to_string();
+                    &written
+                };
+                if let Some(masked) = self.mask_number(literal, path, pass)? {
+                    *value = Value::String(masked);
+                }
+            }
+            Value::Array(items) => {
+                let depth = deeper(depth)?;
+                for (index, item) in items.iter_mut().enumerate() {
+                    self.walk(item, &Path::Index(path, index), depth, pass)?;
+                }
+            }
+            Value::Object(map) => {
+                let depth = deeper(depth)?;
+                let renamed = self.mask_keys(map.keys().map(String::as_str), path, depth, pass)?;
+                if !renamed.is_empty() {
+                    rename(map, renamed);
+                }
+                for (key, item) in map.iter_mut() {
+                    self.walk(item, &Path::Key(path, key), depth, pass)?;
+                }
+            }
+            Value::Null | Value::Bool(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The masked form of one string (a value or a key), or `None` when nothing in it
+    /// changed. A string holding JSON is masked as JSON and written back only when something
+    /// in it changed or a key in it was given twice; otherwise its bytes are kept.
+    fn mask_string(
+        &self,
+        text: &str,
+        path: &Path<'_>,
+        depth: usize,
+        pass: &mut Pass,
+    ) -> Result<Option<String>> {
+        let trimmed = text.trim_start();
+        if trimmed.starts_with('{') || trimmed.starts_with('[') {
+            let inside = deeper(depth)?;
+            match parse::parse(text, MAX_DEPTH - inside) {
+                Ok(mut parsed) => {
+                    let changed =
+                        self.walk_node(&mut parsed.root, &Path::Inside(path), inside, pass)?;
+                    if !changed && !parsed.duplicates {
+                        return Ok(None);
+                    }
+                    let mut written = String::with_capacity(text.len());
+                    embedded::write(&parsed.root, &mut written);
+                    return Ok(Some(written));
+                }
+                Err(Fail::TooDeep) => {
+                    return Err(Error::Mask(format!(
+                        "JSON inside a string nests beyond {MAX_DEPTH} levels, so it cannot \
+                         be checked; send it less deeply nested"
+                    )));
+                }
+                // Not JSON (cut off, say): plain text, escapes included.
+                Err(Fail::Syntax) => {}
+            }
+        }
+        self.mask_text(text, path, pass)
+    }
+
+    /// Masks `text` as plain text. A text with a backslash is also checked with its JSON
+    /// escapes decoded, again until none is left, after masking what each level shows: when a
+    /// decoded level had something to mask, the decoded, masked text replaces the string.
+    fn mask_text(&self, text: &str, path: &Path<'_>, pass: &mut Pass) -> Result<Option<String>> {
+        let first = pass.found.spans.len();
+        let raw = self.scan_and_mask(text, path, None, pass)?;
+        if !text.contains('\\') {
+            return Ok(raw.filter(|masked| masked != text));
+        }
+        let mut current = raw.clone().unwrap_or_else(|| text.to_owned());
+        let mut normalised = false;
+        let mut rounds = 0;
+        while let Cow::Owned(decoded) = escape::decode(&current) {
+            rounds += 1;
+            if rounds > MAX_DECODE_ROUNDS {
+                return Err(Error::Mask(format!(
+                    "a string hides its text under more than {MAX_DECODE_ROUNDS} levels of JSON \
+                     escapes, so it cannot be checked; decode it before sending"
+                )));
+            }
+            current = match self.scan_and_mask(&decoded, path, Some(first), pass)? {
+                Some(masked) => {
+                    normalised |= masked != decoded;
+                    masked
+                }
+                None => decoded,
+            };
+        }
+        if normalised {
+            return Ok(Some(current));
+        }
+        Ok(raw.filter(|masked| masked != text))
+    }
+
+    /// Scans `text` and masks what was found, recording the spans at `path`; `None` when
+    /// nothing was found. Spans that `allow` leaves in place are found again in a decoded
+    /// level: with `seen_from`, such a span already recorded since that index is not recorded
+    /// twice.
+    fn scan_and_mask(
+        &self,
+        text: &str,
+        path: &Path<'_>,
+        seen_from: Option<usize>,
+        pass: &mut Pass,
+    ) -> Result<Option<String>> {
+        let short = text.len() <= MEMO_BYTES;
+        if short && pass.clean.contains(text) {
+            return Ok(None);
+        }
+        let spans = self.scanner.scan(text);
+        if spans.is_empty() {
+            if short {
+                pass.clean.insert(text.into());
+            }
+            return Ok(None);
+        }
+        let masked = mask(text, &spans, self.policy, self.tenant, self.keys)?;
+        let path = path.render();
+        let found = &mut pass.found;
+        for span in masked.spans {
+            let seen = seen_from.is_some_and(|from| {
+                span.action == Action::Allow
+                    && found
+                        .spans
+                        .get(from..)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|(p, s)| *p == path && *s == span)
+            });
+            if !seen {
+                found.spans.push((path.clone(), span));
+            }
+        }
+        absorb_vault(&mut found.vault, masked.vault);
+        Ok(Some(masked.text))
+    }
+
+    /// The masked form of a number given by its literal, as a string, or `None` when nothing
+    /// in it changed (a number stays a number unless something in it is masked).
+    fn mask_number(
+        &self,
+        literal: &str,
+        path: &Path<'_>,
+        pass: &mut Pass,
+    ) -> Result<Option<String>> {
+        let found = number::each_form(literal, |form| {
+            let Some(masked) = self.scan_and_mask(form, path, None, pass)? else {
+                return Ok(None);
+            };
+            Ok(Some((masked != form).then_some(masked)))
+        })?;
+        Ok(found.flatten())
+    }
+
+    /// Masks the keys of one object, given in order, recording their spans at the path of
+    /// their member. Returns the new name of each key that changed, with its position. A key
+    /// in which nothing changed keeps its name; a masked key that comes out as a name the
+    /// object already has gets the first free `~2`, `~3`, … appended, in key order.
+    fn mask_keys<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k str> + Clone,
+        path: &Path<'_>,
+        depth: usize,
+        pass: &mut Pass,
+    ) -> Result<Vec<(usize, String)>> {
+        // Each key's spans are recorded with paths relative to the key, then put under its
+        // member's path once the key's final name is known.
+        let mut found: Vec<(usize, &str, Option<String>, std::ops::Range<usize>)> = Vec::new();
+        for (index, key) in keys.clone().enumerate() {
+            let first = pass.found.spans.len();
+            let masked = self.mask_string(key, &Path::Root, depth, pass)?;
+            let spans = first..pass.found.spans.len();
+            if masked.is_some() || !spans.is_empty() {
+                found.push((index, key, masked, spans));
+            }
+        }
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let changed = |index: usize| {
+            found
+                .iter()
+                .any(|(at, _, masked, _)| *at == index && masked.is_some())
+        };
+        let mut taken: HashSet<String> = keys
+            .enumerate()
+            .filter(|(index, _)| !changed(*index))
+            .map(|(_, key)| key.to_owned())
+            .collect();
+        let mut renamed = Vec::new();
+        for (index, key, masked, spans) in found {
+            let name = match masked {
+                Some(masked) => {
+                    let name = free_name(masked, &taken);
+                    taken.insert(name.clone());
+                    renamed.push((index, name.clone()));
+                    name
+                }
+                None => key.to_owned(),
+            };
+            let member = Path::Key(path, &name).render();
+            for (relative, _) in pass.found.spans.get_mut(spans).unwrap_or_default() {
+                relative.insert_str(0, &member);
+            }
+        }
+        Ok(renamed)
+    }
+}
+
+/// `name`, or with the first `~N` (from 2) that makes it a name not in `taken`.
+fn free_name(name: String, taken: &HashSet<String>) -> String {
+    if !taken.contains(&name) {
+        return name;
+    }
+    (2..=taken.len() + 2)
+        .map(|n| format!("{name}~{n}"))
+        .find(|candidate| !taken.contains(candidate))
+        .unwrap_or(name)
+}
+
+/// Renames the members of `map` at the given positions (in increasing order).
+fn rename(map: &mut Map<String, Value>, renamed: Vec<(usize, String)>) {
+    let members = std::mem::take(map);
+    let mut renamed = renamed.into_iter().peekable();
+    for (index, (key, value)) in members.into_iter().enumerate() {
+        let key = match renamed.next_if(|(at, _)| *at == index) {
+            Some((_, name)) => name,
+            None => key,
+        };
+        map.insert(key, value);
+    }
+}
+
+/// Adds `items` to `vault`, one entry per token.
+fn absorb_vault(vault: &mut Vec<VaultItem>, items: Vec<VaultItem>) {
+    for item in items {
+        if !vault.iter().any(|v| v.token == item.token) {
+            vault.push(item);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

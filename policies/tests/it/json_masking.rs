@@ -1,0 +1,234 @@
+//! A personal value placed anywhere a request can carry it (a string, an object key, a bare
+//! number, JSON inside a string at any depth, cut-off JSON, arrays, keys given twice, some of
+//! its characters written as `\u` escapes) never leaves `JsonMasker` unmasked, is reported
+//! with its entity, and comes back when the placeholders are unmasked.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use policies::*;
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+use serde_json::Value;
+
+/// A value each detector finds in plain text, with its entity.
+const VALUES: &[(&str, &str)] = &[
+    ("EMAIL_ADDRESS", "jane.doe@example.com"),
+    ("CREDIT_CARD", "4111 1111 1111 1111"),
+    ("CREDIT_CARD", "4111111111111111"),
+    ("CREDIT_CARD", "5555555555554444"),
+    ("IBAN_CODE", "DE89 3704 0044 0532 0130 00"),
+    ("PHONE_NUMBER", "+44 20 7946 0958"),
+    ("US_SSN", "536-22-1234"),
+    ("SECRET", "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"),
+    ("SECRET", "AKIAIOSFODNN7EXAMPLE"),
+    ("IP_ADDRESS", "203.0.113.42"),
+    ("IP_ADDRESS", "2001:db8::8a2e:370:7334"),
+    ("PROJECT_CODENAME", "bluebird"),
+];
+
+static SCANNER: LazyLock<Scanner> = LazyLock::new(|| {
+    let config = DetectionConfig {
+        custom: vec![CustomEntity {
+            name: "PROJECT_CODENAME".into(),
+            matcher: CustomMatch::Words {
+                words: vec!["bluebird".into()],
+                case_sensitive: false,
+            },
+            score: 0.9,
+            context: ContextWords::default(),
+        }],
+        ..DetectionConfig::default()
+    };
+    Scanner::with_config(&config, None).unwrap()
+});
+
+static KEYS: LazyLock<KeyRing> = LazyLock::new(|| {
+    let mut keys = KeyRing::default();
+    keys.generate("acme");
+    keys
+});
+
+/// Where the value sits at the bottom.
+#[derive(Debug, Clone, Copy)]
+enum Leaf {
+    /// Inside a string value, between words.
+    Text,
+    /// As an object key.
+    Key,
+    /// As a bare JSON number (digits-only values).
+    Number,
+}
+
+/// How some of the value's characters are written.
+#[derive(Debug, Clone, Copy)]
+enum Escape {
+    /// As they are.
+    None,
+    /// As `\uXXXX` in the JSON text (the parser of that level decodes them).
+    Json,
+    /// As `\uXXXX` in the string itself (a reader of the string sees the escape).
+    Literal,
+}
+
+/// One level around the value, innermost first.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// An item of an array, after `before` other items.
+    Array { before: usize },
+    /// A member of an object, after a decoy member with the same key when `decoy`.
+    Object { decoy: bool },
+    /// JSON carried inside a string; `cut` drops its last character, so it no longer parses.
+    Embedded { cut: bool },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0usize..3).prop_map(|before| Step::Array { before }),
+        any::<bool>().prop_map(|decoy| Step::Object { decoy }),
+        prop::bool::weighted(0.25).prop_map(|cut| Step::Embedded { cut }),
+    ]
+}
+
+/// The JSON text of a string holding `content`, with the characters of `content[value]`
+/// chosen by `escaped` written as `\u` escapes in the way `escape` says.
+fn string_literal(
+    content: &str,
+    value: std::ops::Range<usize>,
+    escape: Escape,
+    escaped: &[bool],
+) -> String {
+    let mut out = String::from("\"");
+    for (at, c) in content.char_indices() {
+        let chosen = value.contains(&at) && escaped[(at - value.start) % escaped.len()];
+        match (escape, chosen) {
+            (Escape::Json, true) => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            (Escape::Literal, true) => out.push_str(&format!("\\\\u{:04x}", u32::from(c))),
+            // No character of the values and words used needs escaping.
+            _ => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The JSON text of the whole request.
+fn request(value: &str, leaf: Leaf, escape: Escape, escaped: &[bool], steps: &[Step]) -> String {
+    let mut text = match leaf {
+        Leaf::Text => {
+            let content = format!("see {value} today");
+            string_literal(&content, 4..4 + value.len(), escape, escaped)
+        }
+        Leaf::Key => format!(
+            "{{{}: 1}}",
+            string_literal(value, 0..value.len(), escape, escaped)
+        ),
+        Leaf::Number => value.to_owned(),
+    };
+    for step in steps {
+        text = match *step {
+            Step::Array { before } => {
+                format!("[{}{text}, \"x\"]", "1, \"filler\", ".repeat(before))
+            }
+            Step::Object { decoy: false } => format!("{{\"other\": 2, \"k\": {text}}}"),
+            Step::Object { decoy: true } => {
+                format!("{{\"k\": \"decoy\", \"other\": 2, \"k\": {text}}}")
+            }
+            Step::Embedded { cut } => {
+                if cut && (text.ends_with('}') || text.ends_with(']')) {
+                    text.pop();
+                }
+                serde_json::to_string(&text).unwrap()
+            }
+        };
+    }
+    format!("{{\"model\": \"m\", \"messages\": [{{\"role\": \"tool\", \"content\": {text}}}]}}")
+}
+
+/// `text` with JSON escapes decoded, again and again, as a reader bent on it would.
+fn decoded(text: &str) -> String {
+    let mut text = text.to_owned();
+    for _ in 0..12 {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find('\\') {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let unicode = after
+                .strip_prefix('u')
+                .and_then(|hex| hex.get(..4))
+                .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                .and_then(char::from_u32);
+            match (after.chars().next(), unicode) {
+                (Some('u'), Some(c)) => {
+                    out.push(c);
+                    rest = &after[5..];
+                }
+                (Some(c @ ('"' | '\\' | '/')), _) => {
+                    out.push(c);
+                    rest = &after[1..];
+                }
+                _ => {
+                    out.push('\\');
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        if out == text {
+            break;
+        }
+        text = out;
+    }
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/json_masking.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn a_personal_value_never_leaves_unmasked_wherever_it_is_placed(
+        which in 0..VALUES.len(),
+        leaf in prop_oneof![Just(Leaf::Text), Just(Leaf::Key), Just(Leaf::Number)],
+        escape in prop_oneof![Just(Escape::None), Just(Escape::Json), Just(Escape::Literal)],
+        escaped in prop::collection::vec(any::<bool>(), 1..6),
+        steps in prop::collection::vec(step(), 0..7),
+    ) {
+        let (entity, value) = VALUES[which];
+        let digits = value.bytes().all(|b| b.is_ascii_digit());
+        let leaf = match leaf {
+            Leaf::Number if !digits => Leaf::Text,
+            other => other,
+        };
+        // At most four levels of JSON inside strings.
+        let mut embedded = 0;
+        let steps: Vec<Step> = steps
+            .into_iter()
+            .filter(|s| !matches!(s, Step::Embedded { .. }) || { embedded += 1; embedded <= 4 })
+            .collect();
+        let text = request(value, leaf, escape, &escaped, &steps);
+        let mut document: Value = serde_json::from_str(&text).unwrap();
+        let policy = MaskPolicy::all(Action::Tokenize);
+        let masker = JsonMasker { scanner: &SCANNER, policy: &policy, tenant: "acme", keys: &KEYS };
+        let masked = masker.mask(&mut document).unwrap();
+        let output = document.to_string();
+        prop_assert!(!decoded(&output).contains(value), "{} left in {}", value, output);
+        prop_assert!(
+            masked.spans.iter().any(|(_, s)| s.entity == entity),
+            "{} not reported for {}: {:?}", entity, text, masked.spans
+        );
+        for (path, _) in &masked.spans {
+            prop_assert!(!decoded(path).contains(value), "{} in the path {}", value, path);
+        }
+        let vault: HashMap<String, VaultItem> =
+            masked.vault.iter().map(|v| (v.token.clone(), v.clone())).collect();
+        let restored = unmask(&output, "acme", &vault, &KEYS).unwrap();
+        prop_assert!(decoded(&restored).contains(value), "{} not restored in {}", value, restored);
+    }
+}
