@@ -13,6 +13,24 @@ pub enum WireError {
     /// The body is not JSON.
     #[error("request body is not JSON ({0}); send a JSON object")]
     NotJson(&'static str),
+    /// An object repeats a key: JSON readers disagree on which copy counts.
+    #[error(
+        "request body: an object repeats a key (line {line}, column {column}); send each key once"
+    )]
+    DuplicateKey {
+        /// Line of the repetition.
+        line: usize,
+        /// Column of the repetition.
+        column: usize,
+    },
+    /// A field's value is not acceptable.
+    #[error("request body: field `{field}` {why}")]
+    Invalid {
+        /// Path of the field.
+        field: String,
+        /// What is wrong with it, in words.
+        why: &'static str,
+    },
     /// A required field is absent.
     #[error("request body: field `{field}` is required")]
     Missing {
@@ -36,7 +54,11 @@ impl WireError {
     /// The HTTP status this error calls for.
     pub fn status(&self) -> u16 {
         match self {
-            WireError::NotJson(_) | WireError::Missing { .. } | WireError::WrongType { .. } => 400,
+            WireError::NotJson(_)
+            | WireError::DuplicateKey { .. }
+            | WireError::Invalid { .. }
+            | WireError::Missing { .. }
+            | WireError::WrongType { .. } => 400,
             WireError::Unmask(_) => 500,
         }
     }

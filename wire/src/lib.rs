@@ -1,8 +1,11 @@
 //! The wire formats of the APIs the proxy speaks: OpenAI chat completions, OpenAI responses
 //! and Anthropic messages, streamed (SSE) or not.
 //!
+//! - [`parse_json_body`] reads a request body one way only (a repeated key is refused), so
+//!   that what the proxy decides on is what it forwards.
 //! - [`parse_request`] and [`parse_response`] read a body into the normalised ATDP shapes
-//!   ([`RequestView`], [`ResponseView`]) that a step record is made of.
+//!   ([`RequestView`], [`ResponseView`]) that a step record is made of; a request's
+//!   [`Offer`]s are everything in it that can act, each named for its Cedar decision.
 //! - [`SseParser`] splits a byte stream into server-sent events wherever its chunks are cut;
 //!   [`StreamAssembler`] rebuilds the final reply from the events.
 //! - [`restore_json`] and [`SseRestorer`] put the originals of masked placeholders back into
@@ -13,6 +16,7 @@
 //! (it may be personal data): errors name the field that was wrong, never its content.
 
 mod assemble;
+mod canonical;
 mod error;
 mod request;
 mod response;
@@ -25,8 +29,10 @@ mod strip;
 mod tests;
 
 pub use assemble::StreamAssembler;
+pub use canonical::parse_json_body;
 pub use error::{ApiFamily, WireError, error_body, error_type};
-pub use request::{RequestView, parse_json_body, parse_request};
+pub use request::fields::{ANTHROPIC_BETAS, OPENAI_BETAS, known_fields};
+pub use request::{Offer, OfferKind, RequestView, parse_request};
 pub use response::{ResponseView, parse_response};
 pub use restore::restore_json;
 pub use restore_sse::SseRestorer;

@@ -1,7 +1,11 @@
 //! Reading a request body into the normalised view a step record is made of.
 
 mod anthropic;
+pub(crate) mod fields;
+mod offers;
 mod openai;
+
+pub use offers::{Offer, OfferKind};
 
 use std::collections::BTreeMap;
 
@@ -59,21 +63,21 @@ pub struct RequestView {
     /// The conversation: system prompt (`instructions`, `system`) first, then the messages
     /// in order; tool results are `tool` messages.
     pub messages: Vec<Message>,
-    /// The tools offered.
+    /// The tools offered, as recorded (function tools with their schema; other tools by type).
     pub tools: Vec<Tool>,
-    /// The tools' names, in order.
-    pub tool_names: Vec<String>,
+    /// Everything the request offers or enables that can act (tools of every form, MCP
+    /// servers, skills, saved prompts), each with the Cedar `Tool` entity that decides it.
+    pub offers: Vec<Offer>,
+    /// Models other than `model` the provider may serve the call with (Anthropic
+    /// `fallbacks`).
+    pub extra_models: Vec<String>,
+    /// Top-level fields the API's known list does not have ([`fields`]).
+    pub unknown_fields: Vec<String>,
     /// The sampling parameters present, as a JSON object's text.
     pub params: Option<String>,
     /// Top-level fields not otherwise modelled, and a count of non-text content parts
     /// (under `non_text_parts`), as a JSON object's text.
     pub extra: Option<String>,
-}
-
-/// Parses a body's bytes as JSON; the error says what kind of syntax error it is without
-/// quoting the body.
-pub fn parse_json_body(body: &[u8]) -> Result<Value, WireError> {
-    serde_json::from_slice(body).map_err(|e| WireError::NotJson(policies::json_error_kind(&e)))
 }
 
 /// Reads a request body of `api` into its [`RequestView`].
@@ -103,6 +107,7 @@ pub fn parse_request(api: ApiKind, body: &Value) -> Result<RequestView, WireErro
             anthropic::tools(obj)?,
         ),
     };
+    let (offers, extra_models) = offers::offers(api, obj)?;
     let params = select(obj, |key| PARAMS.contains(&key));
     let mut extra = select(obj, |key| {
         !PARAMS.contains(&key) && !MODELLED.contains(&key)
@@ -116,8 +121,10 @@ pub fn parse_request(api: ApiKind, body: &Value) -> Result<RequestView, WireErro
         stream,
         include_usage,
         messages,
-        tool_names: tools.iter().map(|t| t.name.clone()).collect(),
         tools,
+        offers,
+        extra_models,
+        unknown_fields: fields::unknown(api, obj),
         params: object_text(params),
         extra: object_text(extra),
     })

@@ -1,6 +1,8 @@
 //! Any request body, on every API: parsing answers (a view or a typed error) and never
 //! panics; the JSON objects a view carries as text (`params`, `extra`, tool parameters)
-//! are valid JSON.
+//! are valid JSON. And the one reading: a body the strict reader accepts reads the same with
+//! `serde_json`, and the proxy's serialisation of it (what goes upstream) reads back to the
+//! same document, with the same bytes when serialised again.
 #![no_main]
 
 use atdp_wire::{ApiKind, parse_json_body, parse_request, parse_response};
@@ -10,6 +12,12 @@ fuzz_target!(|data: &[u8]| {
     let Ok(body) = parse_json_body(data) else {
         return;
     };
+    let loose: serde_json::Value = serde_json::from_slice(data).expect("strict accepted what serde_json refused");
+    assert_eq!(loose, body, "two readings of one body");
+    let forwarded = serde_json::to_vec(&body).expect("a document serialises");
+    let again = parse_json_body(&forwarded).expect("the forwarded bytes read back");
+    assert_eq!(again, body);
+    assert_eq!(serde_json::to_vec(&again).expect("serialises"), forwarded);
     for api in ApiKind::ALL {
         if let Ok(view) = parse_request(api, &body) {
             let texts = view

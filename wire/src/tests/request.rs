@@ -19,6 +19,10 @@ fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
     }
 }
 
+fn entities(view: &crate::RequestView) -> Vec<&str> {
+    view.offers.iter().map(|o| o.entity.as_str()).collect()
+}
+
 fn object(text: Option<&str>) -> Value {
     serde_json::from_str(text.unwrap()).unwrap()
 }
@@ -80,7 +84,8 @@ fn openai_chat() {
             ),
         }]
     );
-    assert_eq!(view.tool_names, ["look"]);
+    assert_eq!(entities(&view), ["look"]);
+    assert!(view.unknown_fields.is_empty(), "{:?}", view.unknown_fields);
     assert_eq!(
         object(view.params.as_deref()),
         json!({"temperature": 0.2, "max_completion_tokens": 100, "tool_choice": "auto"})
@@ -141,7 +146,8 @@ fn openai_responses() {
             tool
         ]
     );
-    assert_eq!(view.tool_names, ["weather", "web_search_preview"]);
+    assert_eq!(entities(&view), ["weather", "openai:web_search_preview"]);
+    assert!(view.unknown_fields.is_empty(), "{:?}", view.unknown_fields);
     assert_eq!(view.tools[1].kind, "web_search_preview");
     assert_eq!(
         view.tools[0].parameters.as_deref(),
@@ -216,7 +222,8 @@ fn anthropic_messages() {
             message("user", Some("And tomorrow?")),
         ]
     );
-    assert_eq!(view.tool_names, ["weather", "web_search"]);
+    assert_eq!(entities(&view), ["weather", "anthropic:web_search"]);
+    assert!(view.unknown_fields.is_empty(), "{:?}", view.unknown_fields);
     assert_eq!(view.tools[0].kind, "function");
     assert_eq!(view.tools[1].kind, "web_search_20250305");
     assert_eq!(
