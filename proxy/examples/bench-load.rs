@@ -3,7 +3,12 @@
 //! cannot hide its queueing (no coordinated omission). Keep-alive connections, HTTP/1.1.
 //!
 //! `cargo run --release -p proxy --example bench-load -- --port 8080 --rate 2000
-//!  --duration 20 [--stream] [--key sk-atdp-demo-agent] [--connections 64] [--slow MS]`
+//!  --duration 20 [--stream] [--realistic] [--key sk-atdp-demo-agent] [--connections 64]
+//!  [--slow MS]`
+//!
+//! `--realistic` sends a support conversation carrying personal data (an e-mail address, a
+//! phone number, a card number, in the user's message and in a tool result holding JSON) and
+//! a tool, instead of a short request without any: the path masking and restoring work on.
 //!
 //! `--slow MS` also prints to stderr, by 100 ms window of scheduled time, how many requests
 //! took MS or longer (to find stalls).
@@ -158,9 +163,16 @@ fn main() -> anyhow::Result<()> {
     let key = flag("--key").unwrap_or_else(|| "sk-atdp-demo-agent".into());
     let stream = args.iter().any(|a| a == "--stream");
     let slow_ms: Option<f64> = flag("--slow").map(|v| v.parse()).transpose()?;
-    let body = format!(
-        r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly."}},{{"role":"user","content":"Where is my order? It was placed last week and the tracking page shows nothing since Monday."}}]}}"#
-    );
+    let realistic = args.iter().any(|a| a == "--realistic");
+    let body = if realistic {
+        format!(
+            r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly. Use lookup_order for order questions."}},{{"role":"user","content":"Hi, I am Jane. Where is my order? It was placed last week and the tracking page shows nothing since Monday. You can mail me at jane.doe@example.com or call +44 20 7946 0958. I paid with 4111 1111 1111 1111."}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"lookup_order","arguments":"{{\"email\":\"jane.doe@example.com\"}}"}}}}]}},{{"role":"tool","tool_call_id":"call_1","content":"{{\"order\":\"A-1042\",\"status\":\"shipped\",\"carrier\":\"DHL\",\"customer\":{{\"email\":\"jane.doe@example.com\",\"phone\":\"+44 20 7946 0958\"}}}}"}}],"tools":[{{"type":"function","function":{{"name":"lookup_order","description":"Looks up an order by the customer's e-mail.","parameters":{{"type":"object","properties":{{"email":{{"type":"string"}}}},"required":["email"]}}}}}}]}}"#
+        )
+    } else {
+        format!(
+            r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly."}},{{"role":"user","content":"Where is my order? It was placed last week and the tracking page shows nothing since Monday."}}]}}"#
+        )
+    };
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()

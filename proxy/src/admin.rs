@@ -1,9 +1,11 @@
 //! The admin port: `GET /metrics` (Prometheus), `GET /healthz` (the process is up),
 //! `GET /readyz` (it can take traffic: policy loaded, the lake writer not failing or over
 //! budget), `POST /reload` (reload the policy directory; an invalid one is refused and the
-//! old one stays in force; when `ATDP_ADMIN_TOKEN` is set, only with that bearer token). A
-//! deliberately small HTTP/1.1 server: one request per connection, no bodies read, 10 s per
-//! connection. Bind it to a private address.
+//! old one stays in force). Endpoints that change state need the admin token
+//! (`Authorization: Bearer …`, from `admin_token_env`, default `ATDP_ADMIN_TOKEN`); without a
+//! token configured they are off (403), and SIGHUP still reloads. A deliberately small
+//! HTTP/1.1 server: one request per connection, no bodies read, 10 s per connection. Bind it
+//! to a private address.
 
 use std::sync::Arc;
 
@@ -29,18 +31,14 @@ pub async fn serve(state: Arc<State>, listener: TcpListener) {
     }
 }
 
-/// Whether the request may reload: when `ATDP_ADMIN_TOKEN` is set, it must come as
-/// `Authorization: Bearer <token>`.
-fn authorised(head: &str) -> bool {
-    let Ok(token) = std::env::var("ATDP_ADMIN_TOKEN") else {
-        return true;
-    };
+/// Whether the request carries `token` as `Authorization: Bearer <token>`.
+fn authorised(head: &str, token: &str) -> bool {
     head.lines().any(|line| {
         line.split_once(':').is_some_and(|(name, value)| {
             let credentials = value.trim().split_once(' ');
             name.trim().eq_ignore_ascii_case("authorization")
                 && credentials.is_some_and(|(scheme, given)| {
-                    scheme.eq_ignore_ascii_case("bearer") && same(given.trim(), &token)
+                    scheme.eq_ignore_ascii_case("bearer") && same(given.trim(), token)
                 })
         })
     })
@@ -72,7 +70,9 @@ async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
         ("GET", "/metrics") => (
             200,
             "text/plain; version=0.0.4",
-            state.metrics.render(&state.writer.stats()),
+            state
+                .metrics
+                .render(&state.writer.stats(), state.recorder.room_bytes()),
         ),
         ("GET", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
         ("GET", "/readyz") => {
@@ -95,11 +95,24 @@ async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
                 (200, "text/plain", "ready\n".to_owned())
             }
         }
-        ("POST", "/reload") if !authorised(&line) => (
-            401,
+        ("POST", "/reload") if state.config.admin_token.is_none() => (
+            403,
             "text/plain",
-            "reloading needs Authorization: Bearer $ATDP_ADMIN_TOKEN\n".to_owned(),
+            "reloading over HTTP is off: no admin token is configured (set ATDP_ADMIN_TOKEN, or send SIGHUP)\n".to_owned(),
         ),
+        ("POST", "/reload")
+            if !state
+                .config
+                .admin_token
+                .as_ref()
+                .is_some_and(|token| authorised(&line, &token.0)) =>
+        {
+            (
+                401,
+                "text/plain",
+                "reloading needs Authorization: Bearer <admin token>\n".to_owned(),
+            )
+        }
         ("POST", "/reload") => match state.reload("admin") {
             Ok(version) => {
                 tracing::info!(version, "Policy reloaded.");
@@ -123,6 +136,7 @@ async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         422 => "Unprocessable Entity",
         _ => "Service Unavailable",

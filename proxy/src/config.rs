@@ -65,6 +65,32 @@ impl Durability {
     }
 }
 
+/// When the decision and the masked request of a call are made durable (`audit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditMode {
+    /// Queued for the write-ahead log before the call is forwarded, written within the commit
+    /// interval: a crash of the proxy can lose the records of the calls of its last moments
+    /// (measured in `docs/benchmarks.md`).
+    #[default]
+    Default,
+    /// The decision event, carrying the request as stored (masked for storage), is in the
+    /// write-ahead log (written, and fsynced under `durability = "fsync"`) before any byte is
+    /// sent upstream: every call that left has its audit event, whatever crashes. Costs a
+    /// wait for the log's next commit on every call.
+    Strict,
+}
+
+impl AuditMode {
+    /// As written in the settings.
+    pub fn name(self) -> &'static str {
+        match self {
+            AuditMode::Default => "default",
+            AuditMode::Strict => "strict",
+        }
+    }
+}
+
 /// Default `commit_interval_ms`: at most 100 fsyncs a second. Measured at 8,000 calls/s
 /// (docs/benchmarks.md): 2 ms cost the log's sync thread 8 µs of CPU per call, 20 ms 1.6 µs;
 /// on cloud block storage each fsync is also an operation out of a provisioned budget. It
@@ -116,6 +142,22 @@ pub struct RawConfig {
     /// Detect and mask personal data (default true). Turning it off is only allowed with
     /// `record = false`: nothing unmasked is ever stored. For benchmarks and debugging.
     pub mask: Option<bool>,
+    /// When a call's decision and masked request are made durable: `default` or `strict`
+    /// (before anything is forwarded); an upstream's own `audit` overrides it.
+    pub audit: Option<AuditMode>,
+    /// Create vault keys for tenants of the policy that have none in the key file (default
+    /// false: a tenant without keys stops the start, or a reload, and the error says how to
+    /// create them). For the quickstart and tests.
+    pub generate_keys: Option<bool>,
+    /// Environment variable holding the admin token that `POST /reload` on the admin port
+    /// requires (default `ATDP_ADMIN_TOKEN`); without one, reloading over HTTP is off (SIGHUP
+    /// still reloads).
+    pub admin_token_env: Option<String>,
+    /// Longest time a client may take to send a request body, in seconds (default 30).
+    pub client_body_timeout_s: Option<u64>,
+    /// How long an idle client connection is kept open between requests, in seconds
+    /// (default 60).
+    pub client_idle_timeout_s: Option<u64>,
     /// Upstreams calls can be routed to.
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<RawUpstream>,
@@ -150,6 +192,8 @@ pub struct RawUpstream {
     /// Ask for the completion's token ids (vLLM `return_token_ids: true`) and record them,
     /// stripping them from the reply (default false; only for servers that accept it).
     pub record_token_ids: Option<bool>,
+    /// `default` or `strict` for the calls to this upstream (default: the global `audit`).
+    pub audit: Option<AuditMode>,
 }
 
 /// One route as written.
@@ -165,8 +209,15 @@ pub struct RawRoute {
     pub rewrite: Option<String>,
 }
 
-/// Rate limits per minute; 0 or absent means unlimited.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+/// Default `key_max_in_flight`.
+pub const DEFAULT_KEY_MAX_IN_FLIGHT: u32 = 256;
+
+fn default_key_max_in_flight() -> u32 {
+    DEFAULT_KEY_MAX_IN_FLIGHT
+}
+
+/// Rate limits per minute (0 or absent means unlimited), and calls in flight per key.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Requests per minute per API key.
@@ -181,6 +232,23 @@ pub struct Limits {
     /// Tokens (prompt + completion, as reported) per minute per API key.
     #[serde(default)]
     pub key_tokens_per_minute: u64,
+    /// Calls one API key may have in flight at once (default
+    /// [`DEFAULT_KEY_MAX_IN_FLIGHT`]; 0: unlimited): one key cannot take every connection
+    /// and buffer from the others.
+    #[serde(default = "default_key_max_in_flight")]
+    pub key_max_in_flight: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            key_requests_per_minute: 0,
+            tenant_requests_per_minute: 0,
+            tenant_tokens_per_minute: 0,
+            key_tokens_per_minute: 0,
+            key_max_in_flight: DEFAULT_KEY_MAX_IN_FLIGHT,
+        }
+    }
 }
 
 /// A checked upstream.
@@ -208,6 +276,8 @@ pub struct Upstream {
     pub record_logprobs: bool,
     /// Whether to ask for and record token ids.
     pub record_token_ids: bool,
+    /// Its own audit mode, when set.
+    pub audit: Option<AuditMode>,
 }
 
 /// Object-store options; their values may be credentials, so `Debug` shows the names only.
@@ -275,6 +345,16 @@ pub struct Config {
     pub record: bool,
     /// Whether personal data is detected and masked.
     pub mask: bool,
+    /// The audit mode of upstreams that set none.
+    pub audit: AuditMode,
+    /// Whether missing vault keys are generated.
+    pub generate_keys: bool,
+    /// The admin token, when one is configured.
+    pub admin_token: Option<Secret>,
+    /// Longest time to receive a request body.
+    pub client_body_timeout: Duration,
+    /// Idle time after which a client connection is closed.
+    pub client_idle_timeout: Duration,
     /// Upstreams.
     pub upstreams: Vec<Upstream>,
     /// Routes.
@@ -350,6 +430,7 @@ fn upstream(raw: &RawUpstream) -> Result<Upstream> {
         read_timeout: Duration::from_secs(raw.read_timeout_s.unwrap_or(300)),
         record_logprobs: raw.record_logprobs.unwrap_or(false),
         record_token_ids: raw.record_token_ids.unwrap_or(false),
+        audit: raw.audit,
     })
 }
 
@@ -420,6 +501,25 @@ impl RawConfig {
                 "`max_body_bytes` must be at least 1024".into(),
             ));
         }
+        let seconds = |value: Option<u64>, default: u64, what: &str| match value.unwrap_or(default)
+        {
+            0 => Err(Error::Config(format!("`{what}` must be at least 1"))),
+            n => Ok(Duration::from_secs(n)),
+        };
+        let client_body_timeout = seconds(self.client_body_timeout_s, 30, "client_body_timeout_s")?;
+        let client_idle_timeout = seconds(self.client_idle_timeout_s, 60, "client_idle_timeout_s")?;
+        let token_env = self
+            .admin_token_env
+            .unwrap_or_else(|| "ATDP_ADMIN_TOKEN".to_owned());
+        let admin_token = std::env::var(&token_env)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .map(Secret);
+        if admin_token.as_ref().is_some_and(|t| t.0.len() < 16) {
+            return Err(Error::Config(format!(
+                "the admin token in {token_env} must be at least 16 characters"
+            )));
+        }
         let commit_interval_ms = self
             .commit_interval_ms
             .unwrap_or(DEFAULT_COMMIT_INTERVAL_MS);
@@ -449,6 +549,11 @@ impl RawConfig {
             ca_file: self.ca_file,
             record,
             mask,
+            audit: self.audit.unwrap_or_default(),
+            generate_keys: self.generate_keys.unwrap_or(false),
+            admin_token,
+            client_body_timeout,
+            client_idle_timeout,
             upstreams,
             routes,
             limits: self.limits,
@@ -473,6 +578,11 @@ pub fn glob(pattern: &str, model: &str) -> Option<String> {
 }
 
 impl Config {
+    /// The audit mode of calls to `upstream`.
+    pub fn audit_mode(&self, upstream: &Upstream) -> AuditMode {
+        upstream.audit.unwrap_or(self.audit)
+    }
+
     /// The upstream and the model name to send for the model a client asked for.
     pub fn route(&self, model: &str) -> Option<(&Upstream, String)> {
         self.routes.iter().find_map(|route| {
@@ -503,6 +613,7 @@ mod tests {
                 read_timeout_s: None,
                 record_logprobs: None,
                 record_token_ids: None,
+                audit: None,
             })
             .map(|u| (u.host, u.port, u.tls, u.prefix))
         };

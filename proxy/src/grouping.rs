@@ -9,7 +9,9 @@
 //! share a path.
 //!
 //! The state is in memory, per proxy instance, bounded (oldest entries evicted first); after
-//! a restart automatic grouping starts new trajectories, while the headers keep working.
+//! a restart automatic grouping starts new trajectories, while the headers keep working. It
+//! also knows which trajectory each recent step belongs to, tenant by tenant, so the rewards
+//! API can refuse a step reward that names a step of another trajectory.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -62,11 +64,9 @@ struct Shard {
     by_prefix: HashMap<Digest32, (Known, u64)>,
     /// Hash of (tenant, trajectory id or session key) → the last step seen in it.
     by_name: HashMap<Digest32, (Known, u64)>,
-    /// Hash of (tenant, trajectory id) → when it was last seen, for rewards. In the shard of
-    /// the trajectory id's hash, with `users`.
-    owners: HashMap<Digest32, u64>,
-    /// Hash of a trajectory id → how many tenants use it.
-    users: HashMap<Digest32, usize>,
+    /// Hash of (tenant, step id) → hash of (tenant, its trajectory id), for rewards: a
+    /// reward naming a step of another trajectory is refused.
+    steps: HashMap<Digest32, (Digest32, u64)>,
     /// Insertion order, for eviction: an entry is removed only if it was not written again
     /// since (its sequence number still matches).
     order: VecDeque<(Key, u64)>,
@@ -77,10 +77,7 @@ struct Shard {
 enum Key {
     Prefix(Digest32),
     Name(Digest32),
-    Owner {
-        pair: Digest32,
-        trajectory: Digest32,
-    },
+    Step(Digest32),
 }
 
 impl Shard {
@@ -108,15 +105,9 @@ impl Shard {
                         self.by_name.remove(&hash);
                     }
                 }
-                Key::Owner { pair, trajectory } => {
-                    if self.owners.get(&pair) == Some(&seq) {
-                        self.owners.remove(&pair);
-                        if let Some(count) = self.users.get_mut(&trajectory) {
-                            *count -= 1;
-                            if *count == 0 {
-                                self.users.remove(&trajectory);
-                            }
-                        }
+                Key::Step(hash) => {
+                    if self.steps.get(&hash).is_some_and(|(_, s)| *s == seq) {
+                        self.steps.remove(&hash);
                     }
                 }
             }
@@ -133,17 +124,6 @@ fn digest(kind: &str, parts: &[&str]) -> Digest32 {
         hasher.update(part.as_bytes());
     }
     hasher.finalize().into()
-}
-
-/// Who a trajectory id belongs to, as far as this instance knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ownership {
-    /// Seen for this tenant.
-    Own,
-    /// Seen only for other tenants.
-    Foreign,
-    /// Not seen (recently).
-    Unknown,
 }
 
 /// How a call names its trajectory.
@@ -318,29 +298,29 @@ impl Trajectories {
                 shard.evict(per_shard);
             });
         }
-        let trajectory = digest("trajectory", &[&placement.trajectory_id]);
-        let pair = digest("owner", &[tenant, &placement.trajectory_id]);
-        self.with_shard(&trajectory, |shard| {
-            let seq = shard.queue(Key::Owner { pair, trajectory });
-            if shard.owners.insert(pair, seq).is_none() {
-                *shard.users.entry(trajectory).or_insert(0) += 1;
-            }
+    }
+
+    /// Remembers that `step_id` is a step of `trajectory_id`, both `tenant`'s (every step
+    /// the proxy records, whatever its status).
+    pub fn note_step(&self, tenant: &str, trajectory_id: &str, step_id: &str) {
+        let key = digest("step", &[tenant, step_id]);
+        let trajectory = digest("trajectory", &[tenant, trajectory_id]);
+        let per_shard = self.per_shard;
+        self.with_shard(&key, |shard| {
+            let seq = shard.queue(Key::Step(key));
+            shard.steps.insert(key, (trajectory, seq));
             shard.evict(per_shard);
         });
     }
 
-    /// Whether `trajectory_id` is `tenant`'s, another tenant's, or unknown here.
-    pub fn ownership(&self, tenant: &str, trajectory_id: &str) -> Ownership {
-        let trajectory = digest("trajectory", &[trajectory_id]);
-        let pair = digest("owner", &[tenant, trajectory_id]);
-        self.with_shard(&trajectory, |shard| {
-            if shard.owners.contains_key(&pair) {
-                Ownership::Own
-            } else if shard.users.contains_key(&trajectory) {
-                Ownership::Foreign
-            } else {
-                Ownership::Unknown
-            }
+    /// Whether `step_id` is a step of `trajectory_id`, looked up among `tenant`'s steps
+    /// only: `None` when this instance does not know the step (another instance's, an
+    /// evicted one, another tenant's, or none at all: all answered alike).
+    pub fn is_step_of(&self, tenant: &str, step_id: &str, trajectory_id: &str) -> Option<bool> {
+        let key = digest("step", &[tenant, step_id]);
+        let trajectory = digest("trajectory", &[tenant, trajectory_id]);
+        self.with_shard(&key, |shard| {
+            shard.steps.get(&key).map(|(known, _)| *known == trajectory)
         })
     }
 }
@@ -397,9 +377,6 @@ mod tests {
         assert_ne!(retry.trajectory_id, a.trajectory_id);
         let other = t.place("globex", Naming::Automatic, &second);
         assert_ne!(other.trajectory_id, a.trajectory_id);
-        assert_eq!(t.ownership("acme", &a.trajectory_id), Ownership::Own);
-        assert_eq!(t.ownership("globex", &a.trajectory_id), Ownership::Foreign);
-        assert_eq!(t.ownership("acme", "nope"), Ownership::Unknown);
     }
 
     #[test]
@@ -509,7 +486,7 @@ mod tests {
         assert_eq!(t.shards.len(), 1);
         let shard = t.shards[0].lock().unwrap();
         assert!(shard.order.len() <= 16);
-        assert!(shard.by_prefix.len() <= 16 && shard.owners.len() <= 16);
+        assert!(shard.by_prefix.len() <= 16 && shard.steps.len() <= 16);
     }
 
     #[test]
@@ -522,7 +499,7 @@ mod tests {
         for shard in t.shards.iter() {
             let shard = shard.lock().unwrap();
             assert!(shard.order.len() <= t.per_shard);
-            assert!(shard.by_prefix.len() + shard.owners.len() <= t.per_shard);
+            assert!(shard.by_prefix.len() + shard.steps.len() <= t.per_shard);
             total += shard.order.len();
         }
         assert!(total <= capacity && total > capacity / 2, "{total}");
@@ -531,8 +508,6 @@ mod tests {
         m.push(message("user", "more"));
         let next = t.place("x", Naming::Automatic, &m);
         assert_eq!(next.trajectory_id, p.trajectory_id);
-        assert_eq!(t.ownership("x", &p.trajectory_id), Ownership::Own);
-        assert_eq!(t.ownership("y", &p.trajectory_id), Ownership::Foreign);
         // The oldest is forgotten.
         let first = vec![
             message("user", "0"),
@@ -576,14 +551,30 @@ mod eviction {
     }
 
     #[test]
-    fn the_same_client_chosen_id_in_two_tenants() {
+    fn steps_are_known_per_tenant_with_their_trajectory() {
         let t = Trajectories::new(100);
-        for tenant in ["a", "b"] {
-            let p = t.place(tenant, Naming::Trajectory("shared"), &[]);
-            t.remember(tenant, Naming::Trajectory("shared"), &p, "s", &[], None);
+        // Two tenants use the same trajectory and step ids.
+        t.note_step("a", "shared", "s1");
+        t.note_step("b", "other", "s1");
+        assert_eq!(t.is_step_of("a", "s1", "shared"), Some(true));
+        assert_eq!(t.is_step_of("a", "s1", "other"), Some(false));
+        assert_eq!(t.is_step_of("b", "s1", "other"), Some(true));
+        assert_eq!(t.is_step_of("b", "s1", "shared"), Some(false));
+        // Another tenant's step and a step known nowhere read the same.
+        assert_eq!(t.is_step_of("c", "s1", "shared"), None);
+        assert_eq!(t.is_step_of("a", "nope", "shared"), None);
+    }
+
+    #[test]
+    fn noted_steps_are_bounded() {
+        let t = Trajectories::new(16);
+        for i in 0..100 {
+            t.note_step("a", "t", &format!("s{i}"));
         }
-        assert_eq!(t.ownership("a", "shared"), Ownership::Own);
-        assert_eq!(t.ownership("b", "shared"), Ownership::Own);
-        assert_eq!(t.ownership("c", "shared"), Ownership::Foreign);
+        let shard = t.shards[0].lock().unwrap();
+        assert!(shard.steps.len() <= 16 && shard.order.len() <= 16);
+        drop(shard);
+        assert_eq!(t.is_step_of("a", "s99", "t"), Some(true));
+        assert_eq!(t.is_step_of("a", "s0", "t"), None);
     }
 }

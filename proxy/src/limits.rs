@@ -1,11 +1,16 @@
-//! Rate limits: token buckets per API key and per tenant, refilled continuously.
+//! Rate limits: token buckets per API key and per tenant, refilled continuously; and the
+//! number of calls each key has in flight.
 //!
 //! Requests are charged before a call is forwarded. Tokens are only known once the upstream
 //! has answered, so they are charged afterwards, and a key or tenant whose token bucket is
 //! empty is refused until it refills (a call may overshoot by its own size, never more).
+//! A key's calls in flight are bounded so that one key cannot take every connection and
+//! buffer of the proxy from the others. Large bodies are parsed and masked off the worker
+//! threads, a bounded number at a time ([`HeavyWork`]), so that they cannot take the workers
+//! from small calls either.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +89,96 @@ impl RateLimiter {
     }
 }
 
+/// Calls in flight per key.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    counts: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+/// One call in flight; the count goes down when it is dropped.
+#[derive(Debug)]
+pub struct InFlightSlot {
+    counts: Arc<Mutex<HashMap<String, u32>>>,
+    key: String,
+}
+
+impl InFlight {
+    /// A slot for `key` when it has fewer than `limit` calls in flight (0: no limit).
+    pub fn enter(&self, key: &str, limit: u32) -> Option<InFlightSlot> {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(key.to_owned()).or_insert(0);
+        if limit > 0 && *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(InFlightSlot {
+            counts: self.counts.clone(),
+            key: key.to_owned(),
+        })
+    }
+
+    /// Calls in flight for `key`.
+    #[cfg(test)]
+    pub fn count(&self, key: &str) -> u32 {
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.get(key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for InFlightSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                // Keys with nothing in flight take no memory.
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// Bodies of at least this many bytes are parsed and masked by [`HeavyWork`]: masking reads
+/// 10 to 400 MB/s depending on the text (docs/benchmarks.md), so a body this large holds a
+/// thread from a fraction of a millisecond to several.
+pub const HEAVY_BODY_BYTES: usize = 64 << 10;
+
+/// Work on large bodies, run on the blocking pool instead of the worker threads that serve
+/// every connection, at most `at_once` at a time (waiting in arrival order), so that bodies
+/// of megabytes use at most that many cores and the workers keep serving small calls.
+#[derive(Debug)]
+pub struct HeavyWork {
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl HeavyWork {
+    /// At most `at_once` (at least 1) pieces of work at a time.
+    pub fn new(at_once: usize) -> HeavyWork {
+        HeavyWork {
+            permits: Arc::new(tokio::sync::Semaphore::new(at_once.max(1))),
+        }
+    }
+
+    /// Half the cores (at least 1) for large bodies.
+    pub fn for_this_machine() -> HeavyWork {
+        HeavyWork::new(std::thread::available_parallelism().map_or(1, |n| n.get() / 2))
+    }
+
+    /// Runs `work` on the blocking pool once a permit is free; `None` when it panicked.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let permit = self.permits.clone().acquire_owned().await.ok()?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work()
+        })
+        .await
+        .ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +206,57 @@ mod tests {
         assert!(limiter.check("t", 100).is_ok());
         limiter.charge("t", 100, 150);
         assert!(limiter.check("t", 100).is_err());
+    }
+
+    #[test]
+    fn a_key_has_at_most_its_limit_in_flight_and_slots_come_back() {
+        let slots = InFlight::default();
+        let first = slots.enter("k", 2).unwrap();
+        let second = slots.enter("k", 2).unwrap();
+        assert!(slots.enter("k", 2).is_none());
+        assert!(slots.enter("other", 2).is_some(), "keys are separate");
+        drop(first);
+        assert_eq!(slots.count("k"), 1);
+        let third = slots.enter("k", 2);
+        assert!(third.is_some());
+        drop((second, third));
+        assert_eq!(slots.count("k"), 0);
+        assert!(slots.counts.lock().unwrap().is_empty());
+        for _ in 0..10 {
+            std::mem::forget(slots.enter("unlimited", 0).unwrap());
+        }
+        assert_eq!(slots.count("unlimited"), 10);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn heavy_work_runs_off_the_calling_thread_a_bounded_number_at_a_time() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let heavy = Arc::new(HeavyWork::new(2));
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let caller = std::thread::current().id();
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (heavy, running, most) = (heavy.clone(), running.clone(), most.clone());
+            tasks.push(tokio::spawn(async move {
+                heavy
+                    .run(move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        std::thread::current().id()
+                    })
+                    .await
+            }));
+        }
+        for task in tasks {
+            let ran_on = task.await.unwrap().unwrap();
+            assert_ne!(ran_on, caller);
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 2);
+        // A panic is an answer, not a lost permit.
+        assert!(heavy.run(|| panic!("boom")).await.is_none());
+        assert_eq!(heavy.run(|| 7).await, Some(7));
     }
 }

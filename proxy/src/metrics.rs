@@ -103,7 +103,7 @@ impl Metrics {
     }
 
     /// The text exposition; `lake` gives the writer's back-log figures.
-    pub fn render(&self, lake: &atdp_schema::WriterStats) -> String {
+    pub fn render(&self, lake: &atdp_schema::WriterStats, queue_free_bytes: usize) -> String {
         let mut out = String::new();
         out.push_str("# HELP atdp_requests_total Requests by API and status.\n# TYPE atdp_requests_total counter\n");
         for ((api, status), n) in self
@@ -166,6 +166,10 @@ impl Metrics {
             out,
             "# HELP atdp_lake_store_down Whether object storage is failing (1) or not (0).\n# TYPE atdp_lake_store_down gauge\natdp_lake_store_down {}",
             u8::from(lake.store_down)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP atdp_record_queue_free_bytes Room left in the queue to the recording thread.\n# TYPE atdp_record_queue_free_bytes gauge\natdp_record_queue_free_bytes {queue_free_bytes}"
         );
         out
     }

@@ -1,4 +1,6 @@
-//! Endpoints the proxy answers itself: `GET /v1/models`.
+//! `GET /v1/models`: the models the caller's key may invoke, in OpenAI's list format. The
+//! candidates are the routes' exact names (a pattern such as `gpt-*` names no model); each is
+//! checked against Cedar as it would be dispatched (after aliasing) with an empty request.
 
 use std::sync::Arc;
 
@@ -7,20 +9,27 @@ use pingora::Result;
 use pingora::proxy::Session;
 use serde_json::json;
 
-use crate::call::{authenticate, refuse};
-use crate::service::respond;
+use crate::respond::{refuse, respond};
+use crate::stages::admit::authenticate;
 use crate::state::State;
 use crate::wire::ApiFamily;
 
-/// `GET /v1/models`: the models the caller's key may invoke, in OpenAI's list format. The
-/// candidates are the routes' exact names (a pattern such as `gpt-*` names no model); each is
-/// checked against Cedar as it would be dispatched (after aliasing) with an empty request.
+/// Answers the endpoint.
 pub async fn models(state: &Arc<State>, session: &mut Session) -> Result<()> {
-    let caller = match authenticate(state, session) {
-        Ok(caller) => caller,
-        Err(reject) => return refuse(state, session, ApiFamily::OpenAi, "models", reject).await,
-    };
     let (_, policy) = state.policy.current();
+    let caller = match authenticate(&policy.access, &session.req_header().headers) {
+        Ok(caller) => caller,
+        Err(refusal) => {
+            return refuse(
+                &state.metrics,
+                session,
+                ApiFamily::OpenAi,
+                "models",
+                &refusal,
+            )
+            .await;
+        }
+    };
     let mut data = Vec::new();
     for route in &state.config.routes {
         if route.model.contains('*') {

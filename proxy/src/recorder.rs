@@ -1,32 +1,35 @@
-//! Recording off the response path: finished steps and decision events go through a bounded
-//! queue to one thread that masks them for storage and appends them to the lake writer, so a
+//! Recording off the response path: finished steps and decision events go through a queue
+//! to one thread that masks them for storage and appends them to the lake writer, so a
 //! keep-alive connection is free for its next request as soon as the reply is sent.
 //!
-//! Nothing is dropped: when the queue is full (by count, or by the bytes of text it holds) the
-//! caller waits for room, which slows it down rather than losing the record, and keeps the
-//! order; when the thread is gone the job is done on the caller's thread. A panic while
-//! recording one step is caught and counted; the thread goes on. A call's decision event is
-//! queued before the call is forwarded and its step after it ends, so the log has them in
-//! that order. (Appending decision events on the request path instead was measured: the
-//! write-ahead log's lock, shared with the recording thread, tripled the p99 at 2,000
-//! calls/s.)
+//! The queue is bounded by the bytes of the whole jobs it holds (every variable-length field
+//! of a step: messages, tool calls, tools, parameters, the reply, token ids), not by their
+//! number alone. A caller waits for room asynchronously: its task yields, the Pingora worker
+//! thread serves other connections, and nothing is dropped. Order is kept (the semaphore is
+//! fair). While the queue is nearly full the proxy answers new calls as under lake
+//! back-pressure (`on_backpressure`). When the thread is gone the job is done on the caller's
+//! thread. A panic while recording one job is caught and counted; the thread goes on. A
+//! call's decision event is queued before the call is forwarded and its step after it ends,
+//! so the log has them in that order.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel as unbounded};
 use std::time::{Duration, Instant};
 
 use atdp_schema::AuditEvent;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use crate::record::{StepEnd, StepStart};
-use crate::state::State;
+use crate::stages::record::{StepEnd, StepStart};
 use crate::wire::RequestView;
 
-/// Jobs waiting at most.
-const QUEUE: usize = 4_096;
-/// Bytes of conversation text waiting at most (requests can be 8 MiB, replies larger).
-const QUEUE_BYTES: usize = 256 << 20;
+/// Bytes the queued jobs may hold at most, in [`UNIT`]s: 256 MiB.
+const QUEUE_UNITS: usize = 256 << 10;
+/// The unit the queue counts in: 1 KiB. Every job takes at least one, so the count of jobs is
+/// bounded too.
+const UNIT: usize = 1 << 10;
+/// What a job holds besides its variable-length fields (ids, times, names), about.
+const FIXED_BYTES: usize = 512;
 /// While calls keep coming the thread looks for jobs this often instead of sleeping on the
 /// queue: a job sent to a sleeping thread costs the sender a wake-up system call on the
 /// response path (measured: 6% of the proxy threads' time at 2,000 calls/s).
@@ -41,77 +44,108 @@ pub enum Job {
     /// A decision event.
     Audit(Box<AuditEvent>),
     /// Answers once every job sent before it is done.
-    Barrier(SyncSender<()>),
+    Barrier(oneshot::Sender<()>),
 }
+
+/// What does the jobs: the proxy's state, seen from here only through this trait.
+pub trait Sink: Send + Sync {
+    /// Records one job (on the recording thread).
+    fn perform(&self, job: Job);
+}
+
+/// A queued job and the room it holds in the queue until it is done.
+type Queued = (Job, Option<OwnedSemaphorePermit>);
 
 /// The sending side, held by the state.
 #[derive(Debug)]
 pub struct Recorder {
-    tx: SyncSender<Job>,
-    /// Text bytes of the queued steps.
-    queued: Arc<AtomicUsize>,
+    tx: Sender<Queued>,
+    room: Arc<Semaphore>,
+    /// The queue's size in units.
+    capacity: usize,
 }
 
 /// The receiving side, for [`run`].
+#[derive(Debug)]
 pub struct Jobs {
-    rx: Receiver<Job>,
-    queued: Arc<AtomicUsize>,
+    rx: Receiver<Queued>,
 }
 
 /// A new queue.
 pub fn channel() -> (Recorder, Jobs) {
-    let (tx, rx) = sync_channel(QUEUE);
-    let queued = Arc::new(AtomicUsize::new(0));
-    (
-        Recorder {
-            tx,
-            queued: queued.clone(),
-        },
-        Jobs { rx, queued },
-    )
+    channel_of(QUEUE_UNITS)
 }
 
-/// About how many bytes of text a job holds.
-fn size(job: &Job) -> usize {
-    let Job::Step(step) = job else { return 0 };
-    let (_, request, end) = &**step;
+/// A new queue of `capacity` units.
+fn channel_of(capacity: usize) -> (Recorder, Jobs) {
+    let (tx, rx) = unbounded();
+    let room = Arc::new(Semaphore::new(capacity));
+    (Recorder { tx, room, capacity }, Jobs { rx })
+}
+
+/// The bytes a job holds, about: every variable-length field of a step.
+pub fn size(job: &Job) -> usize {
+    let Job::Step(step) = job else {
+        return FIXED_BYTES;
+    };
+    let (start, request, end) = &**step;
     let message = |m: &atdp_schema::Message| {
-        m.content.as_ref().map_or(0, String::len)
+        m.role.len()
+            + m.content.as_ref().map_or(0, String::len)
+            + m.name.as_ref().map_or(0, String::len)
+            + m.tool_call_id.as_ref().map_or(0, String::len)
             + m.tool_calls
                 .iter()
-                .map(|c| c.arguments.len())
+                .map(|c| c.id.len() + c.name.len() + c.arguments.len() + 16)
                 .sum::<usize>()
+            + 32
     };
-    request.messages.iter().map(message).sum::<usize>()
-        + end
-            .response
-            .as_ref()
-            .and_then(|r| r.message.as_ref())
-            .map_or(0, message)
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| {
+            t.kind.len()
+                + t.name.len()
+                + t.description.as_ref().map_or(0, String::len)
+                + t.parameters.as_ref().map_or(0, String::len)
+                + 32
+        })
+        .sum();
+    let reply = end.response.as_ref().map_or(0, |r| {
+        r.message.as_ref().map_or(0, message)
+            + r.token_ids.as_ref().map_or(0, |ids| ids.len() * 4)
+            + r.logprobs.as_ref().map_or(0, |lp| lp.len() * 4)
+            + r.model.as_ref().map_or(0, String::len)
+    });
+    FIXED_BYTES
+        + start
+            .tags
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+        + request.messages.iter().map(message).sum::<usize>()
+        + tools
+        + request.params.as_ref().map_or(0, String::len)
+        + request.extra.as_ref().map_or(0, String::len)
+        + request
+            .offers
+            .iter()
+            .map(|o| o.entity.len() + o.field.len())
+            .sum::<usize>()
+        + reply
+        + end.error.as_ref().map_or(0, String::len)
 }
 
-/// Does one job now.
-fn perform(state: &State, job: Job) {
-    match job {
-        Job::Step(step) => {
-            let (start, request, end) = *step;
-            crate::pump::store_step(state, &start, &request, end);
-        }
-        Job::Audit(event) => {
-            if let Err(error) = state.writer.append_audit(*event) {
-                state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %error, "Could not record an audit event.");
-            }
-        }
-        Job::Barrier(done) => {
-            let _ = done.send(());
-        }
-    }
+/// Units of a queue of `capacity` a job of `bytes` takes (a job bigger than the queue takes
+/// all of it).
+fn units(bytes: usize, capacity: usize) -> u32 {
+    let units = bytes.div_ceil(UNIT).clamp(1, capacity);
+    u32::try_from(units).unwrap_or(u32::MAX)
 }
 
 /// The next job: polled every [`POLL`] while busy, waited for once idle; `None` once every
 /// sender is gone.
-fn next(jobs: &Jobs, idle_since: &mut Option<Instant>) -> Option<Job> {
+fn next(jobs: &Jobs, idle_since: &mut Option<Instant>) -> Option<Queued> {
     loop {
         match jobs.rx.try_recv() {
             Ok(job) => {
@@ -131,49 +165,178 @@ fn next(jobs: &Jobs, idle_since: &mut Option<Instant>) -> Option<Job> {
     }
 }
 
-/// The recording thread's loop; ends when every sender is gone or the state is.
-pub fn run(state: Weak<State>, jobs: Jobs) {
+/// The recording thread's loop; ends when every sender is gone or the sink is.
+pub fn run(sink: std::sync::Weak<dyn Sink>, jobs: Jobs) {
     let mut idle_since = None;
-    while let Some(job) = next(&jobs, &mut idle_since) {
-        jobs.queued.fetch_sub(size(&job), Ordering::SeqCst);
-        let Some(state) = state.upgrade() else { break };
-        if catch_unwind(AssertUnwindSafe(|| perform(&state, job))).is_err() {
-            state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
+    while let Some((job, room)) = next(&jobs, &mut idle_since) {
+        let Some(sink) = sink.upgrade() else { break };
+        if catch_unwind(AssertUnwindSafe(|| sink.perform(job))).is_err() {
             tracing::error!("Recording a call panicked; it is not recorded, recording goes on.");
         }
+        // The job's room is given back once it is done, not when it leaves the queue.
+        drop(room);
     }
 }
 
 impl Recorder {
-    /// Queues a job, waiting for room when the queue is full; does it on this thread when
-    /// the recording thread is gone.
-    pub fn submit(&self, state: &State, job: Job) {
-        let bytes = size(&job);
-        // Over the byte budget: wait for the thread to catch up (a rare, short wait).
-        while bytes > 0 && self.queued.load(Ordering::SeqCst) + bytes > QUEUE_BYTES {
-            if self.queued.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+    /// Queues a job, waiting (asynchronously) for room; does it on this thread when the
+    /// recording thread is gone.
+    pub async fn submit(&self, sink: &dyn Sink, job: Job) {
+        let room = self
+            .room
+            .clone()
+            .acquire_many_owned(units(size(&job), self.capacity))
+            .await
+            .ok();
+        if let Err(error) = self.tx.send((job, room)) {
+            let (job, _) = error.0;
+            sink.perform(job);
         }
-        self.queued.fetch_add(bytes, Ordering::SeqCst);
-        let job = match self.tx.try_send(job) {
-            Ok(()) => return,
-            Err(TrySendError::Full(job)) => match self.tx.send(job) {
-                Ok(()) => return,
-                Err(error) => error.0,
-            },
-            Err(TrySendError::Disconnected(job)) => job,
-        };
-        self.queued.fetch_sub(bytes, Ordering::SeqCst);
-        perform(state, job);
     }
 
-    /// Waits until everything queued so far is recorded (before the writer is shut down).
-    pub fn drain(&self) {
-        let (done, wait) = sync_channel(1);
-        if self.tx.send(Job::Barrier(done)).is_ok() {
-            let _ = wait.recv();
+    /// Whether the queue is nearly full (less than a sixteenth free): new calls are then
+    /// answered as under lake back-pressure.
+    pub fn full(&self) -> bool {
+        self.room.available_permits() < self.capacity / 16
+    }
+
+    /// Bytes of room left in the queue.
+    pub fn room_bytes(&self) -> usize {
+        self.room.available_permits() * UNIT
+    }
+
+    /// Waits until everything queued so far is recorded.
+    pub async fn drain(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send((Job::Barrier(done), None)).is_ok() {
+            let _ = wait.await;
         }
+    }
+
+    /// [`Recorder::drain`] for a thread outside the runtime (the shutdown).
+    pub fn drain_blocking(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send((Job::Barrier(done), None)).is_ok() {
+            let _ = wait.blocking_recv();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use atdp_schema::Message;
+
+    use super::*;
+
+    /// Holds every job until released, and counts what it recorded.
+    #[derive(Default)]
+    struct Gate {
+        open: AtomicBool,
+        done: Mutex<Vec<usize>>,
+    }
+
+    impl Sink for Gate {
+        fn perform(&self, job: Job) {
+            while !self.open.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            match job {
+                Job::Barrier(done) => {
+                    let _ = done.send(());
+                }
+                job => self.done.lock().unwrap().push(size(&job)),
+            }
+        }
+    }
+
+    fn step(text_bytes: usize, token_ids: usize) -> Job {
+        let start = StepStart {
+            step_id: "s".into(),
+            trajectory_id: "t".into(),
+            parent_step_id: None,
+            turn_index: 0,
+            tenant_id: "x".into(),
+            agent_id: "a".into(),
+            started_at: 0,
+            api: "openai.chat",
+            upstream: "u".into(),
+            model_requested: "m".into(),
+            tags: Default::default(),
+        };
+        let request = RequestView {
+            messages: vec![Message {
+                role: "user".into(),
+                content: Some("x".repeat(text_bytes)),
+                ..Message::default()
+            }],
+            tools: vec![atdp_schema::Tool {
+                kind: "function".into(),
+                name: "f".into(),
+                description: None,
+                parameters: Some("p".repeat(text_bytes)),
+            }],
+            ..RequestView::default()
+        };
+        let end = StepEnd {
+            status: "ok",
+            error: None,
+            response: Some(crate::wire::ResponseView {
+                token_ids: Some(vec![0; token_ids]),
+                ..Default::default()
+            }),
+            policy_version: None,
+        };
+        Job::Step(Box::new((start, request, end)))
+    }
+
+    #[test]
+    fn a_job_counts_every_field_of_the_step() {
+        // Tool schemas and token ids count, not only message text.
+        let small = size(&step(10, 0));
+        let big = size(&step(100_000, 0));
+        assert!(big >= small + 190_000, "{small} {big}");
+        assert!(size(&step(10, 50_000)) >= small + 190_000);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_queue_makes_the_sender_wait_without_blocking_its_thread() {
+        let gate = Arc::new(Gate::default());
+        // A queue of 64 KiB, filled by one job bigger than it (the sink holds that job, so
+        // its room is not given back).
+        let (recorder, jobs) = channel_of(64);
+        let recorder = Arc::new(recorder);
+        let sink: Arc<dyn Sink> = gate.clone();
+        let weak = Arc::downgrade(&sink);
+        std::thread::spawn(move || run(weak, jobs));
+        recorder.submit(&*sink, step(100 << 10, 0)).await;
+        assert!(recorder.full());
+        assert_eq!(recorder.room_bytes(), 0);
+        // The next submission waits; meanwhile this runtime still runs other tasks.
+        let waiting = {
+            let (recorder, sink) = (recorder.clone(), sink.clone());
+            tokio::spawn(async move { recorder.submit(&*sink, step(10, 0)).await })
+        };
+        let ticks = tokio::spawn(async {
+            for _ in 0..20 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            true
+        });
+        assert!(
+            ticks.await.unwrap(),
+            "other tasks run while the sender waits"
+        );
+        assert!(!waiting.is_finished(), "the sender waits for room");
+        gate.open.store(true, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        recorder.drain().await;
+        assert_eq!(gate.done.lock().unwrap().len(), 2, "nothing is dropped");
+        assert!(!recorder.full());
     }
 }

@@ -1,11 +1,14 @@
 //! `POST /v1/atdp/rewards`: named float rewards on a step or a trajectory, one or a batch.
 //!
 //! A reward is stored under the caller's own tenant, always: a key can never write into
-//! another tenant's partition, and a trajectory this proxy knows to be another tenant's is
-//! answered with 404 (the same answer as for an id that exists nowhere, so nothing leaks).
-//! A reward may arrive before its step reaches the lake (the step may still be in some
-//! writer's log): it is accepted and stored as it came, never dropped. The answer is sent once
-//! the rewards are on local disk (fsynced), so an acknowledged reward survives a crash.
+//! another tenant's partition, and readers join rewards to steps on (tenant, trajectory,
+//! step). A trajectory id another tenant also uses is answered exactly like one that exists
+//! nowhere (both accepted, into the caller's own partition), so the answer says nothing about
+//! other tenants. A step reward whose `step_id` this proxy knows as a step of another of the
+//! caller's trajectories is refused (400). A reward may arrive before its step reaches the
+//! lake (the step may still be in some writer's log, or another proxy's): it is accepted and
+//! stored as it came, never dropped. The answer is sent once the rewards are on local disk
+//! (fsynced), so an acknowledged reward survives a crash.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,12 +20,13 @@ use pingora::proxy::Session;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::call::{Reject, authenticate, read_body, refuse};
-use crate::record::{decision_event, now_micros};
-use crate::service::respond;
+use crate::refusal::Refusal;
+use crate::respond::{refuse, respond};
+use crate::stages::admit::authenticate;
+use crate::stages::read::read_body;
+use crate::stages::record::{decision_event, now_micros};
 use crate::state::State;
-use crate::trajectory::Ownership;
-use crate::wire::ApiFamily;
+use crate::wire::{ApiFamily, parse_json_body};
 
 /// Most rewards in one request.
 const MAX_BATCH: usize = 10_000;
@@ -64,11 +68,21 @@ enum Body {
     One(RewardIn),
 }
 
-fn bad(message: String) -> Reject {
-    Reject::new(400, "invalid_reward", message)
+fn bad(message: String) -> Refusal {
+    Refusal::InvalidReward { message }
 }
 
-fn check(index: usize, reward: &RewardIn) -> std::result::Result<(), Reject> {
+/// Takes a result: a refusal ends the handling.
+macro_rules! check {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(refusal) => return Ok(Err(refusal)),
+        }
+    };
+}
+
+fn check(index: usize, reward: &RewardIn) -> std::result::Result<(), Refusal> {
     let id_ok =
         |id: &str| !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic());
     if !id_ok(&reward.trajectory_id) {
@@ -102,21 +116,28 @@ pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
             state.metrics.request("rewards", 200);
             respond(session, 200, &[], "application/json", body).await
         }
-        Err(reject) => refuse(state, session, family, "rewards", reject).await,
+        Err(refusal) => refuse(&state.metrics, session, family, "rewards", &refusal).await,
     }
 }
 
 async fn accept(
     state: &Arc<State>,
     session: &mut Session,
-) -> Result<std::result::Result<Bytes, Reject>> {
-    let caller = check!(authenticate(state, session));
-    let raw = check!(read_body(session, state.config.max_body_bytes).await?);
-    let body: Body = check!(serde_json::from_slice(&raw).map_err(|e| bad(format!(
-        "the body must be a reward {{\"trajectory_id\", \"name\", \"value\", …}} or {{\"rewards\": [...]}} ({} at line {} column {})",
+) -> Result<std::result::Result<Bytes, Refusal>> {
+    let (_, policy) = state.policy.current();
+    let caller = check!(authenticate(&policy.access, &session.req_header().headers));
+    let raw = check!(
+        read_body(
+            session,
+            state.config.max_body_bytes,
+            state.config.client_body_timeout
+        )
+        .await?
+    );
+    let document = check!(parse_json_body(&raw).map_err(|e| bad(e.to_string())));
+    let body: Body = check!(serde_json::from_value(document).map_err(|e| bad(format!(
+        "the body must be a reward {{\"trajectory_id\", \"name\", \"value\", …}} or {{\"rewards\": [...]}} ({})",
         policies::json_error_kind(&e),
-        e.line(),
-        e.column()
     ))));
     let rewards = match body {
         Body::Batch(batch) => batch.rewards,
@@ -131,7 +152,21 @@ async fn accept(
         check!(check(index, reward));
     }
     let tenant = caller.identity.tenant.clone();
-    let (_, policy) = state.policy.current();
+    for (index, reward) in rewards.iter().enumerate() {
+        let Some(step_id) = &reward.step_id else {
+            continue;
+        };
+        if state
+            .trajectories
+            .is_step_of(&tenant, step_id, &reward.trajectory_id)
+            == Some(false)
+        {
+            return Ok(Err(bad(format!(
+                "rewards[{index}].step_id {step_id} is not a step of trajectory {}",
+                reward.trajectory_id
+            ))));
+        }
+    }
     // One decision per distinct trajectory (each adds the trajectory to a copy of the
     // entities).
     let mut decided: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -139,16 +174,6 @@ async fn accept(
         let id = reward.trajectory_id.as_str();
         if decided.contains_key(id) {
             continue;
-        }
-        let not_found = || {
-            Reject::new(
-                404,
-                "trajectory_not_found",
-                format!("no trajectory {id} that this key may reward"),
-            )
-        };
-        if state.trajectories.ownership(&tenant, id) == Ownership::Foreign {
-            return Ok(Err(not_found()));
         }
         let verdict = policy.access.decide_on_trajectory(
             ("ApiKey", &caller.key_hash),
@@ -163,7 +188,7 @@ async fn accept(
             } else {
                 format!("denied by policy {}", verdict.policies.join(", "))
             };
-            return Ok(Err(Reject::new(403, "policy_denied", why)));
+            return Ok(Err(Refusal::PolicyDenied { why }));
         }
         decided.insert(id, verdict.policies);
     }
@@ -172,22 +197,13 @@ async fn accept(
         .map(|(id, p)| (id.to_owned(), p))
         .collect();
     // Refuse the whole batch up front rather than write part of it.
-    let stats = state.writer.stats();
-    if stats.log_failure.is_some() || stats.held_bytes >= stats.budget_bytes {
-        return Ok(Err(Reject {
-            retry_after: Some(5),
-            ..Reject::new(
-                503,
-                "recording_unavailable",
-                "rewards cannot be recorded right now (lake back-log); retry shortly",
-            )
-        }));
+    if state.writer.backlogged() {
+        return Ok(Err(Refusal::RecordingUnavailable { what: "rewards" }));
     }
     // Steps still queued for recording are appended before the rewards: the log is
     // sequential, so making the rewards durable makes those steps durable too, and a durable
     // reward never points at a step that a crash could still lose.
-    let recorder = state.clone();
-    let _ = tokio::task::spawn_blocking(move || recorder.recorder.drain()).await;
+    state.recorder.drain().await;
     let created_at = now_micros();
     let mut last = None;
     let mut out = Vec::with_capacity(rewards.len());
@@ -223,14 +239,7 @@ async fn accept(
             Ok(appended) => last = Some(appended),
             Err(error) => {
                 tracing::error!(error = %error, "Could not record a reward.");
-                return Ok(Err(Reject {
-                    retry_after: Some(5),
-                    ..Reject::new(
-                        503,
-                        "recording_unavailable",
-                        "the reward could not be recorded; retry shortly",
-                    )
-                }));
+                return Ok(Err(Refusal::RecordingUnavailable { what: "rewards" }));
             }
         }
         let event = atdp_schema::AuditEvent {
@@ -245,11 +254,7 @@ async fn accept(
         && let Err(error) = state.writer.durable(appended).await
     {
         tracing::error!(error = %error, "Rewards did not reach the disk.");
-        return Ok(Err(Reject::new(
-            503,
-            "recording_unavailable",
-            "the rewards could not be made durable; retry",
-        )));
+        return Ok(Err(Refusal::RecordingUnavailable { what: "rewards" }));
     }
     let count = out.len();
     Ok(Ok(Bytes::from(

@@ -81,7 +81,7 @@ pub fn run(config: Config) -> Result<()> {
     });
 
     tracing::info!("Shutting down: flushing the lake.");
-    state.recorder.drain();
+    state.recorder.drain_blocking();
     let flushed = background
         .block_on(state.writer.shutdown(GRACE))
         .map_err(Error::Lake)?;

@@ -1,21 +1,19 @@
 //! What every request shares: settings, the policy in force, vault keys, the lake writer,
-//! trajectory grouping, rate limits and metrics.
+//! trajectory grouping, rate and concurrency limits, metrics and the recording queue.
 
-use std::io::Write;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
-use policies::{KeyRing, Policy, PolicyStore};
+use policies::{KeyFile, KeyRing, MissingKeys, Policy, PolicyStore};
 
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
-use crate::limits::RateLimiter;
+use crate::grouping::Trajectories;
+use crate::limits::{HeavyWork, InFlight, RateLimiter};
 use crate::metrics::Metrics;
-use crate::record::{StepEnd, StepStart};
-use crate::recorder::{Job, Recorder};
-use crate::trajectory::Trajectories;
+use crate::recorder::{Job, Recorder, Sink};
+use crate::stages::record::{StepEnd, StepStart, build_step, now_micros, store_step};
 use crate::wire::RequestView;
 
 /// Shared state of one proxy instance.
@@ -33,6 +31,10 @@ pub struct State {
     pub trajectories: Trajectories,
     /// Rate limits.
     pub limiter: RateLimiter,
+    /// Calls in flight per key.
+    pub in_flight_per_key: InFlight,
+    /// Parsing and masking of large bodies, off the worker threads.
+    pub heavy: HeavyWork,
     /// Counters.
     pub metrics: Metrics,
     /// Requests being handled now.
@@ -45,63 +47,40 @@ pub struct State {
 
 /// Counts a request as in flight while it lives.
 #[derive(Debug)]
-pub struct InFlight<'a>(&'a AtomicUsize);
+pub struct InFlightCall<'a>(&'a AtomicUsize);
 
-impl<'a> InFlight<'a> {
+impl<'a> InFlightCall<'a> {
     /// Starts counting.
     pub fn enter(counter: &'a AtomicUsize) -> Self {
         counter.fetch_add(1, Ordering::SeqCst);
-        InFlight(counter)
+        InFlightCall(counter)
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlightCall<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// Loads the key file, creating it (mode 0600) or adding keys for tenants of the policy that
-/// have none; the file is rewritten atomically.
-pub fn load_keys(path: &Path, tenants: &[String]) -> Result<KeyRing> {
-    let mut keys = if path.exists() {
-        KeyRing::load(path)?
+/// Loads the vault keys for the policy's tenants: with `generate`, keys are created for the
+/// tenants that have none (under the key file's lock, so that proxies sharing the file agree
+/// on one key); without it, a tenant without keys is an error that says how to create them.
+pub fn load_keys(config: &Config, tenants: &[String]) -> Result<KeyRing> {
+    let missing = if config.generate_keys {
+        MissingKeys::Generate
     } else {
-        KeyRing::default()
+        MissingKeys::Refuse
     };
-    let missing: Vec<&String> = tenants.iter().filter(|t| !keys.has_tenant(t)).collect();
-    if missing.is_empty() && path.exists() {
-        return Ok(keys);
+    let ensured = KeyFile::new(&config.keys).ensure_tenants(tenants, missing)?;
+    if !ensured.generated.is_empty() {
+        tracing::warn!(
+            key_file = %config.keys.display(),
+            tenants = ensured.generated.len(),
+            "Generated vault keys; back this file up: without it masked values cannot be revealed."
+        );
     }
-    for tenant in &missing {
-        keys.generate(tenant);
-    }
-    let io = |what: &str| {
-        let what = format!("{what} {}", path.display());
-        move |source| Error::Io { what, source }
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io("cannot create the directory of"))?;
-    }
-    let temporary = path.with_extension("json.tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&temporary).map_err(io("cannot write"))?;
-    file.write_all(keys.to_json()?.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(io("cannot write"))?;
-    std::fs::rename(&temporary, path).map_err(io("cannot replace"))?;
-    tracing::warn!(
-        key_file = %path.display(),
-        tenants = missing.len(),
-        "Generated vault keys; back this file up: without it masked values cannot be revealed."
-    );
-    Ok(keys)
+    Ok(ensured.keys)
 }
 
 /// The lake writer's settings from the proxy's.
@@ -117,7 +96,7 @@ impl State {
     /// Loads the policy and keys and opens the lake writer.
     pub async fn open(config: Config) -> Result<Arc<State>> {
         let policy = Policy::load(&config.policy)?;
-        let keys = load_keys(&config.keys, &policy.access.tenants())?;
+        let keys = load_keys(&config, &policy.access.tenants())?;
         let writer = LakeWriter::open(writer_config(&config)).await?;
         let (recorder, jobs) = crate::recorder::channel();
         let state = Arc::new(State {
@@ -126,16 +105,18 @@ impl State {
             writer,
             trajectories: Trajectories::new(1 << 20),
             limiter: RateLimiter::default(),
+            in_flight_per_key: InFlight::default(),
+            heavy: HeavyWork::for_this_machine(),
             metrics: Metrics::default(),
             in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             recorder,
             config,
         });
-        let recording = Arc::downgrade(&state);
+        let sink: std::sync::Weak<dyn Sink> = Arc::downgrade(&state) as std::sync::Weak<dyn Sink>;
         std::thread::Builder::new()
             .name("atdp-recorder".into())
-            .spawn(move || crate::recorder::run(recording, jobs))
+            .spawn(move || crate::recorder::run(sink, jobs))
             .map_err(|source| Error::Io {
                 what: "cannot start the recording thread".into(),
                 source,
@@ -143,16 +124,26 @@ impl State {
         Ok(state)
     }
 
-    /// Records a finished call, off the response path.
-    pub fn record_step(&self, start: StepStart, request: RequestView, end: StepEnd) {
+    /// Records a finished call, off the response path (waits for room in the queue without
+    /// blocking the thread).
+    pub async fn record_step(&self, start: StepStart, request: RequestView, end: StepEnd) {
         self.recorder
-            .submit(self, Job::Step(Box::new((start, request, end))));
+            .submit(self, Job::Step(Box::new((start, request, end))))
+            .await;
     }
 
     /// Records a decision event, in order with the steps (queued before the call it decides
     /// is forwarded).
-    pub fn record_event(&self, event: AuditEvent) {
-        self.recorder.submit(self, Job::Audit(Box::new(event)));
+    pub async fn record_event(&self, event: AuditEvent) {
+        self.recorder
+            .submit(self, Job::Audit(Box::new(event)))
+            .await;
+    }
+
+    /// Whether new calls meet back-pressure: the lake writer's log over budget or failing,
+    /// or the recording queue nearly full.
+    pub fn backlogged(&self) -> bool {
+        self.writer.backlogged() || self.recorder.full()
     }
 
     /// The keys in force.
@@ -160,16 +151,16 @@ impl State {
         self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Reloads the policy directory (and adds keys for new tenants); the old policy stays in
-    /// force when the new one is invalid. Both outcomes are audited (`policy_reload`, tenant
-    /// `_system`); `by` says who asked (`signal`, `admin`).
+    /// Reloads the policy directory (and the keys of its tenants); the old policy stays in
+    /// force when the new one is invalid or a tenant has no keys. Both outcomes are audited
+    /// (`policy_reload`, tenant `_system`); `by` says who asked (`signal`, `admin`).
     pub fn reload(&self, by: &str) -> Result<u64> {
         // Everything that can fail happens before the swap: a new policy is only in force
         // with keys for all its tenants.
         let outcome: Result<u64> = Policy::load(&self.config.policy)
             .map_err(Error::from)
             .and_then(|policy| {
-                let keys = load_keys(&self.config.keys, &policy.access.tenants())?;
+                let keys = load_keys(&self.config, &policy.access.tenants())?;
                 let version = self.policy.replace(policy);
                 *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
                 Ok(version)
@@ -177,7 +168,7 @@ impl State {
         let event = AuditEvent {
             event_id: uuid::Uuid::now_v7().to_string(),
             tenant_id: "_system".to_owned(),
-            occurred_at: crate::record::now_micros(),
+            occurred_at: now_micros(),
             kind: "policy_reload".to_owned(),
             actor: by.to_owned(),
             subject: Some(self.config.policy.display().to_string()),
@@ -190,6 +181,28 @@ impl State {
             tracing::error!(error = %error, "Could not record the policy reload in the audit trail.");
         }
         outcome
+    }
+}
+
+impl Sink for State {
+    fn perform(&self, job: Job) {
+        match job {
+            Job::Step(step) => {
+                let (start, request, end) = *step;
+                let step = build_step(&start, &request, end);
+                let (_, policy) = self.policy.current();
+                store_step(&self.writer, &policy, &self.keys(), &self.metrics, step);
+            }
+            Job::Audit(event) => {
+                if let Err(error) = self.writer.append_audit(*event) {
+                    self.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %error, "Could not record an audit event.");
+                }
+            }
+            Job::Barrier(done) => {
+                let _ = done.send(());
+            }
+        }
     }
 }
 

@@ -3,18 +3,18 @@
 //! it arrives.
 //!
 //! This replaces a Pingora subrequest per call (a second task, its channels and a second pass
-//! through Pingora's proxy state machine), so it does by hand what that pass did: strip the
-//! hop-by-hop headers and those the client's `Connection` header names, put the request in
-//! HTTP/2 form when the connection is HTTP/2 (`:authority` from the upstream, no `Host`),
-//! retry a reused connection that fails before any response byte, and frame a response that
-//! has no length as chunked for the client. An HTTP/1.1 request's header and body go out in
-//! one write.
+//! through Pingora's proxy state machine), so it does by hand what that pass did: build the
+//! request header (from the headers [`crate::stages::forward`] lets through, never from the
+//! client's header as a whole), put it in HTTP/2 form when the connection is HTTP/2
+//! (`:authority` from the upstream, no `Host`), retry a reused connection that fails before
+//! any response byte, and frame a response that has no length as chunked for the client. An
+//! HTTP/1.1 request's header and body go out in one write.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use http::{HeaderName, Version, header};
+use http::{HeaderName, HeaderValue, Version, header};
 use pingora::connectors::ConnectorOptions;
 use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -28,7 +28,7 @@ use pingora::{Error, ErrorType, Result, RetryType};
 use tokio::io::AsyncWriteExt;
 
 use crate::config::Upstream;
-use crate::pump::Pump;
+use crate::stages::restore::Pump;
 use crate::wire::{ApiFamily, ApiKind};
 
 /// How many connections a call tries when each fails in a way that is safe to retry (a
@@ -38,33 +38,28 @@ const MAX_TRIES: usize = 16;
 /// How long an idle upstream connection is kept for reuse.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the ones
-/// that only ever concern a proxy. Never forwarded.
-const HOP_BY_HOP: [&str; 10] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "http2-settings",
-];
+/// Resolves an upstream's address without blocking (Pingora's `HttpPeer::new` would resolve
+/// synchronously and panic on failure).
+pub async fn resolve(upstream: &Upstream) -> std::io::Result<SocketAddr> {
+    if let Ok(ip) = upstream.host.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, upstream.port));
+    }
+    tokio::net::lookup_host((upstream.host.as_str(), upstream.port))
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other("the name resolves to no address"))
+}
 
-/// Client headers that are for the proxy, or that the proxy sets itself. The agent's key is
-/// ours, not the provider's: the provider's is injected from the upstream's settings.
-const NOT_FORWARDED: [&str; 8] = [
-    "authorization",
-    "x-api-key",
-    "accept-encoding",
-    "expect",
-    "host",
-    "content-length",
-    "x-atdp-trajectory-id",
-    "x-atdp-session-id",
-];
+/// The status and message a client gets when the upstream fails with `kind` before
+/// answering.
+pub fn upstream_failure(kind: &ErrorType) -> (u16, &'static str) {
+    match kind {
+        ErrorType::ConnectTimedout => (504, "the upstream did not accept the connection in time"),
+        ErrorType::ReadTimedout => (504, "the upstream did not answer in time"),
+        ErrorType::HTTPStatus(code) if *code >= 400 => (*code, "the upstream failed"),
+        _ => (502, "the upstream could not be reached or failed"),
+    }
+}
 
 /// Where one call goes.
 #[derive(Debug)]
@@ -75,8 +70,10 @@ pub struct Dispatch {
     pub address: SocketAddr,
     /// The API (for the credential header).
     pub api: ApiKind,
-    /// Path and query to send (with the upstream's prefix).
+    /// Path to send (the upstream's prefix and the API's path; never a query).
     pub path: String,
+    /// The client headers that go upstream ([`crate::stages::forward::forwarded_headers`]).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// How a call to the upstream ended, when it did not end well.
@@ -125,7 +122,7 @@ impl Upstreams {
             kind: error.etype().clone(),
         };
         let (mut connection, header) = self
-            .send(session.req_header(), dispatch, &peer, body)
+            .send(dispatch, &peer, body)
             .await
             .map_err(|e| failed_upstream(false, e))?;
         let mut done = connection.response_done();
@@ -179,7 +176,6 @@ impl Upstreams {
     /// fresh connection when a reused one turns out closed.
     async fn send(
         &self,
-        client: &RequestHeader,
         dispatch: &Dispatch,
         peer: &HttpPeer,
         body: Bytes,
@@ -188,7 +184,7 @@ impl Upstreams {
         loop {
             tries += 1;
             // Built for each try (the connection takes it), rather than cloned from a copy.
-            let request = request_header(client, dispatch, body.len())?;
+            let request = request_header(dispatch, body.len())?;
             let (connection, reused) = self.connector.get_http_session(peer).await?;
             match try_once(connection, peer, dispatch, request, &body).await {
                 Ok(answered) => return Ok(answered),
@@ -335,37 +331,22 @@ fn authority(upstream: &Upstream) -> String {
     }
 }
 
-/// The request the upstream gets, in HTTP/1.1 form: the client's end-to-end headers, the
-/// upstream's path, `Host`, the body's length and the provider's credential.
-pub fn request_header(
-    client: &RequestHeader,
-    dispatch: &Dispatch,
-    body_len: usize,
-) -> Result<Box<RequestHeader>> {
-    let mut request = Box::new(client.clone());
-    let nominated: Vec<HeaderName> = request
-        .headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in &nominated {
-        request.remove_header(name);
-    }
-    for name in HOP_BY_HOP.iter().chain(NOT_FORWARDED.iter()) {
-        request.remove_header(*name);
-    }
-    let uri: http::Uri = dispatch
-        .path
-        .parse()
-        .map_err(|_| invalid("the upstream path is not a valid URI"))?;
-    request.set_uri(uri);
+/// The request the upstream gets, in HTTP/1.1 form: `POST` to the upstream's path, `Host`,
+/// the body's type and length, the forwarded client headers and the provider's credential.
+pub fn request_header(dispatch: &Dispatch, body_len: usize) -> Result<Box<RequestHeader>> {
+    let mut request = Box::new(RequestHeader::build(
+        "POST",
+        dispatch.path.as_bytes(),
+        Some(dispatch.headers.len() + 4),
+    )?);
     request.set_version(Version::HTTP_11);
     let upstream = &dispatch.upstream;
     request.insert_header(header::HOST, authority(upstream))?;
+    request.insert_header(header::CONTENT_TYPE, "application/json")?;
     request.insert_header(header::CONTENT_LENGTH, body_len)?;
+    for (name, value) in &dispatch.headers {
+        request.append_header(name.clone(), value.clone())?;
+    }
     if let Some(key) = &upstream.api_key {
         match dispatch.api.family() {
             ApiFamily::Anthropic => request.insert_header("x-api-key", key.0.as_str())?,
@@ -446,40 +427,16 @@ mod tests {
                 read_timeout: Duration::from_secs(1),
                 record_logprobs: false,
                 record_token_ids: false,
+                audit: None,
             },
             address: SocketAddr::from(([127, 0, 0, 1], port)),
             api,
-            path: "/openai/v1/chat/completions?x=1".into(),
+            path: "/openai/v1/chat/completions".into(),
+            headers: vec![(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static("2023-06-01"),
+            )],
         }
-    }
-
-    fn client() -> RequestHeader {
-        let mut request = RequestHeader::build("POST", b"/v1/chat/completions?x=1", None).unwrap();
-        for (name, value) in [
-            ("host", "127.0.0.1:8080"),
-            ("connection", "keep-alive, x-hop-one, X-Hop-Two"),
-            ("x-hop-one", "1"),
-            ("x-hop-two", "2"),
-            ("keep-alive", "timeout=5"),
-            ("te", "trailers"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "h2c"),
-            ("proxy-authorization", "Basic eA=="),
-            ("authorization", "Bearer sk-atdp-demo-agent"),
-            ("x-api-key", "sk-atdp-demo-agent"),
-            ("accept-encoding", "gzip"),
-            ("expect", "100-continue"),
-            ("content-length", "99"),
-            ("x-atdp-trajectory-id", "t-1"),
-            ("x-atdp-session-id", "s-1"),
-            ("content-type", "application/json"),
-            ("anthropic-version", "2023-06-01"),
-            ("x-stainless-lang", "python"),
-            ("user-agent", "OpenAI/Python 1.0"),
-        ] {
-            request.append_header(name, value).unwrap();
-        }
-        request
     }
 
     fn names(request: &RequestHeader) -> Vec<String> {
@@ -490,9 +447,8 @@ mod tests {
     }
 
     #[test]
-    fn the_upstream_gets_end_to_end_headers_its_path_host_length_and_own_key() {
-        let request =
-            request_header(&client(), &dispatch(false, 8000, ApiKind::OpenAiChat), 12).unwrap();
+    fn the_upstream_gets_the_forwarded_headers_its_path_host_length_and_own_key() {
+        let request = request_header(&dispatch(false, 8000, ApiKind::OpenAiChat), 12).unwrap();
         assert_eq!(
             names(&request),
             [
@@ -500,25 +456,18 @@ mod tests {
                 "authorization",
                 "content-length",
                 "content-type",
-                "host",
-                "user-agent",
-                "x-stainless-lang"
+                "host"
             ]
         );
         let header = |name: &str| request.headers.get(name).unwrap().to_str().unwrap();
         assert_eq!(header("authorization"), "Bearer sk-provider");
         assert_eq!(header("host"), "api.example.com:8000");
         assert_eq!(header("content-length"), "12");
-        assert_eq!(request.uri, "/openai/v1/chat/completions?x=1");
+        assert_eq!(request.uri, "/openai/v1/chat/completions");
         assert_eq!(request.version, Version::HTTP_11);
 
         // Anthropic's key goes in x-api-key; the default port is left out of Host.
-        let request = request_header(
-            &client(),
-            &dispatch(true, 443, ApiKind::AnthropicMessages),
-            12,
-        )
-        .unwrap();
+        let request = request_header(&dispatch(true, 443, ApiKind::AnthropicMessages), 12).unwrap();
         let header = |name: &str| request.headers.get(name).unwrap().to_str().unwrap();
         assert_eq!(header("x-api-key"), "sk-provider");
         assert!(request.headers.get("authorization").is_none());
@@ -528,11 +477,11 @@ mod tests {
     #[test]
     fn the_http2_form_carries_the_authority_in_the_uri_and_no_host() {
         let dispatch = dispatch(true, 8443, ApiKind::OpenAiChat);
-        let request = request_header(&client(), &dispatch, 12).unwrap();
+        let request = request_header(&dispatch, 12).unwrap();
         let request = h2_form(request, &dispatch.upstream).unwrap();
         assert_eq!(
             request.uri,
-            "https://api.example.com:8443/openai/v1/chat/completions?x=1"
+            "https://api.example.com:8443/openai/v1/chat/completions"
         );
         assert!(request.headers.get("host").is_none());
         assert_eq!(request.version, Version::HTTP_2);

@@ -15,7 +15,7 @@ Endpoints
     GET  /v1/models             model list (OpenAI's shape; Anthropic's when the request has `anthropic-version`)
     GET  /_requests             JSON list of every request received so far (not /_requests or /_reset):
                                 {"method", "path", "headers" (lower-case names), "body" (parsed JSON, raw text
-                                when it is not JSON, null when empty)}
+                                when it is not JSON, null when empty), "raw" (the body's text as received)}
     POST /_reset                clears that list
     anything else               404 with OpenAI's error JSON
 
@@ -263,7 +263,9 @@ class Handler(BaseHTTPRequestHandler):
             except ValueError:
                 body = text
         with _requests_lock:
-            _requests.append({"method": self.command, "path": self.path, "headers": self._headers_dict(), "body": body})
+            _requests.append(
+                {"method": self.command, "path": self.path, "headers": self._headers_dict(), "body": body, "raw": text}
+            )
 
     def _send_json(self, status: int, obj, headers: dict | None = None, pretty: bool = False):
         data = (json.dumps(obj, indent=2, ensure_ascii=False) if pretty else compact(obj)).encode("utf-8")

@@ -101,6 +101,27 @@ struct Cli {
     /// Tokens per minute per API key (0: unlimited).
     #[arg(long, env = "ATDP_KEY_TPM")]
     key_tpm: Option<u64>,
+    /// Calls one API key may have in flight at once (0: unlimited; default 256).
+    #[arg(long, env = "ATDP_KEY_MAX_IN_FLIGHT")]
+    key_max_in_flight: Option<u32>,
+    /// When a call's decision and masked request are made durable: default or strict (in
+    /// the write-ahead log before anything is forwarded).
+    #[arg(long, env = "ATDP_AUDIT")]
+    audit: Option<String>,
+    /// Create vault keys for tenants without any in the key file (for the quickstart and
+    /// tests; otherwise create keys with `atdp-policy keygen`).
+    #[arg(long, env = "ATDP_GENERATE_KEYS")]
+    generate_keys: bool,
+    /// Environment variable holding the admin token for POST /reload (default
+    /// ATDP_ADMIN_TOKEN).
+    #[arg(long, env = "ATDP_ADMIN_TOKEN_ENV")]
+    admin_token_env: Option<String>,
+    /// Longest time a client may take to send a request body, in seconds (default 30).
+    #[arg(long, env = "ATDP_CLIENT_BODY_TIMEOUT_S")]
+    client_body_timeout_s: Option<u64>,
+    /// Idle time after which a client connection is closed, in seconds (default 60).
+    #[arg(long, env = "ATDP_CLIENT_IDLE_TIMEOUT_S")]
+    client_idle_timeout_s: Option<u64>,
     /// Validate everything, print a summary, and exit.
     #[arg(long)]
     check_config: bool,
@@ -134,6 +155,22 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     over!(mask);
     over!(ca_file);
     over!(commit_interval_ms);
+    over!(admin_token_env);
+    over!(client_body_timeout_s);
+    over!(client_idle_timeout_s);
+    if cli.generate_keys {
+        raw.generate_keys = Some(true);
+    }
+    if let Some(audit) = &cli.audit {
+        raw.audit = Some(match audit.as_str() {
+            "default" => proxy::AuditMode::Default,
+            "strict" => proxy::AuditMode::Strict,
+            other => anyhow::bail!("--audit {other:?}: use default or strict"),
+        });
+    }
+    if let Some(limit) = cli.key_max_in_flight {
+        raw.limits.key_max_in_flight = limit;
+    }
     for option in &cli.lake_options {
         let (key, value) = option
             .split_once('=')
@@ -181,6 +218,7 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
             read_timeout_s: None,
             record_logprobs: cli.upstream_logprobs,
             record_token_ids: cli.upstream_token_ids,
+            audit: None,
         }];
         raw.routes.clear();
     }
@@ -190,8 +228,8 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
 /// Transparent huge pages off for this process. mimalloc asks for them on the memory it maps,
 /// and the lake writer's segment commits allocate a few hundred megabytes in a burst and free
 /// it: each fresh 2 MiB page was zeroed whole by the kernel, 15% of the proxy's CPU time in a
-/// profile at 8,000 calls/s; with them off, 3–4 µs less CPU per call
-/// (docs/benchmarks.md, session 13).
+/// profile at 8,000 calls/s; with them off, 73–78 µs of CPU per call against 80–82 µs
+/// (docs/benchmarks.md).
 fn disable_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     if let Err(error) = nix::sys::prctl::set_thp_disable(true) {
@@ -234,11 +272,17 @@ fn main() -> ExitCode {
                         tenants.iter().filter(|t| !ring.has_tenant(t)).collect();
                     if missing.is_empty() {
                         "present, keys for every tenant".to_owned()
-                    } else {
+                    } else if config.generate_keys {
                         format!("present; keys would be added for {missing:?}")
+                    } else {
+                        format!(
+                            "present; no keys for {missing:?}: the start would be refused (create them with `atdp-policy keygen`, or pass --generate-keys)"
+                        )
                     }
-                } else {
+                } else if config.generate_keys {
                     "absent; it would be created at start".to_owned()
+                } else {
+                    "absent: the start would be refused (create it with `atdp-policy keygen`, or pass --generate-keys)".to_owned()
                 };
                 println!("listen        {}", config.listen);
                 println!("admin         {}", config.admin_listen);
@@ -258,7 +302,25 @@ fn main() -> ExitCode {
                     config.durability.name(),
                     config.commit_interval.as_millis()
                 );
-                println!("record        {}   mask {}", config.record, config.mask);
+                println!(
+                    "record        {}   mask {}   audit {}",
+                    config.record,
+                    config.mask,
+                    config.audit.name()
+                );
+                println!(
+                    "clients       body within {} s, idle connections closed after {} s",
+                    config.client_body_timeout.as_secs(),
+                    config.client_idle_timeout.as_secs()
+                );
+                println!(
+                    "admin token   {}",
+                    if config.admin_token.is_some() {
+                        "configured (POST /reload on)"
+                    } else {
+                        "none (POST /reload off; SIGHUP reloads)"
+                    }
+                );
                 println!("limits        {:?}", config.limits);
                 for upstream in &config.upstreams {
                     println!(

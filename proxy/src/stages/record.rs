@@ -1,13 +1,22 @@
-//! Turning a finished call into ATDP records: the step (masked for storage), its vault
-//! entries, and the audit event of the decision.
+//! Record: turning a call into ATDP records. The step is masked for storage (every text
+//! field, through the same JSON masker as the outbound body) and handed with its vault
+//! entries to the lake writer; the decision becomes an audit event. A masked reply's token
+//! ids (and the log-probs aligned with them) are not stored, since they decode straight back
+//! to the unmasked text: the step's tag `token_ids` says `dropped`, and the trainer
+//! re-tokenizes the masked reply. Any masking failure stores nothing of the step.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
-use atdp_schema::{AuditEvent, PiiSpan, Step, VaultEntry};
-use policies::{JsonMasker, KeyRing, MaskPolicy, Scanner, VaultItem};
+use atdp_schema::{AuditEvent, LakeWriter, PiiSpan, Step, VaultEntry};
+use policies::{Action, JsonMasker, KeyRing, MaskPolicy, Policy, Scanner, VaultItem};
 use serde_json::{Map, Value};
 
+use crate::metrics::Metrics;
 use crate::wire::{RequestView, ResponseView};
+
+/// The tag that says a step's token ids were not stored, and its value.
+pub const TOKEN_IDS_TAG: (&str, &str) = ("token_ids", "dropped");
 
 /// Microseconds since the Unix epoch.
 pub fn now_micros() -> i64 {
@@ -93,8 +102,9 @@ pub fn build_step(start: &StepStart, request: &RequestView, end: StepEnd) -> Ste
 ///
 /// The fields that carry text from the conversation (`request_messages`, `tools`, `params`,
 /// `response_message`, `extra_json`) go through JSON, which the masker walks, as one object
-/// with those keys (so a span's `field` reads `request_messages[0].content`); the rest of the
-/// step (ids, times, token ids, log-probs) carries none and stays as it is.
+/// with those keys (so a span's `field` reads `request_messages[0].content`); ids, times and
+/// log-probs carry none. Token ids do: when anything in the reply is masked, they and their
+/// log-probs are dropped and the step is tagged [`TOKEN_IDS_TAG`].
 pub fn mask_step(
     step: &mut Step,
     scanner: &Scanner,
@@ -143,6 +153,16 @@ pub fn mask_step(
     step.params = params;
     step.response_message = response_message;
     step.extra_json = extra_json;
+    let reply_masked = masked
+        .spans
+        .iter()
+        .any(|(field, span)| field.starts_with("response_message") && span.action != Action::Allow);
+    if reply_masked && (step.completion_token_ids.is_some() || step.completion_logprobs.is_some()) {
+        step.completion_token_ids = None;
+        step.completion_logprobs = None;
+        step.tags
+            .insert(TOKEN_IDS_TAG.0.to_owned(), TOKEN_IDS_TAG.1.to_owned());
+    }
     step.pii = masked
         .spans
         .into_iter()
@@ -154,6 +174,66 @@ pub fn mask_step(
         })
         .collect();
     Ok(masked.vault)
+}
+
+/// Masks the step for storage and hands it, with its vault entries, to the lake writer. A
+/// masking failure stores nothing and is counted; it never reaches the client, which already
+/// has its response.
+pub fn store_step(
+    writer: &LakeWriter,
+    policy: &Policy,
+    keys: &KeyRing,
+    metrics: &Metrics,
+    step: Step,
+) {
+    let mut step = step;
+    let vault = match mask_step(&mut step, &policy.scanner, &policy.masking.storage, keys) {
+        Ok(vault) => vault,
+        Err(error) => {
+            metrics.record_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(step_id = %step.step_id, error = %error, "Masking the step for storage failed; it is not recorded.");
+            return;
+        }
+    };
+    for entry in vault_entries(&step.tenant_id, vault) {
+        if let Err(error) = writer.append(entry) {
+            metrics.record_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(step_id = %step.step_id, error = %error, "Could not record a vault entry.");
+        }
+    }
+    let step_id = step.step_id.clone();
+    if let Err(error) = writer.append(step) {
+        metrics.record_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(step_id = %step_id, error = %error, "Could not record the step.");
+    }
+}
+
+/// The request of a call as stored, for the strict audit trail: the step so far (no reply)
+/// masked for storage, its text fields as a JSON object, and the vault entries its
+/// placeholders need.
+pub fn masked_request(
+    start: &StepStart,
+    request: &RequestView,
+    policy: &Policy,
+    keys: &KeyRing,
+) -> policies::Result<(Value, Vec<VaultEntry>)> {
+    let end = StepEnd {
+        status: "forwarded",
+        error: None,
+        response: None,
+        policy_version: None,
+    };
+    let mut step = build_step(start, request, end);
+    let vault = mask_step(&mut step, &policy.scanner, &policy.masking.storage, keys)?;
+    let encode = |e: serde_json::Error| policies::Error::Mask(format!("request encoding: {e}"));
+    let fields = serde_json::json!({
+        "request_messages": serde_json::to_value(&step.request_messages).map_err(encode)?,
+        "tools": serde_json::to_value(&step.tools).map_err(encode)?,
+        "params": step.params,
+        "extra_json": step.extra_json,
+        "pii": serde_json::to_value(&step.pii).map_err(encode)?,
+    });
+    Ok((fields, vault_entries(&start.tenant_id, vault)))
 }
 
 /// The `pii_vault` rows for `items`.
@@ -207,7 +287,6 @@ pub fn decision_event(
 mod tests {
     use super::*;
     use atdp_schema::{Message, ToolCall};
-    use policies::Action;
 
     #[test]
     fn stored_steps_carry_no_plaintext_and_name_their_spans() {
@@ -295,5 +374,70 @@ mod tests {
         assert_eq!(step.model_requested, "m");
         assert_eq!(step.step_id, "s");
         assert_eq!(vault_entries("acme", vault).len(), 5);
+    }
+
+    fn step_with_reply(text: &str) -> Step {
+        let start = StepStart {
+            step_id: "s".into(),
+            trajectory_id: "t".into(),
+            parent_step_id: None,
+            turn_index: 0,
+            tenant_id: "acme".into(),
+            agent_id: "a".into(),
+            started_at: 1,
+            api: "openai.chat",
+            upstream: "u".into(),
+            model_requested: "m".into(),
+            tags: BTreeMap::new(),
+        };
+        let response = ResponseView {
+            message: Some(Message {
+                role: "assistant".into(),
+                content: Some(text.into()),
+                ..Message::default()
+            }),
+            token_ids: Some(vec![1, 2, 3]),
+            logprobs: Some(vec![-0.1, -0.2, -0.3]),
+            ..ResponseView::default()
+        };
+        let end = StepEnd {
+            status: "ok",
+            error: None,
+            response: Some(response),
+            policy_version: None,
+        };
+        build_step(&start, &RequestView::default(), end)
+    }
+
+    #[test]
+    fn a_masked_replys_token_ids_are_not_stored_and_the_step_says_so() {
+        let mut keys = KeyRing::default();
+        keys.generate("acme");
+        let scanner = Scanner::new(None).unwrap();
+        let policy = MaskPolicy::all(Action::Tokenize);
+        let mut masked = step_with_reply("Mail jane@example.com");
+        mask_step(&mut masked, &scanner, &policy, &keys).unwrap();
+        assert_eq!(masked.completion_token_ids, None);
+        assert_eq!(masked.completion_logprobs, None);
+        assert_eq!(
+            masked.tags.get("token_ids").map(String::as_str),
+            Some("dropped")
+        );
+
+        let mut clean = step_with_reply("All done.");
+        mask_step(&mut clean, &scanner, &policy, &keys).unwrap();
+        assert_eq!(clean.completion_token_ids, Some(vec![1, 2, 3]));
+        assert!(clean.tags.is_empty());
+
+        // A value found but allowed is not masked: the token ids decode to what is stored.
+        let mut allowed = step_with_reply("Mail jane@example.com");
+        mask_step(
+            &mut allowed,
+            &scanner,
+            &MaskPolicy::all(Action::Allow),
+            &keys,
+        )
+        .unwrap();
+        assert_eq!(allowed.completion_token_ids, Some(vec![1, 2, 3]));
     }
 }

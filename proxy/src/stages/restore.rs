@@ -1,13 +1,13 @@
-//! The response path: every part of the upstream's response (header, body chunks, end)
-//! passes through [`Pump::filter`] on its way to the client. It adds the `x-atdp-*` headers, restores placeholders (in whole
-//! JSON replies and inside SSE streams), and keeps what the client was sent, so the step is
+//! Restore: every part of the upstream's response (header, body chunks, end) passes through
+//! [`Pump::filter`] on its way to the client. It adds the `x-atdp-*` headers, restores
+//! placeholders (in whole JSON replies and inside SSE streams), strips what the proxy asked
+//! for on its own account, and keeps what the client was sent, so the step is
 //! recorded from the bytes the client actually received. A streamed chunk is read for the
 //! record only once it has been written ([`Pump::sent`]), so parsing its events does not
 //! hold that chunk back, and a chunk whose write failed is not recorded.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -16,11 +16,10 @@ use pingora::protocols::http::HttpTask;
 use pingora::{Error, ErrorType, Result};
 use policies::{KeyRing, VaultItem};
 
-use crate::record::{StepEnd, StepStart, build_step, mask_step, vault_entries};
-use crate::state::State;
+use crate::stages::record::{StepEnd, StepStart};
 use crate::wire::{
-    Added, ApiKind, RequestView, SseParser, SseRestorer, SseStripper, StreamAssembler,
-    parse_response, restore_json,
+    Added, ApiKind, SseParser, SseRestorer, SseStripper, StreamAssembler, parse_response,
+    restore_json,
 };
 
 /// Most bytes of a non-streamed reply held (to rewrite it) or kept for the record.
@@ -339,33 +338,6 @@ impl Pump {
             response: if started { response } else { None },
             policy_version: self.policy_version.clone(),
         }
-    }
-}
-
-/// Masks the step for storage and hands it (with its vault entries) to the lake writer. A
-/// masking failure stores nothing and is counted; it never reaches the client, which already
-/// has its response.
-pub fn store_step(state: &State, start: &StepStart, request: &RequestView, end: StepEnd) {
-    let mut step = build_step(start, request, end);
-    let (_, policy) = state.policy.current();
-    let keys = state.keys();
-    let vault = match mask_step(&mut step, &policy.scanner, &policy.masking.storage, &keys) {
-        Ok(vault) => vault,
-        Err(error) => {
-            state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(step_id = %start.step_id, error = %error, "Masking the step for storage failed; it is not recorded.");
-            return;
-        }
-    };
-    for entry in vault_entries(&start.tenant_id, vault) {
-        if let Err(error) = state.writer.append(entry) {
-            state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(step_id = %start.step_id, error = %error, "Could not record a vault entry.");
-        }
-    }
-    if let Err(error) = state.writer.append(step) {
-        state.metrics.record_errors.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(step_id = %start.step_id, error = %error, "Could not record the step.");
     }
 }
 

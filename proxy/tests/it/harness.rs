@@ -144,6 +144,7 @@ impl Proxy {
             .arg(data.path())
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .arg("--generate-keys")
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -214,6 +215,35 @@ impl Proxy {
         let data = tempfile::tempdir().unwrap();
         std::mem::replace(&mut self.data, data)
     }
+}
+
+impl Proxy {
+    /// SIGKILL (no drain, no flush); returns the data directory for a restart.
+    pub fn kill(mut self) -> tempfile::TempDir {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.data, data)
+    }
+}
+
+/// A copy of the quickstart policy directory with `extra` Cedar policies added and `files`
+/// (name, text) written into it.
+pub fn quickstart_with(extra: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(quickstart()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let policies = dir.path().join("policies.cedar");
+    let mut text = std::fs::read_to_string(&policies).unwrap();
+    text.push_str(extra);
+    std::fs::write(&policies, text).unwrap();
+    for (name, content) in files {
+        std::fs::write(dir.path().join(name), content).unwrap();
+    }
+    dir
 }
 
 impl Drop for Proxy {

@@ -5,6 +5,9 @@
 
 mod failures;
 mod harness;
+mod hostile;
+mod load;
 mod rewards;
 mod sdk;
 mod settings;
+mod strict;

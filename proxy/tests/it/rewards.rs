@@ -51,14 +51,48 @@ fn rewards_are_durable_and_stay_within_the_tenant() {
     assert_eq!(batch.status, 200);
     assert_eq!(batch.json()["recorded"], 2);
 
-    // Another tenant's key cannot reward this trajectory.
+    // A step reward must name a step of its trajectory.
+    let elsewhere = post(
+        proxy.port,
+        "/v1/atdp/rewards",
+        DEMO_KEY,
+        &json!({"trajectory_id": "another-one", "step_id": step, "name": "x", "value": 1}),
+    );
+    assert_eq!(
+        elsewhere.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&elsewhere.body)
+    );
+    assert_eq!(elsewhere.json()["error"]["code"], "invalid_reward");
+
+    // Another tenant's key rewarding this trajectory id (and this step id) is answered as for
+    // an id unknown anywhere: accepted, into its own partition, where no step of this
+    // tenant's can be joined to it.
     let foreign = post(
         proxy.port,
         "/v1/atdp/rewards",
         OTHER_KEY,
-        &json!({"trajectory_id": trajectory, "name": "x", "value": 1}),
+        &json!({"trajectory_id": trajectory, "step_id": step, "name": "x", "value": 1}),
     );
-    assert_eq!(foreign.status, 404);
+    let unknown = post(
+        proxy.port,
+        "/v1/atdp/rewards",
+        OTHER_KEY,
+        &json!({"trajectory_id": "exists-nowhere", "step_id": "nowhere", "name": "x", "value": 1}),
+    );
+    assert_eq!((foreign.status, unknown.status), (200, 200));
+    let shape = |r: &Response| {
+        let mut v = r.json();
+        v["rewards"][0]["reward_id"] = json!(null);
+        v["rewards"][0]["trajectory_id"] = json!(null);
+        v
+    };
+    assert_eq!(
+        shape(&foreign),
+        shape(&unknown),
+        "the two answers say the same"
+    );
     let invalid = post(
         proxy.port,
         "/v1/atdp/rewards",
@@ -69,11 +103,14 @@ fn rewards_are_durable_and_stay_within_the_tenant() {
 
     let data = proxy.stop();
     let lake = read_lake(data.path());
-    assert_eq!(lake.rewards.len(), 3);
+    assert_eq!(lake.rewards.len(), 5);
+    let (demo, other): (Vec<&atdp_schema::Reward>, Vec<&atdp_schema::Reward>) =
+        lake.rewards.iter().partition(|r| r.tenant_id == "demo");
+    assert_eq!((demo.len(), other.len()), (3, 2));
     assert!(
-        lake.rewards
+        other
             .iter()
-            .all(|r| r.tenant_id == "demo" && r.source == "api")
+            .all(|r| r.tenant_id == "other" && r.source == "api")
     );
     let terminal = lake
         .rewards
@@ -86,6 +123,6 @@ fn rewards_are_durable_and_stay_within_the_tenant() {
             .iter()
             .filter(|a| a.kind == "reward_written")
             .count(),
-        3
+        5
     );
 }

@@ -37,6 +37,7 @@ fn check_config_prints_the_settings_and_changes_nothing() {
             "50",
             "--key-tpm",
             "7",
+            "--generate-keys",
             "--check-config",
         ],
     );
@@ -59,10 +60,15 @@ fn check_config_prints_the_settings_and_changes_nothing() {
     // Neither the key file nor the lake nor the log was created.
     assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
 
-    // The defaults.
+    // The defaults: no keys are generated unless asked.
     let output = run(
         data.path(),
         &["--policy", policy.to_str().unwrap(), "--check-config"],
+    );
+    assert!(
+        text(&output.stdout).contains("absent: the start would be refused"),
+        "{}",
+        text(&output.stdout)
     );
     assert!(
         text(&output.stdout).contains("(durability fsync, commits at most every 10 ms)"),
@@ -167,4 +173,64 @@ fn transparent_huge_pages_are_off_in_the_proxy() {
         .expect("THP_enabled in /proc/<pid>/status");
     assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
     proxy.stop();
+}
+
+#[test]
+fn a_tenant_without_vault_keys_stops_the_start_unless_keys_are_generated() {
+    let data = tempfile::tempdir().unwrap();
+    let policy = quickstart();
+    let output = run(data.path(), &["--policy", policy.to_str().unwrap()]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"demo\"") && stderr.contains("atdp-policy keygen"),
+        "{stderr}"
+    );
+    assert!(
+        !data.path().join("keys.json").exists(),
+        "no key file is created without --generate-keys"
+    );
+}
+
+#[test]
+fn reloading_over_the_admin_port_needs_the_admin_token() {
+    let upstream = Upstream::start();
+    // No token configured: the endpoint is off.
+    let proxy = Proxy::start(upstream.port, &[]);
+    let response = http(proxy.admin, "POST", "/reload", &[], b"");
+    assert_eq!(
+        response.status,
+        403,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
+    drop(proxy);
+    // A token configured: a wrong one is refused, the right one reloads.
+    let token = "t0ken-for-the-admin-port";
+    let data = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start_with_env(upstream.port, &[], data, &[("ATDP_ADMIN_TOKEN", token)]);
+    let wrong = http(
+        proxy.admin,
+        "POST",
+        "/reload",
+        &[("authorization", "Bearer not-the-token-at-all")],
+        b"",
+    );
+    assert_eq!(wrong.status, 401);
+    let bearer = format!("Bearer {token}");
+    let right = http(
+        proxy.admin,
+        "POST",
+        "/reload",
+        &[("authorization", &bearer)],
+        b"",
+    );
+    assert_eq!(
+        right.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&right.body)
+    );
+    // Reading stays open.
+    assert_eq!(http(proxy.admin, "GET", "/healthz", &[], b"").status, 200);
 }

@@ -1,0 +1,240 @@
+//! Decide: whether the call may go out as it is.
+//!
+//! First the gates that need no policy evaluation: towards an `external` upstream, a
+//! top-level field outside the API's known list ([`crate::wire::known_fields`]) and a beta
+//! feature value outside the known ones are refused unless `forwarding.toml` allows them by
+//! name; `background: true` (Responses) is refused everywhere, since its reply would be
+//! fetched later around the proxy, unrecorded. Then Cedar: `invoke_model` on the dispatched
+//! model and on every model the provider may fall back to, and `call_tool` on every offer
+//! (tools of every form, MCP servers, skills, saved prompts: [`crate::wire::Offer`]), each
+//! with the request's context (entity types found, the upstream's trust, the size). One
+//! denial denies the call; an evaluation error is a denial.
+
+use http::HeaderMap;
+use policies::{AccessPolicy, Forwarding, Verdict};
+use serde_json::{Value, json};
+
+use crate::config::Trust;
+use crate::refusal::Refusal;
+use crate::stages::admit::Caller;
+use crate::wire::{ANTHROPIC_BETAS, ApiKind, OPENAI_BETAS, RequestView};
+
+/// The beta headers and the values each API's SDK knows.
+const BETA_HEADERS: [(&str, &[&str]); 2] = [
+    ("anthropic-beta", ANTHROPIC_BETAS),
+    ("openai-beta", OPENAI_BETAS),
+];
+
+/// Refuses what the proxy cannot judge towards an external upstream, and what it cannot
+/// record towards any.
+pub fn check_request(
+    api: ApiKind,
+    document: &Value,
+    request: &RequestView,
+    trust: Trust,
+    forwarding: &Forwarding,
+) -> Result<(), Refusal> {
+    if api == ApiKind::OpenAiResponses && document.get("background") == Some(&Value::Bool(true)) {
+        return Err(Refusal::Unrecordable {
+            field: "background: true",
+        });
+    }
+    if trust == Trust::External
+        && let Some(field) = request
+            .unknown_fields
+            .iter()
+            .find(|field| !forwarding.allows_field(api.name(), field))
+    {
+        return Err(Refusal::UnknownField {
+            api: api.name(),
+            field: field.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a beta feature value neither the SDKs nor `forwarding.toml` know, towards an
+/// external upstream. A header may carry several values, comma-separated, on several lines.
+pub fn check_betas(
+    headers: &HeaderMap,
+    trust: Trust,
+    forwarding: &Forwarding,
+) -> Result<(), Refusal> {
+    if trust != Trust::External {
+        return Ok(());
+    }
+    for (header, known) in BETA_HEADERS {
+        for value in headers.get_all(header) {
+            let Ok(text) = value.to_str() else {
+                return Err(Refusal::InvalidHeader {
+                    name: header,
+                    rule: "visible ASCII",
+                });
+            };
+            for beta in text.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+                if !known.contains(&beta) && !forwarding.allows_beta(beta) {
+                    return Err(Refusal::UnknownBeta {
+                        header,
+                        value: beta.to_owned(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Cedar's decisions on one call.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// What was decided (`model gpt-4o`, `tool lookup`) and the verdict, in order.
+    pub verdicts: Vec<(String, Verdict)>,
+}
+
+impl Decision {
+    /// Why the call is denied: the first denial, in words; `None` when allowed.
+    pub fn denial(&self) -> Option<String> {
+        let (what, verdict) = self.verdicts.iter().find(|(_, v)| !v.allowed)?;
+        Some(if !verdict.errors.is_empty() {
+            format!("{what} is not allowed: the policy could not be evaluated for this request")
+        } else if verdict.policies.is_empty() {
+            format!("{what} is not allowed: no policy permits it for this key")
+        } else {
+            format!(
+                "{what} is not allowed: denied by policy {}",
+                verdict.policies.join(", ")
+            )
+        })
+    }
+
+    /// The policies that decided: those of the denial when denied, else of every permit.
+    pub fn policies(&self) -> Vec<String> {
+        match self.verdicts.iter().find(|(_, v)| !v.allowed) {
+            Some((_, verdict)) => verdict.policies.clone(),
+            None => self
+                .verdicts
+                .iter()
+                .flat_map(|(_, v)| v.policies.iter().cloned())
+                .collect(),
+        }
+    }
+}
+
+/// What Cedar is asked about, besides the offers.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFacts<'a> {
+    /// The model sent upstream (after aliasing).
+    pub model: &'a str,
+    /// Entity types found in the request.
+    pub entities: &'a [String],
+    /// The upstream's trust.
+    pub trust: Trust,
+    /// The body's size in bytes.
+    pub request_bytes: usize,
+}
+
+/// Decides the model, every fallback model and every offer.
+pub fn decide(
+    access: &AccessPolicy,
+    caller: &Caller,
+    request: &RequestView,
+    facts: CallFacts<'_>,
+) -> Decision {
+    let context = json!({
+        "entities": facts.entities,
+        "upstream_trust": facts.trust.name(),
+        "request_bytes": i64::try_from(facts.request_bytes).unwrap_or(i64::MAX),
+    });
+    let principal = ("ApiKey", caller.key_hash.as_str());
+    let models =
+        std::iter::once(facts.model).chain(request.extra_models.iter().map(String::as_str));
+    let mut verdicts: Vec<(String, Verdict)> = models
+        .map(|model| {
+            (
+                format!("model {model}"),
+                access.decide(principal, "invoke_model", ("Model", model), context.clone()),
+            )
+        })
+        .collect();
+    for offer in &request.offers {
+        verdicts.push((
+            format!("tool {} ({})", offer.entity, offer.field),
+            access.decide(
+                principal,
+                "call_tool",
+                ("Tool", &offer.entity),
+                context.clone(),
+            ),
+        ));
+    }
+    Decision { verdicts }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::parse_request;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_towards_external_upstreams_unless_allowed() {
+        let body = json!({"model": "m", "messages": [], "x_exfiltrate": "jane@example.com"});
+        let view = parse_request(ApiKind::OpenAiChat, &body).unwrap();
+        let none = Forwarding::default();
+        let refusal =
+            check_request(ApiKind::OpenAiChat, &body, &view, Trust::External, &none).unwrap_err();
+        assert_eq!(refusal.code(), "unknown_field");
+        assert!(refusal.message().contains("x_exfiltrate"));
+        assert!(check_request(ApiKind::OpenAiChat, &body, &view, Trust::Internal, &none).is_ok());
+        let allowed =
+            Forwarding::from_toml("fields = { \"openai.chat\" = [\"x_exfiltrate\"] }").unwrap();
+        assert!(
+            check_request(ApiKind::OpenAiChat, &body, &view, Trust::External, &allowed).is_ok()
+        );
+    }
+
+    #[test]
+    fn a_background_response_is_refused_everywhere() {
+        let body = json!({"model": "m", "input": "hi", "background": true});
+        let view = parse_request(ApiKind::OpenAiResponses, &body).unwrap();
+        for trust in [Trust::External, Trust::Internal] {
+            let refusal = check_request(
+                ApiKind::OpenAiResponses,
+                &body,
+                &view,
+                trust,
+                &Forwarding::default(),
+            )
+            .unwrap_err();
+            assert_eq!(refusal.code(), "unrecordable_option");
+        }
+    }
+
+    #[test]
+    fn unknown_beta_values_are_refused_towards_external_upstreams() {
+        let none = Forwarding::default();
+        let known = headers(&[(
+            "anthropic-beta",
+            "mcp-client-2025-04-04, computer-use-2025-01-24",
+        )]);
+        assert!(check_betas(&known, Trust::External, &none).is_ok());
+        let sneaky = headers(&[
+            ("anthropic-beta", "mcp-client-2025-04-04"),
+            ("anthropic-beta", "secret-tools-2027-01-01"),
+        ]);
+        let refusal = check_betas(&sneaky, Trust::External, &none).unwrap_err();
+        assert_eq!(refusal.code(), "unknown_beta");
+        assert!(check_betas(&sneaky, Trust::Internal, &none).is_ok());
+        let allowed = Forwarding::from_toml("betas = [\"secret-tools-2027-01-01\"]").unwrap();
+        assert!(check_betas(&sneaky, Trust::External, &allowed).is_ok());
+        let openai = headers(&[("openai-beta", "assistants=v2")]);
+        assert!(check_betas(&openai, Trust::External, &none).is_err());
+    }
+}
