@@ -7,20 +7,20 @@
 //!   the files that held them are vacuumed at once (Delta's `lite` vacuum: only files that
 //!   commits removed, so no other writer's file in flight is touched). Time travel of
 //!   `pii_vault` to before the erasure is lost, as it must be.
-//! - Without: the tenant's keys are removed from the key file (written atomically), which
-//!   makes every vault entry of the tenant undecryptable, wherever copies of it live.
+//! - Without: the tenant's keys are removed from the key file (a locked change through
+//!   [`KeyFile`], so that what others change in the file meanwhile stays), which makes every
+//!   vault entry of the tenant undecryptable, wherever copies of it live.
 
 use std::path::Path;
 
 use atdp_schema::{Lake, Table};
 use deltalake::datafusion::prelude::{col, lit};
 use deltalake::operations::vacuum::VacuumMode;
-use policies::{AccessPolicy, KeyRing, MaskingConfig, builtin_entities};
+use policies::{AccessPolicy, KeyFile, MaskingConfig, builtin_entities};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};
 use crate::error::{Error, Result};
-use crate::keys::write_keys;
 use crate::trail::{Trail, event, redact};
 
 /// What an erasure did.
@@ -81,7 +81,8 @@ pub async fn erase(
             "the access policy does not let this auditor erase data of tenant {tenant}"
         )));
     }
-    let mut keys = KeyRing::load(keys_path)?;
+    let file = KeyFile::new(keys_path);
+    let keys = file.load()?;
     let tokens = match subject {
         Some(value) => entity_types(&policy.masking)
             .iter()
@@ -115,10 +116,10 @@ pub async fn erase(
                 report.vault_files_removed = deleted.files_removed;
                 report.files_deleted = deleted.files_deleted;
             }),
-        None => {
-            report.keys_erased = keys.erase_tenant(tenant);
-            write_keys(keys_path, &keys)
-        }
+        None => file
+            .update(|keys| Ok(keys.erase_tenant(tenant)))
+            .map(|erased| report.keys_erased = erased)
+            .map_err(Error::from),
     };
     // The outcome follows as its own event, linked to the first by its subject.
     let mut outcome = event("erase_completed", &auditor.actor(), tenant);

@@ -1,10 +1,16 @@
 //! Rotating a tenant's vault key: new values are sealed under a new key id, old entries
 //! keep opening with the keys they name. Cedar decides (`rotate_key` on the tenant); the
 //! rotation is recorded, and a rotation that cannot be recorded is undone.
+//!
+//! The key file is changed through [`KeyFile`], under its lock. The lock is not held while
+//! the rotation is recorded (a commit to the lake, which may wait on object storage, would
+//! hold up every proxy's start and reload meanwhile). The undo is a second locked change that
+//! removes only the key this rotation added ([`policies::KeyRing::undo_rotation`]): other
+//! tenants' changes and later rotations made in between stay.
 
 use std::path::Path;
 
-use policies::{KeyRing, Policy};
+use policies::{KeyFile, Policy};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};
@@ -23,7 +29,9 @@ pub struct RotateReport {
 }
 
 /// Adds a new current key for `tenant` to the key file. Processes that hold the key file
-/// in memory (a running `atdp-proxy`) use the new key once they reload it.
+/// in memory (a running `atdp-proxy`) use the new key once they reload it. A rotation that
+/// cannot be recorded is undone; a process that reloaded the key file in between may have
+/// sealed values under the withdrawn key, which then no longer open.
 pub async fn rotate_key(
     policy: &Policy,
     keys_path: &Path,
@@ -55,10 +63,11 @@ pub async fn rotate_key(
             "the access policy does not let this auditor rotate the keys of tenant {tenant}"
         )));
     }
-    let before = KeyRing::load(keys_path)?;
-    let mut keys = before.clone();
-    let key_id = keys.rotate(tenant)?;
-    write_keys(keys_path, &keys)?;
+    let file = KeyFile::new(keys_path);
+    let (previous, key_id) = file.update(|keys| {
+        let previous = keys.current_key_id(tenant).unwrap_or_default().to_owned();
+        Ok((previous, keys.rotate(tenant)?))
+    })?;
     record.detail_json = Some(serde_json::json!({ "key_id": key_id }).to_string());
     match trail.record_committed(record).await {
         Ok(recorded) => Ok(RotateReport {
@@ -67,30 +76,10 @@ pub async fn rotate_key(
             event_id: recorded.event_id,
         }),
         Err(e) => {
-            // Not recorded, so not done: put the old keys back.
-            write_keys(keys_path, &before)?;
+            // Not recorded, so not done: undo this rotation, and only it, in a change of its
+            // own, so that what others changed in the key file meanwhile stays.
+            file.update(|keys| Ok(keys.undo_rotation(tenant, &key_id, &previous)))?;
             Err(e)
         }
     }
-}
-
-/// Writes the key file through a temporary file and a rename, so that a crash leaves the
-/// old file or the new one, never half of one.
-pub(crate) fn write_keys(path: &Path, keys: &KeyRing) -> Result<()> {
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let text = keys.to_json()?;
-    let tmp = path.with_extension("erasing");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    // Keys are secrets: owner-only, as the proxy creates the file.
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp).map_err(io)?;
-    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(io)
 }

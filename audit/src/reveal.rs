@@ -6,7 +6,7 @@ use std::path::Path;
 
 use atdp_schema::{Table, vault_from_batch};
 use deltalake::datafusion::prelude::{col, lit};
-use policies::{KeyRing, Policy, SealedValue};
+use policies::{KeyFile, Policy, SealedValue};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};
@@ -156,7 +156,7 @@ async fn open(
     )
     .await?;
     let entry = entries.into_iter().next().ok_or_else(erased)?;
-    let keys = KeyRing::load(keys_path)?;
+    let keys = KeyFile::new(keys_path).load()?;
     keys.open(
         tenant,
         entity,

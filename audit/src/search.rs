@@ -4,8 +4,10 @@
 //! Every filter is a DataFusion expression built from typed values (never SQL text), so what
 //! a user types into a search field is only ever compared against, not run. Tenant and time
 //! filters are pushed into the Delta scan: partitions of other tenants and days are not
-//! opened. The search runs in two passes: ids and times of the matching steps (sorted,
-//! paginated), then the full rows of that one page, found by id.
+//! opened. The search runs in two passes: keys and times of the matching steps (sorted,
+//! paginated), then the full rows of that one page. A step's key is (tenant, trajectory,
+//! step) in every join and lookup: trajectory ids are chosen by clients, so two tenants can
+//! use the same ones, and imported data can repeat step ids.
 
 use std::collections::BTreeMap;
 
@@ -166,24 +168,38 @@ fn contains(haystack: Expr, needle: &str) -> Expr {
     strpos(lower(haystack), lit(needle.to_lowercase())).gt(lit(0i64))
 }
 
-/// Keeps the rows of `frame` whose `key` is among the `hit_id`s of `hits`.
-fn semi_join(frame: DataFrame, hits: DataFrame, key: &str) -> Result<DataFrame> {
+/// The key columns of a step, and their names in a frame of hits.
+const KEY: [&str; 3] = ["tenant_id", "trajectory_id", "step_id"];
+const HIT_KEY: [&str; 3] = ["hit_tenant", "hit_trajectory", "hit_id"];
+
+fn hit_keys() -> Vec<Expr> {
+    KEY.iter()
+        .zip(HIT_KEY)
+        .map(|(k, h)| col(*k).alias(h))
+        .collect()
+}
+
+/// Keeps the rows of `frame` whose (tenant, trajectory, step) is among those of `hits`.
+fn semi_join(frame: DataFrame, hits: DataFrame) -> Result<DataFrame> {
     frame
-        .join(hits, JoinType::LeftSemi, &[key], &["hit_id"], None)
+        .join(hits, JoinType::LeftSemi, &KEY, &HIT_KEY, None)
         .map_err(Error::query)
 }
 
-/// Step ids whose `column` (a list of structs) has an element whose `field` passes `test`.
+/// Keys of the steps whose `column` (a list of structs) has an element whose `field`
+/// passes `test`.
 fn listed(
     base: DataFrame,
     column: &str,
     field: &str,
     test: impl Fn(Expr) -> Expr,
 ) -> Result<DataFrame> {
-    base.select(vec![col("step_id").alias("hit_id"), col(column)])
+    let mut columns = hit_keys();
+    columns.push(col(column));
+    base.select(columns)
         .and_then(|f| f.unnest_columns(&[column]))
         .and_then(|f| f.filter(test(get_field(col(column), field))))
-        .and_then(|f| f.select(vec![col("hit_id")]))
+        .and_then(|f| f.select(HIT_KEY.iter().map(|h| col(*h)).collect::<Vec<_>>()))
         .map_err(Error::query)
 }
 
@@ -212,7 +228,7 @@ pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> R
         let hits = listed(steps.clone(), "pii", "entity", |e| {
             e.eq(lit(entity.clone()))
         })?;
-        matching = semi_join(matching, hits.distinct().map_err(Error::query)?, "step_id")?;
+        matching = semi_join(matching, hits.distinct().map_err(Error::query)?)?;
     }
     if let Some(text) = search
         .text
@@ -229,13 +245,13 @@ pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> R
                 get_field(col("response_message"), "content"),
                 text,
             ))
-            .and_then(|f| f.select(vec![col("step_id").alias("hit_id")]))
+            .and_then(|f| f.select(hit_keys()))
             .map_err(Error::query)?;
         let hits = in_request
             .union(in_reply)
             .and_then(DataFrame::distinct)
             .map_err(Error::query)?;
-        matching = semi_join(matching, hits, "step_id")?;
+        matching = semi_join(matching, hits)?;
     }
     if search.reward_min.is_some() || search.reward_max.is_some() {
         let mut filter = scope(tenants, &Search::default(), "created_at");
@@ -245,7 +261,8 @@ pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> R
         if let Some(max) = search.reward_max {
             filter = filter.and(col("value").lt_eq(lit(max)));
         }
-        // Trajectory ids are unique per tenant (a client may name its own): match both.
+        // Trajectory ids are chosen by clients, so two tenants can use the same one: match
+        // (tenant, trajectory).
         let hits = catalog
             .frame(Table::Rewards)
             .await?
@@ -268,13 +285,22 @@ pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> R
             )
             .map_err(Error::query)?;
     }
-    // Pass one: the page's ids, newest first (ties broken by id, so pages do not overlap).
-    let ids = matching
-        .select(vec![col("step_id"), col("started_at")])
+    // Pass one: the page's keys, newest first (ties broken by the whole key, so pages do
+    // not overlap). A step is (tenant, trajectory, step): trajectory ids are chosen by
+    // clients, and imported data can repeat step ids, so no id alone names one row.
+    let keys = matching
+        .select(vec![
+            col("tenant_id"),
+            col("trajectory_id"),
+            col("step_id"),
+            col("started_at"),
+        ])
         .and_then(|f| {
             f.sort(vec![
                 col("started_at").sort(false, false),
                 col("step_id").sort(false, false),
+                col("tenant_id").sort(false, false),
+                col("trajectory_id").sort(false, false),
             ])
         })
         .and_then(|f| f.limit(search.offset, Some(search.limit + 1)))
@@ -282,24 +308,25 @@ pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> R
         .collect()
         .await
         .map_err(Error::query)?;
-    let mut order: Vec<String> = Vec::new();
-    for batch in &ids {
-        // Engines hand strings back as `Utf8View` or `Utf8`: bring them to one type.
-        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Utf8)
-            .map_err(Error::query)?;
-        let column = column
-            .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
-            .ok_or_else(|| Error::Query("step_id is not a string column".into()))?;
-        order.extend(column.iter().flatten().map(str::to_owned));
+    let mut order: Vec<StepKey> = Vec::new();
+    for batch in &keys {
+        let [tenants, trajectories, steps] = [0, 1, 2].map(|i| strings(batch.column(i)));
+        let (tenants, trajectories, steps) = (tenants?, trajectories?, steps?);
+        order.extend(
+            tenants
+                .into_iter()
+                .zip(trajectories)
+                .zip(steps)
+                .map(|((tenant, trajectory), step)| (tenant, trajectory, step)),
+        );
     }
     let more = order.len() > search.limit;
     order.truncate(search.limit);
     // Pass two: the rows of this page.
-    let rows = steps_by_id(catalog, tenants, &order).await?;
+    let rows = steps_by_key(catalog, tenants, &order).await?;
     let hits = order
         .iter()
-        .filter_map(|id| rows.iter().find(|s| &s.step_id == id))
+        .filter_map(|key| rows.iter().find(|s| key_of(s) == *key))
         .map(hit)
         .collect();
     Ok(Page {
@@ -309,22 +336,76 @@ pub async fn search(catalog: &Catalog, tenants: &[String], search: &Search) -> R
     })
 }
 
-/// The steps with these ids, among those of `tenants`.
-pub async fn steps_by_id(
+/// (tenant, trajectory, step).
+type StepKey = (String, String, String);
+
+fn key_of(step: &Step) -> StepKey {
+    (
+        step.tenant_id.clone(),
+        step.trajectory_id.clone(),
+        step.step_id.clone(),
+    )
+}
+
+/// A string column's values (engines hand strings back as `Utf8View` or `Utf8`).
+fn strings(column: &arrow::array::ArrayRef) -> Result<Vec<String>> {
+    let column =
+        arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(Error::query)?;
+    let column = column
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .ok_or_else(|| Error::Query("a key column is not a string column".into()))?;
+    Ok(column
+        .iter()
+        .map(|v| v.unwrap_or_default().to_owned())
+        .collect())
+}
+
+/// The stored steps of `hits`, in their order, among those of `tenants`: each hit's own row,
+/// matched on (tenant, trajectory, step), even where another tenant uses the same ids.
+pub async fn steps_by_id(catalog: &Catalog, tenants: &[String], hits: &[Hit]) -> Result<Vec<Step>> {
+    let keys: Vec<StepKey> = hits
+        .iter()
+        .map(|h| {
+            (
+                h.tenant_id.clone(),
+                h.trajectory_id.clone(),
+                h.step_id.clone(),
+            )
+        })
+        .collect();
+    let rows = steps_by_key(catalog, tenants, &keys).await?;
+    Ok(keys
+        .iter()
+        .filter_map(|key| rows.iter().find(|s| key_of(s) == *key).cloned())
+        .collect())
+}
+
+/// The steps with these keys, among those of `tenants`.
+async fn steps_by_key(
     catalog: &Catalog,
     tenants: &[String],
-    ids: &[String],
+    keys: &[StepKey],
 ) -> Result<Vec<Step>> {
-    if ids.is_empty() || tenants.is_empty() {
+    let tenants: Vec<String> = tenants
+        .iter()
+        .filter(|t| keys.iter().any(|(k, _, _)| k == *t))
+        .cloned()
+        .collect();
+    if keys.is_empty() || tenants.is_empty() {
         return Ok(Vec::new());
     }
-    let filter = tenant_in(tenants)
-        .and(col("step_id").in_list(ids.iter().map(|id| lit(id.clone())).collect(), false));
-    rows(
+    let filter = tenant_in(&tenants).and(col("step_id").in_list(
+        keys.iter().map(|(_, _, step)| lit(step.clone())).collect(),
+        false,
+    ));
+    let mut steps = rows(
         catalog.frame(Table::Steps).await?.filter(filter),
         steps_from_batch,
     )
-    .await
+    .await?;
+    steps.retain(|s| keys.contains(&key_of(s)));
+    Ok(steps)
 }
 
 const PREVIEW_CHARS: usize = 160;

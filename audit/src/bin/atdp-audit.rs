@@ -79,9 +79,15 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
-        /// Who runs it, for the audit trail (default cli:$USER).
-        #[arg(long)]
+        /// Who runs it, for the audit trail (default cli:$USER; with an auditor key, the
+        /// auditor).
+        #[arg(long, conflicts_with = "auditor_key")]
         actor: Option<String>,
+        /// Read only what this auditor may read (Cedar): every table holds just the rows of
+        /// the auditor's tenants. Without it, every tenant (storage credentials are then the
+        /// boundary).
+        #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
+        auditor_key: Option<String>,
     },
     /// Serve the web console.
     Serve {
@@ -91,8 +97,9 @@ enum Command {
         /// Rows per page.
         #[arg(long, default_value_t = 50)]
         page_size: usize,
-        /// Mark the session cookie Secure (serve behind TLS).
-        #[arg(long)]
+        /// The console is served over TLS (behind a TLS-terminating proxy): cookies are
+        /// `Secure` `__Host-` cookies and the console's origin is `https://<Host>`.
+        #[arg(long, env = "ATDP_AUDIT_SECURE_COOKIE")]
         secure_cookie: bool,
     },
     /// Crypto-shred a subject's values (or a whole tenant's keys) so they cannot be revealed.
@@ -424,8 +431,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             trail.record(record).await?;
             print_hits(&page.hits, args.format)?;
             if let Some(path) = &args.evidence {
-                let ids: Vec<String> = page.hits.iter().map(|h| h.step_id.clone()).collect();
-                let steps = atdp_audit::steps_by_id(&catalog, &tenants, &ids).await?;
+                let steps = atdp_audit::steps_by_id(&catalog, &tenants, &page.hits).await?;
                 let rows = steps
                     .iter()
                     .map(|s| row(Table::Steps, s))
@@ -448,8 +454,22 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             trail.close().await?;
         }
-        Command::Sql { sql, format, actor } => {
+        Command::Sql {
+            sql,
+            format,
+            actor,
+            auditor_key,
+        } => {
+            let auditor = auditor_key.as_deref().map(|k| env.auditor(k)).transpose()?;
             let catalog = Catalog::open(&env.lake, &env.pins).await?;
+            if let Some(auditor) = &auditor {
+                scope_to_auditor(&catalog, auditor).await?;
+            }
+            let actor = match &auditor {
+                Some(auditor) => auditor.actor(),
+                None => cli_actor(actor),
+            };
+            let tenants = auditor.as_ref().map(|a| a.tenants.clone());
             let trail = env.trail().await?;
             // Personal data typed into the SQL is redacted with the policy's detectors (or
             // the built-in ones when there is no policy directory here).
@@ -457,11 +477,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(policy) => atdp_audit::redact(&policy.scanner, &sql),
                 Err(_) => atdp_audit::redact(&policies::Scanner::new(None)?, &sql),
             };
-            let mut record = event("query", &cli_actor(actor), atdp_audit::SYSTEM_TENANT);
+            let mut record = event("query", &actor, atdp_audit::SYSTEM_TENANT);
             record.decision = Some("allow".into());
             record.detail_json = Some(
-                serde_json::json!({ "sql": redacted, "versions": catalog.versions().iter().map(|(t, v)| (t.name(), v)).collect::<BTreeMap<_, _>>() })
-                    .to_string(),
+                serde_json::json!({
+                    "sql": redacted,
+                    "tenants": tenants,
+                    "versions": catalog.versions().iter().map(|(t, v)| (t.name(), v)).collect::<BTreeMap<_, _>>(),
+                })
+                .to_string(),
             );
             trail.record(record).await?;
             let result = catalog.sql(&sql).await;
@@ -568,6 +592,41 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Replaces every table of `catalog`'s session by a view of what `auditor` may read: the
+/// rows of its tenants (for `audit`, also its own events and system-wide policy changes, as
+/// on the console's audit page), so that no query, join or aggregate reaches another
+/// tenant's rows.
+async fn scope_to_auditor(catalog: &Catalog, auditor: &Auditor) -> Result<()> {
+    use deltalake::datafusion::prelude::{col, lit};
+
+    if auditor.tenants.is_empty() {
+        bail!("this auditor may read no tenant, so there is nothing to query");
+    }
+    let tenants = || {
+        col("tenant_id").in_list(
+            auditor.tenants.iter().map(|t| lit(t.clone())).collect(),
+            false,
+        )
+    };
+    let session = catalog.session();
+    for table in Table::ALL {
+        let visible = match table {
+            Table::Audit => {
+                tenants()
+                    .or(col("actor").eq(lit(auditor.actor())))
+                    .or(col("tenant_id").eq(lit(atdp_audit::SYSTEM_TENANT)).and(
+                        col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false),
+                    ))
+            }
+            _ => tenants(),
+        };
+        let rows = catalog.frame(table).await?.filter(visible)?;
+        session.deregister_table(table.name())?;
+        session.register_table(table.name(), rows.into_view())?;
+    }
+    Ok(())
 }
 
 async fn shutdown_signal() {

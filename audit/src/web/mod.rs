@@ -1,17 +1,26 @@
 //! `atdp-audit serve`: the web console. Server-rendered HTML (askama templates compiled
-//! into the binary, no external assets, no JavaScript needed): log in with an auditor key,
-//! search, read a trajectory, reveal a value with a reason, read the audit trail and its
-//! chain status, export evidence.
+//! into the binary, no external assets, no JavaScript): log in with an auditor key, search,
+//! open a trajectory, reveal a value with a reason, read the audit trail and its chain
+//! status, export evidence.
 //!
-//! Sessions are random 256-bit ids in an `HttpOnly`, `SameSite=Strict` cookie (so another
-//! site cannot make a logged-in browser post a reveal), kept in memory for 8 hours. Every
-//! page is decided for the logged-in auditor: a trajectory of a tenant it may not read is
-//! "not found", whatever the URL says.
+//! The console assumes a hostile browser next door. Sessions are random 256-bit ids in an
+//! `HttpOnly`, `SameSite=Strict` cookie (`Secure` and `__Host-` named behind TLS), kept in
+//! memory for 8 hours. Every form that changes or records anything is a `POST` carrying a
+//! token and coming from the console's own origin ([`csrf`]); no `GET` writes an audit event.
+//! Every response forbids caching, framing and script ([`headers`]). Logins are throttled
+//! per client address and per auditor ([`throttle`]), and refused requests are counted, not
+//! written one by one ([`evidence`]). Every page is decided for the logged-in auditor: a
+//! trajectory of a tenant it may not read is "not found", whatever the URL says.
 
+mod csrf;
+mod evidence;
+mod headers;
 mod pages;
+mod sessions;
+mod throttle;
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,20 +29,18 @@ use atdp_schema::{Lake, Table};
 use axum::Router;
 use axum::routing::{get, post};
 use policies::Policy;
-use rand::RngCore;
 
-use crate::access::Auditor;
 use crate::catalog::Catalog;
 use crate::error::Result;
 use crate::trail::Trail;
 use crate::verify::VerifyReport;
+use csrf::Tokens;
+use evidence::Evidence;
+use sessions::Sessions;
+use throttle::Buckets;
 
-/// How long a login lasts.
-const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 /// How long a loaded catalog (table versions) is reused before new commits are read.
 const CATALOG_TTL: Duration = Duration::from_secs(2);
-/// The session cookie's name.
-const COOKIE: &str = "atdp_session";
 
 /// Settings of the console.
 #[derive(Debug, Clone)]
@@ -44,15 +51,18 @@ pub struct ConsoleConfig {
     pub policy_dir: PathBuf,
     /// The vault key file (read on every reveal).
     pub keys: PathBuf,
-    /// Mark the session cookie `Secure` (when served behind TLS).
+    /// The console is reached over TLS (behind a TLS-terminating proxy): cookies are
+    /// `Secure` with `__Host-` names, and forms must come from the `https` origin.
     pub secure_cookie: bool,
     /// Rows per search or audit page.
     pub page_size: usize,
 }
 
-struct Session {
-    auditor_id: String,
-    expires: Instant,
+/// Login throttling state: one bucket table per client address, one per auditor.
+#[derive(Debug)]
+struct Limits {
+    clients: Buckets<IpAddr>,
+    auditors: Buckets<String>,
 }
 
 pub(crate) struct Console {
@@ -60,11 +70,17 @@ pub(crate) struct Console {
     policy: Policy,
     config: ConsoleConfig,
     trail: Trail,
-    sessions: Mutex<HashMap<String, Session>>,
+    sessions: Sessions,
+    tokens: Tokens,
+    limits: Mutex<Limits>,
+    evidence: Mutex<Evidence>,
     /// The catalog and when it was loaded (`None`: to refresh before the next use).
     catalog: tokio::sync::Mutex<Option<(Option<Instant>, Arc<Catalog>)>>,
     verified: tokio::sync::Mutex<Option<Arc<VerifyReport>>>,
 }
+
+/// What a throttled login is told: wait this long.
+pub(crate) struct Throttled(pub(crate) Duration);
 
 impl Console {
     /// The catalog, brought up to date (only the commits since the last load are read) when
@@ -103,42 +119,51 @@ impl Console {
         Ok(report)
     }
 
-    fn login(&self, auditor: &Auditor) -> String {
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        let id = hex::encode(bytes);
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        sessions.retain(|_, s| s.expires > now);
-        sessions.insert(
-            id.clone(),
-            Session {
-                auditor_id: auditor.id.clone(),
-                expires: now + SESSION_TTL,
-            },
-        );
-        id
+    /// Takes a login try of `client`; `Err` when it must wait.
+    fn throttle_client(&self, client: IpAddr) -> std::result::Result<(), Throttled> {
+        let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        limits
+            .clients
+            .take(&client, Instant::now())
+            .map_err(Throttled)
     }
 
-    fn logout(&self, session: &str) {
-        self.sessions
+    /// Takes a login of auditor `auditor_id`; `Err` when it must wait.
+    fn throttle_auditor(&self, auditor_id: &str) -> std::result::Result<(), Throttled> {
+        let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        limits
+            .auditors
+            .take(&auditor_id.to_owned(), Instant::now())
+            .map_err(Throttled)
+    }
+
+    /// Counts a refused request as evidence (written with the window's other counts).
+    fn note(&self, kind: &'static str, client: IpAddr, actor: &str, outcome: &'static str) {
+        self.evidence
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(session);
+            .note(kind, client, actor, outcome);
     }
 
-    /// The auditor of a session; its tenants are decided again by the console's policy on
-    /// every request (the policy is loaded at start: restart the console to change it).
-    fn auditor(&self, session: &str) -> Option<Auditor> {
-        // The lock is held only to read the session, not while Cedar decides.
-        let auditor_id = {
-            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            let s = sessions
-                .get(session)
-                .filter(|s| s.expires > Instant::now())?;
-            s.auditor_id.clone()
-        };
-        Auditor::from_id(&self.policy.access, &auditor_id)
+    /// Writes the counted refusals to the trail, and forgets throttling buckets that are
+    /// full again.
+    async fn write_evidence(&self) {
+        let events = self
+            .evidence
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain();
+        {
+            let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            limits.clients.forget_full(now);
+            limits.auditors.forget_full(now);
+        }
+        for event in events {
+            if let Err(e) = self.trail.record(event).await {
+                tracing::error!(error = %e, "Counted refusals could not be recorded.");
+            }
+        }
     }
 }
 
@@ -149,6 +174,8 @@ pub struct Server {
     pub addr: SocketAddr,
     handle: tokio::task::JoinHandle<std::io::Result<()>>,
     shutdown: tokio::sync::oneshot::Sender<()>,
+    evidence_task: tokio::task::JoinHandle<()>,
+    stop_evidence: tokio::sync::oneshot::Sender<()>,
     console: Arc<Console>,
 }
 
@@ -162,10 +189,14 @@ impl std::fmt::Debug for Console {
 }
 
 impl Server {
-    /// Stops accepting, finishes requests in flight, commits the audit events, and returns.
+    /// Stops accepting, finishes requests in flight, writes the counted refusals, commits
+    /// the audit events, and returns.
     pub async fn stop(self) -> Result<()> {
         let _ = self.shutdown.send(());
         let served = self.handle.await.map_err(std::io::Error::other);
+        let _ = self.stop_evidence.send(());
+        let _ = self.evidence_task.await;
+        self.console.write_evidence().await;
         let closed = self.console.trail.close().await;
         served.and_then(|r| r).map_err(|source| crate::Error::Io {
             path: PathBuf::from(self.addr.to_string()),
@@ -188,12 +219,30 @@ pub async fn serve(lake: Lake, trail: Trail, config: ConsoleConfig) -> Result<Se
         path: PathBuf::from(config.listen.to_string()),
         source,
     })?;
+    let now = Instant::now();
+    let limits = Limits {
+        clients: Buckets::new(
+            throttle::MAX_TRACKED,
+            throttle::BURST,
+            throttle::INTERVAL,
+            now,
+        ),
+        auditors: Buckets::new(
+            throttle::MAX_TRACKED,
+            throttle::BURST,
+            throttle::INTERVAL,
+            now,
+        ),
+    };
     let console = Arc::new(Console {
         lake,
         policy,
         config,
         trail,
-        sessions: Mutex::new(HashMap::new()),
+        sessions: Sessions::default(),
+        tokens: Tokens::new(),
+        limits: Mutex::new(limits),
+        evidence: Mutex::new(Evidence::new(evidence::MAX_TALLIES)),
         catalog: tokio::sync::Mutex::new(None),
         verified: tokio::sync::Mutex::new(None),
     });
@@ -202,27 +251,56 @@ pub async fn serve(lake: Lake, trail: Trail, config: ConsoleConfig) -> Result<Se
     let app = Router::new()
         .route("/", get(pages::home))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/login", get(pages::login_form).post(pages::login))
-        .route("/logout", post(pages::logout))
-        .route("/search", get(pages::search))
-        .route("/trajectories/{id}", get(pages::trajectory))
-        .route("/trajectories/{id}/export", get(pages::export))
-        .route("/reveal", get(pages::reveal_form).post(pages::reveal))
-        .route("/audit", get(pages::audit))
+        .route("/login", get(pages::login::form).post(pages::login::login))
+        .route("/logout", post(pages::login::logout))
+        .route(
+            "/search",
+            get(pages::search::form).post(pages::search::search),
+        )
+        .route(
+            "/trajectories/{id}",
+            get(pages::trajectory::open).post(pages::trajectory::read),
+        )
+        .route("/trajectories/{id}/export", post(pages::trajectory::export))
+        .route(
+            "/reveal",
+            get(pages::reveal::form).post(pages::reveal::reveal),
+        )
+        .route("/audit", get(pages::audit::audit))
+        .layer(axum::middleware::map_response(headers::secure))
         .with_state(console.clone());
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    let (stop_evidence, mut evidence_stopped) = tokio::sync::oneshot::channel::<()>();
+    let writer = console.clone();
+    let evidence_task = tokio::spawn(async move {
+        let mut every = tokio::time::interval_at(
+            tokio::time::Instant::now() + evidence::WINDOW,
+            evidence::WINDOW,
+        );
+        loop {
+            tokio::select! {
+                _ = every.tick() => writer.write_evidence().await,
+                _ = &mut evidence_stopped => break,
+            }
+        }
     });
     tracing::info!(%addr, "Audit console listening.");
     Ok(Server {
         addr,
         handle,
         shutdown,
+        evidence_task,
+        stop_evidence,
         console,
     })
 }

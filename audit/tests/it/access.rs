@@ -2,7 +2,9 @@
 //! search input that tries to be SQL.
 
 use atdp_audit::{Error, RevealRequest, Search, search};
+use reqwest::StatusCode;
 
+use crate::client::{Client, form_encode};
 use crate::common::*;
 
 fn all(limit: usize) -> Search {
@@ -190,75 +192,6 @@ async fn an_analyst_reads_but_cedar_denies_the_reveal() {
     assert!(!text.contains(EMAIL), "{text}");
 }
 
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    cookie: Option<String>,
-}
-
-impl Client {
-    fn new(base: String) -> Client {
-        Client {
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            base,
-            cookie: None,
-        }
-    }
-
-    async fn login(&mut self, key: &str) -> reqwest::StatusCode {
-        let response = self
-            .http
-            .post(format!("{}/login", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!("key={key}"))
-            .send()
-            .await
-            .unwrap();
-        self.cookie = response
-            .headers()
-            .get("set-cookie")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .map(str::to_owned);
-        response.status()
-    }
-
-    async fn get(&self, path: &str) -> (reqwest::StatusCode, String) {
-        let mut request = self.http.get(format!("{}{path}", self.base));
-        if let Some(cookie) = &self.cookie {
-            request = request.header("cookie", cookie);
-        }
-        let response = request.send().await.unwrap();
-        (response.status(), response.text().await.unwrap())
-    }
-
-    async fn post(&self, path: &str, body: String) -> (reqwest::StatusCode, String) {
-        let mut request = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        if let Some(cookie) = &self.cookie {
-            request = request.header("cookie", cookie);
-        }
-        let response = request.send().await.unwrap();
-        (response.status(), response.text().await.unwrap())
-    }
-}
-
-fn form_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_keeps_tenants_apart_over_http() {
     let f = fixture().await;
@@ -266,22 +199,22 @@ async fn the_console_keeps_tenants_apart_over_http() {
     let mut c = Client::new(format!("http://{}", server.addr));
 
     // Nothing without a login; a key that is not an auditor's does not log in.
-    let (status, _) = c.get("/search").await;
-    assert_eq!(status, reqwest::StatusCode::SEE_OTHER);
+    assert_eq!(c.get("/search").await.status, StatusCode::SEE_OTHER);
     assert_eq!(
         c.login("sk-atdp-demo-agent").await,
-        reqwest::StatusCode::UNAUTHORIZED
+        StatusCode::UNAUTHORIZED
     );
-    assert_eq!(c.get("/search").await.0, reqwest::StatusCode::SEE_OTHER);
+    assert_eq!(c.get("/search").await.status, StatusCode::SEE_OTHER);
     // A made-up session cookie is no session.
     c.cookie = Some(format!("atdp_session={}", "ab".repeat(32)));
-    assert_eq!(c.get("/search").await.0, reqwest::StatusCode::SEE_OTHER);
+    assert_eq!(c.get("/search").await.status, StatusCode::SEE_OTHER);
+    assert_eq!(c.post("/search", "").await.status, StatusCode::SEE_OTHER);
 
-    assert_eq!(c.login(DEMO_AUDITOR).await, reqwest::StatusCode::SEE_OTHER);
-    let (status, body) = c.get("/search").await;
-    assert_eq!(status, reqwest::StatusCode::OK);
-    assert!(body.contains(&f.demo_trajectory));
-    assert!(!body.contains(&f.other_trajectory));
+    assert_eq!(c.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    let reply = c.post("/search", "").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.body.contains(&f.demo_trajectory));
+    assert!(!reply.body.contains(&f.other_trajectory));
 
     // URL guessing and query parameters do not reach the other tenant.
     let other = &f.other_trajectory;
@@ -291,53 +224,62 @@ async fn the_console_keeps_tenants_apart_over_http() {
         format!("/trajectories/{other}?tenant=demo"),
         format!("/trajectories/{other}/export?tenant=other"),
     ] {
-        let (status, body) = c.get(&path).await;
-        assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "{path}");
-        assert!(!body.contains(OTHER_EMAIL));
+        let reply = c.post(&path, "").await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(!reply.body.contains(OTHER_EMAIL));
     }
-    let (status, body) = c.get("/search?tenant=other").await;
-    assert_eq!(status, reqwest::StatusCode::FORBIDDEN);
-    assert!(!body.contains(other.as_str()));
-    let (status, body) = c
-        .get(&format!(
-            "/search?tenant={}",
-            form_encode("demo' OR tenant_id='other")
-        ))
+    let reply = c.post("/search", "tenant=other").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(!reply.body.contains(other.as_str()));
+    let reply = c
+        .post(
+            "/search",
+            &format!("tenant={}", form_encode("demo' OR tenant_id='other")),
+        )
         .await;
-    assert_eq!(status, reqwest::StatusCode::FORBIDDEN);
-    assert!(!body.contains(other.as_str()));
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(!reply.body.contains(other.as_str()));
     let other_token = policies::KeyRing::load(&f.keys)
         .unwrap()
         .token("other", "EMAIL_ADDRESS", OTHER_EMAIL)
         .unwrap();
-    let (status, body) = c
+    let reply = c
         .post(
             "/reveal",
-            format!(
+            &format!(
                 "trajectory={other}&tenant=other&token={}&reason=audit",
                 form_encode(&other_token)
             ),
         )
         .await;
-    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
-    assert!(!body.contains(OTHER_EMAIL));
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert!(!reply.body.contains(OTHER_EMAIL));
 
     // Markup typed into a search field comes back escaped.
-    let (status, body) = c
-        .get(&format!(
-            "/search?text={}",
-            form_encode("<script>alert(1)</script>")
-        ))
+    let reply = c
+        .post(
+            "/search",
+            &format!("text={}", form_encode("<script>alert(1)</script>")),
+        )
         .await;
-    assert_eq!(status, reqwest::StatusCode::OK);
-    assert!(!body.contains("<script>alert(1)"));
-    assert!(body.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
-    let (status, _) = c.get("/search?since=yesterday").await;
-    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(!reply.body.contains("<script>alert(1)"));
+    assert!(
+        reply
+            .body
+            .contains("&#60;script&#62;alert(1)&#60;/script&#62;")
+    );
+    assert_eq!(
+        c.post("/search", "since=yesterday").await.status,
+        StatusCode::BAD_REQUEST
+    );
 
     // The trajectory page shows masked spans by entity type, never the value.
-    let (status, body) = c.get(&format!("/trajectories/{}", f.demo_trajectory)).await;
-    assert_eq!(status, reqwest::StatusCode::OK);
+    let reply = c
+        .post(&format!("/trajectories/{}", f.demo_trajectory), "")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let body = reply.body;
     let token = f.token_of("EMAIL_ADDRESS", EMAIL).await;
     assert!(body.contains("class=\"entity\">EMAIL_ADDRESS"));
     assert!(body.contains(&token.replace('<', "&#60;").replace('>', "&#62;")));
@@ -354,34 +296,31 @@ async fn the_console_keeps_tenants_apart_over_http() {
             form_encode(reason)
         )
     };
-    let (status, body) = c.post("/reveal", reveal("  ")).await;
-    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
-    assert!(!body.contains(EMAIL));
-    let (status, body) = c
-        .post("/reveal", reveal("Subject access request #4411"))
+    let reply = c.post("/reveal", &reveal("  ")).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(!reply.body.contains(EMAIL));
+    let reply = c
+        .post("/reveal", &reveal("Subject access request #4411"))
         .await;
-    assert_eq!(status, reqwest::StatusCode::OK);
-    assert!(body.contains(EMAIL));
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.body.contains(EMAIL));
 
     // The analyst may read but not reveal.
     let mut analyst = Client::new(c.base.clone());
-    assert_eq!(
-        analyst.login(DEMO_ANALYST).await,
-        reqwest::StatusCode::SEE_OTHER
-    );
-    let (status, body) = analyst.post("/reveal", reveal("curious")).await;
-    assert_eq!(status, reqwest::StatusCode::FORBIDDEN);
-    assert!(!body.contains(EMAIL));
+    assert_eq!(analyst.login(DEMO_ANALYST).await, StatusCode::SEE_OTHER);
+    let reply = analyst.post("/reveal", &reveal("curious")).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(!reply.body.contains(EMAIL));
 
-    let (status, body) = c.get("/audit").await;
-    assert_eq!(status, reqwest::StatusCode::OK);
-    assert!(body.contains("intact"), "{body}");
+    let reply = c.get("/audit").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.body.contains("intact"), "{}", reply.body);
     // Probing for the other tenant's trajectory left a trace.
     let n = f.sql_table(&format!(
             "SELECT count(*) AS n FROM audit WHERE kind = 'read' AND decision = 'deny' AND subject = '{other}'"
         )).await;
     assert!(n.contains("| 3 "), "{n}");
-    assert!(body.contains("Subject access request #4411"));
-    assert!(body.contains("curious"));
+    assert!(reply.body.contains("Subject access request #4411"));
+    assert!(reply.body.contains("curious"));
     server.stop().await.unwrap();
 }

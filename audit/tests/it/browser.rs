@@ -1,5 +1,8 @@
 //! End to end in a real browser: Debian's Chromium, headless, driven through chromedriver by
 //! `tests/python/console_browser.py` (selenium), against the console serving the fixture lake.
+//! The browser goes through the console's token-carrying forms, and a page of another origin
+//! tries to post them, to log the browser in as someone else, and to frame the console: only
+//! a browser shows which cookies and headers it really sends, and what it really renders.
 //! With `ATDP_SCREENSHOT_DIR` set, the trajectory page's screenshot is kept there (that is
 //! how `docs/console-trajectory.png` is made).
 
@@ -22,6 +25,7 @@ async fn a_reviewer_finds_reads_reveals_and_sees_the_reveal_audited() {
         std::process::Command::new(python)
             .arg(script)
             .args(["--base", &base, "--key", DEMO_AUDITOR, "--reason", reason])
+            .args(["--attacker-key", DEMO_ANALYST])
             .arg("--screenshot")
             .arg(&shot)
             .output()
@@ -37,6 +41,9 @@ async fn a_reviewer_finds_reads_reveals_and_sees_the_reveal_audited() {
     );
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(seen["after_login"], "/search", "{seen}");
+    // The base style block ran under the Content-Security-Policy, and nothing was refused.
+    assert_eq!(seen["header_background"], "rgb(29, 35, 48)", "{seen}");
+    assert_eq!(seen["csp_violations"], serde_json::json!([]), "{seen}");
     assert_eq!(seen["search_hits"], 2, "{seen}");
     assert!(
         seen["trajectory_title"]
@@ -62,7 +69,33 @@ async fn a_reviewer_finds_reads_reveals_and_sees_the_reveal_audited() {
     assert_eq!(rows.len(), 1, "{seen}");
     let row = rows[0].as_str().unwrap();
     assert!(row.contains("reveal") && row.contains("allow"), "{row}");
+    assert_eq!(seen["audit_rows_forged"], serde_json::json!([]), "{seen}");
+
+    // Another site's posts reach the console with the session cookie, and are refused.
+    let refused = serde_json::json!({ "heading": "Refused", "revealed": false });
+    assert_eq!(seen["forged_reveal"], refused, "{seen}");
+    assert_eq!(seen["forged_reveal_with_leaked_token"], refused, "{seen}");
+    assert_eq!(
+        seen["forged_login"],
+        serde_json::json!({ "heading": "Log in", "revealed": false }),
+        "{seen}"
+    );
+    assert_eq!(seen["same_auditor_after_forged_login"], true, "{seen}");
+    assert_eq!(seen["framed_console_shown"], false, "{seen}");
+    assert_eq!(seen["framing_refused_by_csp"], true, "{seen}");
+
     let png = std::fs::read(&screenshot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
     server.stop().await.unwrap();
+
+    // One reveal happened; the three forged posts are counted evidence, not actions.
+    assert_eq!(f.audit_rows("kind = 'reveal'").await, 1);
+    let forged = f.audit_details("kind = 'forged_request'").await;
+    let outcome = |form: &str| -> u64 {
+        forged
+            .iter()
+            .filter_map(|d| d["outcomes"][form].as_u64())
+            .sum()
+    };
+    assert_eq!((outcome("reveal"), outcome("login")), (2, 1), "{forged:?}");
 }

@@ -177,20 +177,12 @@ async fn serve_announces_its_address_and_commits_its_events_on_sigterm() {
         .unwrap();
     let listen: serde_json::Value = serde_json::from_str(&line).unwrap();
     let base = format!("http://{}", listen["listen"].as_str().unwrap());
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let health = http.get(format!("{base}/healthz")).send().await.unwrap();
-    assert_eq!(health.status(), reqwest::StatusCode::OK);
-    let login = http
-        .post(format!("{base}/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("key={DEMO_AUDITOR}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(login.status(), reqwest::StatusCode::SEE_OTHER);
+    let mut client = crate::client::Client::new(base);
+    assert_eq!(client.get("/healthz").await.status, reqwest::StatusCode::OK);
+    assert_eq!(
+        client.login(DEMO_AUDITOR).await,
+        reqwest::StatusCode::SEE_OTHER
+    );
 
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

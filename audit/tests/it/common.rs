@@ -365,19 +365,59 @@ pub async fn fixture() -> Fixture {
 impl Fixture {
     /// The console on a free loopback port, over this lake and policy.
     pub async fn console(&self) -> atdp_audit::Server {
+        self.console_with(false).await
+    }
+
+    /// The console, configured as behind a TLS-terminating proxy when `tls`.
+    pub async fn console_with(&self, tls: bool) -> atdp_audit::Server {
         atdp_audit::serve(
             self.lake.clone(),
-            self.trail("console").await,
+            self.trail(if tls { "console-tls" } else { "console" })
+                .await,
             atdp_audit::ConsoleConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 policy_dir: self.policy_dir.clone(),
                 keys: self.keys.clone(),
-                secure_cookie: false,
+                secure_cookie: tls,
                 page_size: 20,
             },
         )
         .await
         .unwrap()
+    }
+
+    /// The number of rows of the `audit` table matching `filter` (SQL), as the lake holds
+    /// them now.
+    pub async fn audit_rows(&self, filter: &str) -> u64 {
+        let batches = self
+            .catalog()
+            .await
+            .sql(&format!("SELECT count(*) AS n FROM audit WHERE {filter}"))
+            .await
+            .unwrap();
+        let column = batches[0].column(0);
+        arrow::array::cast::as_primitive_array::<arrow::datatypes::Int64Type>(column).value(0)
+            as u64
+    }
+
+    /// The `detail_json` of the `audit` rows matching `filter`, parsed.
+    pub async fn audit_details(&self, filter: &str) -> Vec<serde_json::Value> {
+        let batches = self
+            .catalog()
+            .await
+            .sql(&format!("SELECT detail_json FROM audit WHERE {filter}"))
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        for batch in &batches {
+            let column =
+                arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Utf8).unwrap();
+            let strings = arrow::array::cast::as_string_array(&column);
+            for value in strings.iter().flatten() {
+                out.push(serde_json::from_str(value).unwrap());
+            }
+        }
+        out
     }
 
     /// A SQL query's result over the lake as it is now, as a printed table.

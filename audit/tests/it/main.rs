@@ -7,6 +7,10 @@
 mod access;
 mod browser;
 mod cli;
+mod client;
 mod common;
+mod console;
 mod erasure;
+mod key_file;
+mod tenants;
 mod verify;
