@@ -61,15 +61,16 @@ pub fn rewarded_trajectories(
     let mut selection = selection.clone();
     selection.reward_names = BTreeSet::from([reward.to_owned()]);
     let data = atdp_trainer::read_lake(lake, options, &selection)?;
-    let steps: BTreeSet<&str> = data
+    // (tenant, trajectory): two tenants may use the same trajectory id.
+    let steps: BTreeSet<(&str, &str)> = data
         .steps
         .iter()
-        .map(|s| s.trajectory_id.as_str())
+        .map(|s| (s.tenant_id.as_str(), s.trajectory_id.as_str()))
         .collect();
-    let rewarded: BTreeSet<&str> = data
+    let rewarded: BTreeSet<(&str, &str)> = data
         .rewards
         .iter()
-        .map(|r| r.trajectory_id.as_str())
+        .map(|r| (r.tenant_id.as_str(), r.trajectory_id.as_str()))
         .filter(|t| steps.contains(t))
         .collect();
     Ok(rewarded.len())
@@ -205,4 +206,20 @@ pub async fn cycle(
         train_s: trained.train_s,
         gate_s,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::live::tests::{both, twin_lake};
+
+    #[test]
+    fn two_tenants_with_the_same_trajectory_id_are_two_rewarded_trajectories() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = twin_lake(dir.path());
+        let n = rewarded_trajectories(&lake, Default::default(), &both(), "ok").unwrap();
+        assert_eq!(n, 2);
+    }
 }

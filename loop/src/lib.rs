@@ -1,4 +1,4 @@
-//! The closed loop of atdp (issue 8): agents talk through the proxy, the lake records, the
+//! The closed loop of atdp: agents talk through the proxy, the lake records, the
 //! trainer learns, the gate decides, `atdp-serve` swaps, and the success rate goes up.
 //!
 //! - [`Env`]: built-in environments (tool-use routing; a verifiable multi-turn guessing

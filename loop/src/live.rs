@@ -32,14 +32,14 @@ pub fn live_rewards(
     let mut selection = selection.clone();
     selection.reward_names = BTreeSet::from([reward.to_owned()]);
     let data = atdp_trainer::read_lake(lake, options, &selection)?;
-    // The version of each trajectory's latest step.
-    let mut last: HashMap<&str, (i64, &str)> = HashMap::new();
+    // The version of each (tenant, trajectory)'s latest step.
+    let mut last: HashMap<(&str, &str), (i64, &str)> = HashMap::new();
     for step in &data.steps {
         let Some(version) = step.policy_version.as_deref() else {
             continue;
         };
         let entry = last
-            .entry(step.trajectory_id.as_str())
+            .entry((step.tenant_id.as_str(), step.trajectory_id.as_str()))
             .or_insert((step.started_at, version));
         if step.started_at >= entry.0 {
             *entry = (step.started_at, version);
@@ -47,7 +47,9 @@ pub fn live_rewards(
     }
     let mut by_version: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
     for reward in data.rewards.iter().filter(|r| r.step_id.is_none()) {
-        if let Some((_, version)) = last.get(reward.trajectory_id.as_str()) {
+        if let Some((_, version)) =
+            last.get(&(reward.tenant_id.as_str(), reward.trajectory_id.as_str()))
+        {
             by_version
                 .entry((*version).to_owned())
                 .or_default()
@@ -131,4 +133,86 @@ pub async fn check_rollback(
         trail.record(policy, &event, report).await?;
     }
     Ok(Some(event))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::Path;
+    use std::time::Duration;
+
+    use atdp_schema::{LakeWriter, Reward, Step, WriterConfig, new_id};
+
+    use super::*;
+
+    /// A lake in which the clients of two tenants both named their trajectory `t1`: acme's
+    /// was served by `policy@v1` and rewarded 1, globex's (later) by `policy@v2` and
+    /// rewarded 0. Returns the lake's location.
+    pub(crate) fn twin_lake(dir: &Path) -> String {
+        let lake = dir.join("lake").display().to_string();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut config = WriterConfig::new(lake.clone(), dir.join("wal"));
+            config.fsync = false;
+            let writer = LakeWriter::open(config).await.unwrap();
+            let at = 1_795_910_400_000_000;
+            for (i, (tenant, version, value)) in
+                [("acme", "policy@v1", 1.0), ("globex", "policy@v2", 0.0)]
+                    .into_iter()
+                    .enumerate()
+            {
+                let started_at = at + i as i64 * 1_000_000;
+                writer
+                    .append(Step {
+                        step_id: "s1".into(),
+                        trajectory_id: "t1".into(),
+                        tenant_id: tenant.into(),
+                        agent_id: "router".into(),
+                        started_at,
+                        status: "ok".into(),
+                        policy_version: Some(version.into()),
+                        ..Step::default()
+                    })
+                    .unwrap();
+                writer
+                    .append(Reward {
+                        reward_id: new_id(),
+                        trajectory_id: "t1".into(),
+                        tenant_id: tenant.into(),
+                        name: "ok".into(),
+                        value,
+                        source: "api".into(),
+                        created_at: started_at + 10,
+                        ..Reward::default()
+                    })
+                    .unwrap();
+            }
+            writer.flush().await.unwrap();
+            assert!(writer.shutdown(Duration::from_secs(10)).await.unwrap());
+        });
+        lake
+    }
+
+    pub(crate) fn both() -> Selection {
+        Selection {
+            tenants: ["acme".to_owned(), "globex".to_owned()].into(),
+            ..Selection::default()
+        }
+    }
+
+    #[test]
+    fn each_tenants_reward_counts_for_the_version_that_served_that_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = twin_lake(dir.path());
+        let live = live_rewards(&lake, Default::default(), &both(), "ok", 10).unwrap();
+        let got: Vec<(&str, usize, f64)> = live
+            .iter()
+            .map(|(v, r)| (v.as_str(), r.trajectories, r.mean))
+            .collect();
+        assert_eq!(got, [("policy@v1", 1, 1.0), ("policy@v2", 1, 0.0)]);
+    }
 }

@@ -185,6 +185,7 @@ admin_listen = "{admin}"
 policy = {policy:?}
 data = {data:?}
 lake = {lake:?}
+generate_keys = true
 
 [[upstream]]
 name = "atdp-serve"
@@ -395,7 +396,7 @@ pub async fn run(
         )));
     }
     let selection = Selection {
-        tenant_id: Some("demo".into()),
+        tenants: ["demo".to_owned()].into(),
         agent_id: Some("demo-agent".into()),
         since: Some(collect_start.timestamp_micros() - 1_000_000),
         ..Selection::default()

@@ -1,13 +1,17 @@
-//! Computing a function's values over the units in scope, batch by batch.
+//! Computing a function's values over the units in scope, batch by batch, tenant by tenant:
+//! a query reads only the rows of the tenant it labels, a program batch holds one tenant's
+//! steps, and every label keeps the tenant of its unit.
 
 use std::collections::BTreeMap;
 
 use atdp_schema::{Catalog, Step, Table, steps_from_batch};
 use deltalake::datafusion::common::ScalarValue;
 use deltalake::datafusion::execution::context::SQLOptions;
-use deltalake::datafusion::prelude::{DataFrame, Expr, cast, col, lit};
+use deltalake::datafusion::execution::session_state::SessionStateBuilder;
+use deltalake::datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit};
 use futures::StreamExt;
 
+use arrow::array::AsArray;
 use arrow::datatypes::DataType;
 
 use crate::error::{Error, Result};
@@ -40,9 +44,12 @@ pub async fn compute(
     if total == 0 {
         return Ok(0);
     }
+    let mut done = 0u64;
     match &function.body {
         Body::Expression(expression) => {
             let steps = select::unit_steps(catalog, selection, units, Pull::Parallel).await?;
+            // A subquery here does not resolve the lake's tables (planning fails), so an
+            // expression reads its own row only.
             let value = steps.parse_sql_expr(expression)?;
             let frame = steps.select(vec![
                 col("tenant_id"),
@@ -50,11 +57,17 @@ pub async fn compute(
                 col("step_id"),
                 cast(value, DataType::Float64).alias("value"),
             ])?;
-            stream_sql(&function.name, frame, on_batch).await?;
+            stream_sql(&function.name, frame, &mut done, on_batch).await?;
         }
         Body::Query(query) => {
-            let frame = query_frame(catalog, function.target, query, units).await?;
-            stream_sql(&function.name, frame, on_batch).await?;
+            for tenant in unit_tenants(&units).await? {
+                let session = tenant_session(catalog, &tenant).await?;
+                let own = units
+                    .clone()
+                    .filter(col("k_tenant_id").eq(lit(tenant.clone())))?;
+                let frame = query_frame(&session, function.target, query, own).await?;
+                stream_sql(&function.name, frame, &mut done, on_batch).await?;
+            }
         }
         Body::Program(program) => match function.target {
             Target::Step => {
@@ -64,32 +77,77 @@ pub async fn compute(
                 program_steps(&function.name, program, steps, on_batch).await?;
             }
             Target::Trajectory => {
-                program_trajectories(catalog, &function.name, program, selection, units, on_batch)
-                    .await?;
+                program_trajectories(catalog, &function.name, program, units, on_batch).await?;
             }
         },
     }
     Ok(total)
 }
 
-async fn stream_sql(name: &str, frame: DataFrame, on_batch: &mut OnBatch<'_>) -> Result<()> {
+async fn stream_sql(
+    name: &str,
+    frame: DataFrame,
+    done: &mut u64,
+    on_batch: &mut OnBatch<'_>,
+) -> Result<()> {
     let mut stream = frame.execute_stream().await?;
-    let mut done = 0u64;
     while let Some(batch) = stream.next().await {
         let batch = batch?;
         if batch.num_rows() == 0 {
             continue;
         }
         let labels = label::from_batch(name, &batch)?;
-        done += labels.len() as u64;
-        on_batch(labels, done)?;
+        *done += labels.len() as u64;
+        on_batch(labels, *done)?;
     }
     Ok(())
 }
 
-/// The user's query joined to the units in scope (which also supplies `tenant_id`).
+/// The tenants of the units in scope, sorted.
+async fn unit_tenants(units: &DataFrame) -> Result<Vec<String>> {
+    let batches = units
+        .clone()
+        .select(vec![
+            cast(col("k_tenant_id"), DataType::Utf8).alias("tenant"),
+        ])?
+        .distinct()?
+        .collect()
+        .await?;
+    let mut tenants = Vec::new();
+    for batch in &batches {
+        let column = batch.column(0).as_string::<i32>();
+        tenants.extend(column.iter().flatten().map(str::to_owned));
+    }
+    tenants.sort();
+    Ok(tenants)
+}
+
+/// A session in which every table (`steps`, `rewards`, `audit`, `pii_vault`) holds only
+/// `tenant`'s rows, over the catalog's table versions and object stores: a reward query run
+/// in it cannot read, join or aggregate another tenant's data, whatever it says.
+async fn tenant_session(catalog: &Catalog, tenant: &str) -> Result<SessionContext> {
+    let state = catalog.session().state();
+    let session = SessionContext::new_with_state(
+        SessionStateBuilder::new()
+            .with_config(state.config().clone())
+            .with_runtime_env(state.runtime_env().clone())
+            .with_default_features()
+            .build(),
+    );
+    for table in Table::ALL {
+        let rows = catalog
+            .frame(table)
+            .await?
+            .filter(col("tenant_id").eq(lit(tenant.to_owned())))?;
+        session.register_table(table.name(), rows.into_view())?;
+    }
+    Ok(session)
+}
+
+/// The user's query, run in one tenant's session, joined to that tenant's units in scope
+/// (which also supply `tenant_id`).
 async fn query_frame(
-    catalog: &Catalog,
+    session: &SessionContext,
     target: Target,
     query: &str,
     units: DataFrame,
@@ -98,7 +156,7 @@ async fn query_frame(
         .with_allow_ddl(false)
         .with_allow_dml(false)
         .with_allow_statements(false);
-    let result = catalog.session().sql_with_options(query, options).await?;
+    let result = session.sql_with_options(query, options).await?;
     let has = |name: &str| result.schema().fields().iter().any(|f| f.name() == name);
     let mut needed = vec!["trajectory_id", "value"];
     if target == Target::Step {
@@ -160,6 +218,9 @@ async fn query_frame(
     })
 }
 
+/// Step targets: the steps stream through, gathered into batches of one tenant each (a
+/// program never sees two tenants' steps in one run, so ids it answers with are never
+/// ambiguous across tenants). At most one unfinished batch per tenant is held.
 async fn program_steps(
     name: &str,
     program: &Program,
@@ -167,28 +228,22 @@ async fn program_steps(
     on_batch: &mut OnBatch<'_>,
 ) -> Result<()> {
     let mut stream = steps.execute_stream().await?;
-    let mut pending: Vec<Vec<Step>> = Vec::with_capacity(program.batch);
+    let mut pending: BTreeMap<String, Vec<Vec<Step>>> = BTreeMap::new();
     let mut done = 0u64;
     while let Some(batch) = stream.next().await {
         for step in steps_from_batch(&batch?)? {
-            pending.push(vec![step]);
-            if pending.len() >= program.batch {
-                done += pending.len() as u64;
-                run_batch(
-                    name,
-                    program,
-                    Target::Step,
-                    std::mem::take(&mut pending),
-                    done,
-                    on_batch,
-                )
-                .await?;
+            let items = pending.entry(step.tenant_id.clone()).or_default();
+            items.push(vec![step]);
+            if items.len() >= program.batch {
+                let items = std::mem::take(items);
+                done += items.len() as u64;
+                run_batch(name, program, Target::Step, items, done, on_batch).await?;
             }
         }
     }
-    if !pending.is_empty() {
-        done += pending.len() as u64;
-        run_batch(name, program, Target::Step, pending, done, on_batch).await?;
+    for items in pending.into_values().filter(|items| !items.is_empty()) {
+        done += items.len() as u64;
+        run_batch(name, program, Target::Step, items, done, on_batch).await?;
     }
     Ok(())
 }
@@ -201,18 +256,18 @@ async fn run_batch(
     done: u64,
     on_batch: &mut OnBatch<'_>,
 ) -> Result<()> {
-    let batch = Batch { target, items };
+    let batch = Batch::new(target, items)?;
     let labels = program::run(program, name, &batch).await?;
     on_batch(labels, done)
 }
 
-/// Trajectory targets: the ids in scope, then each batch's steps (all of a trajectory's
-/// steps, whatever the time filter, so that a program sees whole trajectories).
+/// Trajectory targets: the (tenant, trajectory) keys in scope, then, tenant by tenant, each
+/// batch's steps (all of a trajectory's steps, whatever the time filter, so that a program
+/// sees whole trajectories; only that tenant's, whoever else uses the same id).
 async fn program_trajectories(
     catalog: &Catalog,
     name: &str,
     program: &Program,
-    selection: &Selection,
     units: DataFrame,
     on_batch: &mut OnBatch<'_>,
 ) -> Result<()> {
@@ -220,40 +275,43 @@ async fn program_trajectories(
         .select(vec![col("k_tenant_id"), col("k_trajectory_id")])?
         .collect()
         .await?;
-    let mut trajectories = Vec::new();
+    let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for batch in &ids {
-        let with_ids = label::from_batch_keys(batch)?;
-        trajectories.extend(with_ids);
+        for (tenant, trajectory) in label::from_batch_keys(batch)? {
+            by_tenant.entry(tenant).or_default().push(trajectory);
+        }
     }
     let mut done = 0u64;
-    for chunk in trajectories.chunks(program.batch) {
-        let list: Vec<Expr> = chunk.iter().map(|(_, t)| lit(t.clone())).collect();
-        let mut frame = catalog
-            .frame(Table::Steps)
-            .await?
-            .filter(col("trajectory_id").in_list(list, false))?;
-        if let Some(tenant) = &selection.tenant_id {
-            frame = frame.filter(col("tenant_id").eq(lit(tenant.clone())))?;
-        }
-        let mut by_trajectory: BTreeMap<String, Vec<Step>> = BTreeMap::new();
-        for batch in frame.collect().await? {
-            for step in steps_from_batch(&batch)? {
-                by_trajectory
-                    .entry(step.trajectory_id.clone())
-                    .or_default()
-                    .push(step);
+    for (tenant, trajectories) in &by_tenant {
+        for chunk in trajectories.chunks(program.batch) {
+            let list: Vec<Expr> = chunk.iter().map(|t| lit(t.clone())).collect();
+            let frame = catalog.frame(Table::Steps).await?.filter(
+                col("tenant_id")
+                    .eq(lit(tenant.clone()))
+                    .and(col("trajectory_id").in_list(list, false)),
+            )?;
+            let mut by_trajectory: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+            for batch in frame.collect().await? {
+                for step in steps_from_batch(&batch)? {
+                    if &step.tenant_id == tenant {
+                        by_trajectory
+                            .entry(step.trajectory_id.clone())
+                            .or_default()
+                            .push(step);
+                    }
+                }
             }
+            let items: Vec<Vec<Step>> = chunk
+                .iter()
+                .filter_map(|t| by_trajectory.remove(t))
+                .map(|mut steps| {
+                    steps.sort_by_key(|s| (s.started_at, s.turn_index));
+                    steps
+                })
+                .collect();
+            done += chunk.len() as u64;
+            run_batch(name, program, Target::Trajectory, items, done, on_batch).await?;
         }
-        let items: Vec<Vec<Step>> = chunk
-            .iter()
-            .filter_map(|(_, t)| by_trajectory.remove(t))
-            .map(|mut steps| {
-                steps.sort_by_key(|s| (s.started_at, s.turn_index));
-                steps
-            })
-            .collect();
-        done += chunk.len() as u64;
-        run_batch(name, program, Target::Trajectory, items, done, on_batch).await?;
     }
     Ok(())
 }

@@ -51,7 +51,10 @@ pub struct Confusion {
 }
 
 /// Each unit's value under the function's own name (a program may write several).
-fn by_unit(function: &RewardFn, labels: &[Label]) -> BTreeMap<(String, Option<String>), f64> {
+fn by_unit(
+    function: &RewardFn,
+    labels: &[Label],
+) -> BTreeMap<(String, String, Option<String>), f64> {
     let mut out = BTreeMap::new();
     for label in labels.iter().filter(|l| l.name == function.name) {
         out.entry(label.key()).or_insert(label.value);

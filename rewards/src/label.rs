@@ -41,9 +41,14 @@ impl Label {
         }
     }
 
-    /// The unit this label belongs to: (trajectory, step).
-    pub fn key(&self) -> (String, Option<String>) {
-        (self.trajectory_id.clone(), self.step_id.clone())
+    /// The unit this label belongs to: (tenant, trajectory, step). Trajectory ids are
+    /// chosen by clients, so the tenant is part of every unit's identity.
+    pub fn key(&self) -> (String, String, Option<String>) {
+        (
+            self.tenant_id.clone(),
+            self.trajectory_id.clone(),
+            self.step_id.clone(),
+        )
     }
 }
 

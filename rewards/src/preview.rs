@@ -1,7 +1,7 @@
 //! `atdp-reward preview`: a function's value distribution on a sample, with examples, so
 //! that a degenerate rule is seen before a training run trusts it. Writes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use atdp_schema::{Catalog, Step, Table, steps_from_batch};
@@ -192,10 +192,12 @@ pub async fn preview(
     let steps = example_steps(catalog, &chosen).await?;
     for (bucket, label) in chosen {
         let step = match &label.step_id {
-            Some(id) => steps.get(id),
+            Some(_) => steps.get(&label.key()),
             None => steps
                 .values()
-                .filter(|s| s.trajectory_id == label.trajectory_id)
+                .filter(|s| {
+                    s.tenant_id == label.tenant_id && s.trajectory_id == label.trajectory_id
+                })
                 .max_by_key(|s| s.started_at),
         };
         if let (Some(b), Some(step)) = (buckets.get_mut(bucket), step) {
@@ -214,29 +216,65 @@ pub async fn preview(
     })
 }
 
+/// The steps of the chosen labels, by (tenant, trajectory, step): a label shows its own
+/// tenant's step, whoever else uses the same ids.
 async fn example_steps(
     catalog: &Catalog,
     chosen: &[(usize, &Label)],
-) -> Result<BTreeMap<String, Step>> {
+) -> Result<BTreeMap<(String, String, Option<String>), Step>> {
+    let mut tenants: BTreeSet<&str> = BTreeSet::new();
     let mut by_step: Vec<Expr> = Vec::new();
     let mut by_trajectory: Vec<Expr> = Vec::new();
     for (_, label) in chosen {
+        tenants.insert(&label.tenant_id);
         match &label.step_id {
             Some(step) => by_step.push(lit(step.clone())),
             None => by_trajectory.push(lit(label.trajectory_id.clone())),
         }
     }
-    if by_step.is_empty() && by_trajectory.is_empty() {
+    if tenants.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let predicate = col("step_id")
-        .in_list(by_step, false)
-        .or(col("trajectory_id").in_list(by_trajectory, false));
+    let wanted: BTreeSet<(&str, &str, Option<&str>)> = chosen
+        .iter()
+        .map(|(_, l)| {
+            (
+                l.tenant_id.as_str(),
+                l.trajectory_id.as_str(),
+                l.step_id.as_deref(),
+            )
+        })
+        .collect();
+    let predicate = col("tenant_id")
+        .in_list(
+            tenants.iter().map(|t| lit((*t).to_owned())).collect(),
+            false,
+        )
+        .and(
+            col("step_id")
+                .in_list(by_step, false)
+                .or(col("trajectory_id").in_list(by_trajectory, false)),
+        );
     let frame = catalog.frame(Table::Steps).await?.filter(predicate)?;
     let mut out = BTreeMap::new();
     for batch in frame.collect().await? {
         for step in steps_from_batch(&batch)? {
-            out.insert(step.step_id.clone(), step);
+            let as_step = (
+                step.tenant_id.as_str(),
+                step.trajectory_id.as_str(),
+                Some(step.step_id.as_str()),
+            );
+            let as_trajectory = (step.tenant_id.as_str(), step.trajectory_id.as_str(), None);
+            if wanted.contains(&as_step) || wanted.contains(&as_trajectory) {
+                out.insert(
+                    (
+                        step.tenant_id.clone(),
+                        step.trajectory_id.clone(),
+                        Some(step.step_id.clone()),
+                    ),
+                    step,
+                );
+            }
         }
     }
     Ok(out)

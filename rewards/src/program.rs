@@ -107,15 +107,33 @@ struct TrajectoryIn<'a> {
     steps: Vec<StepIn<'a>>,
 }
 
-/// One batch's items: steps (step target) or the steps of whole trajectories.
+/// One batch's items: steps (step target) or the steps of whole trajectories, all of one
+/// tenant.
 #[derive(Debug)]
 pub(crate) struct Batch {
-    pub(crate) target: Target,
+    target: Target,
     /// Step target: one step per item; trajectory target: steps grouped by trajectory.
-    pub(crate) items: Vec<Vec<Step>>,
+    items: Vec<Vec<Step>>,
 }
 
 impl Batch {
+    /// A batch of `items`, refused if they belong to more than one tenant: a program
+    /// identifies what it labels by trajectory and step ids, which tenants share.
+    pub(crate) fn new(target: Target, items: Vec<Vec<Step>>) -> Result<Batch> {
+        let tenants: BTreeSet<&str> = items
+            .iter()
+            .flatten()
+            .map(|s| s.tenant_id.as_str())
+            .collect();
+        if tenants.len() > 1 {
+            return Err(Error::Invalid(format!(
+                "a reward program batch would hold the steps of several tenants ({}); batches are built per tenant",
+                tenants.into_iter().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        Ok(Batch { target, items })
+    }
+
     pub(crate) fn trajectory_ids(&self) -> Vec<String> {
         let ids: BTreeSet<&str> = self
             .items
@@ -306,17 +324,23 @@ fn kill_group(pid: u32) {
 }
 
 /// Checks the program's answer against its batch: every line a JSON object with a known id
-/// and a finite number, every item answered, no (id, name) twice.
+/// and a finite number, every item answered, no (id, name) twice. A step is named by its
+/// `step_id`, and also by its `trajectory_id` when the batch holds that step id in several
+/// trajectories (imported data can repeat step ids).
 fn parse(default_name: &str, batch: &Batch, stdout: &[u8]) -> Result<Vec<Label>, String> {
     let text = std::str::from_utf8(stdout).map_err(|_| "the output is not UTF-8".to_owned())?;
-    // step id → (tenant, trajectory); trajectory id → tenant.
-    let mut steps: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    // step id → the (tenant, trajectory) of every step with that id; trajectory id → tenant.
+    let mut steps: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
     let mut trajectories: BTreeMap<&str, &str> = BTreeMap::new();
     for step in batch.items.iter().flatten() {
-        steps.insert(&step.step_id, (&step.tenant_id, &step.trajectory_id));
+        let owners = steps.entry(&step.step_id).or_default();
+        if !owners.contains(&(&step.tenant_id, &step.trajectory_id)) {
+            owners.push((&step.tenant_id, &step.trajectory_id));
+        }
         trajectories.insert(&step.trajectory_id, &step.tenant_id);
     }
-    let mut answered: BTreeSet<String> = BTreeSet::new();
+    // (trajectory, step) of the items answered (step: `None` for trajectory items).
+    let mut answered: BTreeSet<(String, Option<String>)> = BTreeSet::new();
     let mut seen: BTreeSet<(String, Option<String>, String)> = BTreeSet::new();
     let mut labels = Vec::new();
     for (index, line) in text.lines().enumerate() {
@@ -357,16 +381,34 @@ fn parse(default_name: &str, batch: &Batch, stdout: &[u8]) -> Result<Vec<Label>,
         let (tenant, trajectory, step) = match batch.target {
             Target::Step => {
                 let id = step_id.ok_or_else(|| format!("output line {at} has no `step_id`"))?;
-                let (tenant, trajectory) = steps.get(id).ok_or_else(|| {
-                    format!("output line {at} names step {id:?}, which is not in the batch")
-                })?;
-                if trajectory_id.is_some_and(|t| t != *trajectory) {
-                    return Err(format!(
-                        "output line {at}: step {id:?} is not in that trajectory"
-                    ));
-                }
-                answered.insert(id.to_owned());
-                (*tenant, *trajectory, Some(id))
+                let owners: Vec<&(&str, &str)> = steps
+                    .get(id)
+                    .map(|o| {
+                        o.iter()
+                            .filter(|(_, t)| trajectory_id.is_none_or(|given| given == *t))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let (tenant, trajectory) = match owners.as_slice() {
+                    [one] => **one,
+                    [] if steps.contains_key(id) => {
+                        return Err(format!(
+                            "output line {at}: step {id:?} is not in that trajectory"
+                        ));
+                    }
+                    [] => {
+                        return Err(format!(
+                            "output line {at} names step {id:?}, which is not in the batch"
+                        ));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "output line {at} names step {id:?}, which is in several trajectories of the batch: give its `trajectory_id` too"
+                        ));
+                    }
+                };
+                answered.insert((trajectory.to_owned(), Some(id.to_owned())));
+                (tenant, trajectory, Some(id))
             }
             Target::Trajectory => {
                 let id = trajectory_id
@@ -375,13 +417,15 @@ fn parse(default_name: &str, batch: &Batch, stdout: &[u8]) -> Result<Vec<Label>,
                     format!("output line {at} names trajectory {id:?}, which is not in the batch")
                 })?;
                 if let Some(step) = step_id
-                    && steps.get(step).is_none_or(|(_, t)| *t != id)
+                    && steps
+                        .get(step)
+                        .is_none_or(|owners| !owners.iter().any(|(_, t)| *t == id))
                 {
                     return Err(format!(
                         "output line {at}: step {step:?} is not in trajectory {id:?}"
                     ));
                 }
-                answered.insert(id.to_owned());
+                answered.insert((id.to_owned(), None));
                 (*tenant, id, step_id)
             }
         };
@@ -404,11 +448,14 @@ fn parse(default_name: &str, batch: &Batch, stdout: &[u8]) -> Result<Vec<Label>,
     }
     for item in &batch.items {
         let Some(first) = item.first() else { continue };
-        let id = match batch.target {
-            Target::Step => &first.step_id,
-            Target::Trajectory => &first.trajectory_id,
+        let (key, id) = match batch.target {
+            Target::Step => (
+                (first.trajectory_id.clone(), Some(first.step_id.clone())),
+                &first.step_id,
+            ),
+            Target::Trajectory => ((first.trajectory_id.clone(), None), &first.trajectory_id),
         };
-        if !answered.contains(id) {
+        if !answered.contains(&key) {
             return Err(format!("the program gave no value for {id}"));
         }
     }
@@ -461,5 +508,61 @@ mod tests {
             let e = parse("r", &b, bad).unwrap_err();
             assert!(e.contains(why), "{e}");
         }
+    }
+
+    #[test]
+    fn a_repeated_step_id_is_named_with_its_trajectory() {
+        let step = |s: &str, t: &str| Step {
+            step_id: s.into(),
+            trajectory_id: t.into(),
+            tenant_id: "acme".into(),
+            ..Step::default()
+        };
+        let b = Batch::new(
+            Target::Step,
+            vec![vec![step("s1", "t1")], vec![step("s1", "t2")]],
+        )
+        .unwrap();
+        let e = parse("r", &b, b"{\"step_id\":\"s1\",\"value\":1}\n").unwrap_err();
+        assert!(e.contains("several trajectories"), "{e}");
+        let ok = parse(
+            "r",
+            &b,
+            b"{\"step_id\":\"s1\",\"trajectory_id\":\"t2\",\"value\":2}\n{\"step_id\":\"s1\",\"trajectory_id\":\"t1\",\"value\":1}\n",
+        )
+        .unwrap();
+        let got: Vec<(&str, f64)> = ok
+            .iter()
+            .map(|l| (l.trajectory_id.as_str(), l.value))
+            .collect();
+        assert_eq!(got, [("t2", 2.0), ("t1", 1.0)]);
+        // One of the two answered: the other is named as missing.
+        let e = parse(
+            "r",
+            &b,
+            b"{\"step_id\":\"s1\",\"trajectory_id\":\"t1\",\"value\":1}\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("no value for s1"), "{e}");
+        let e = parse(
+            "r",
+            &b,
+            b"{\"step_id\":\"s1\",\"trajectory_id\":\"t9\",\"value\":1}\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("not in that trajectory"), "{e}");
+    }
+
+    #[test]
+    fn a_batch_holds_one_tenant() {
+        let step = |tenant: &str| Step {
+            step_id: "s1".into(),
+            trajectory_id: "t1".into(),
+            tenant_id: tenant.into(),
+            ..Step::default()
+        };
+        let e =
+            Batch::new(Target::Step, vec![vec![step("acme")], vec![step("globex")]]).unwrap_err();
+        assert!(e.to_string().contains("acme, globex"), "{e}");
     }
 }

@@ -144,9 +144,15 @@ pub(crate) async fn units(
                 Target::Trajectory => "k_trajectory_id",
             };
             let order = all.parse_sql_expr(&format!("md5(concat({id}, '/{seed}'))"))?;
-            Ok(all
-                .sort(vec![order.sort(true, false)])?
-                .limit(0, Some(size))?)
+            // Two tenants (or trajectories) may share an id, and so its hash: the other keys
+            // break the tie, so that the sample stays the same from run to run.
+            let mut sort = vec![order.sort(true, false)];
+            sort.extend(
+                renamed(target)
+                    .iter()
+                    .map(|k| col(k.as_str()).sort(true, false)),
+            );
+            Ok(all.sort(sort)?.limit(0, Some(size))?)
         }
     }
 }

@@ -72,7 +72,7 @@ pub use peft::{
     adapter_config_json, check_adapter, load_adapter, save_adapter, tensor_name,
 };
 pub use report::REPORT_FILE;
-pub use rewards::{RewardSpec, step_returns};
+pub use rewards::{Returns, RewardSpec, StepKey, step_returns};
 pub use rng::Rng;
 pub use run_config::{
     Length, RawLora, RawObjective, RawRewards, RawRunConfig, RawSelect, RawTrain, RunConfig,

@@ -201,6 +201,10 @@ pub struct Manifest {
     pub examples: ExampleStats,
     /// Examples with a return.
     pub rewarded_examples: usize,
+    /// Step rewards that credited nothing: their `step_id` is not a selected step of their
+    /// own tenant and trajectory (never moved to another step).
+    #[serde(default)]
+    pub unmatched_step_rewards: usize,
     /// Optimizer steps done.
     pub steps: u64,
     /// The last step's metrics.
@@ -217,13 +221,14 @@ impl Manifest {
         rewards: RewardVersions,
         examples: &ExampleStats,
         rewarded_examples: usize,
+        unmatched_step_rewards: usize,
         steps: u64,
         final_metrics: Option<StepMetrics>,
     ) -> Result<Self> {
         let (sha256, files) = hash_weights(model.weight_files())?;
         let hyper_parameters = json!({
             "selection": {
-                "tenant": config.selection.tenant_id,
+                "tenants": config.selection.tenants,
                 "agent": config.selection.agent_id,
                 "since_micros": config.selection.since,
                 "until_micros": config.selection.until,
@@ -261,6 +266,7 @@ impl Manifest {
             hyper_parameters,
             examples: examples.clone(),
             rewarded_examples,
+            unmatched_step_rewards,
             steps,
             final_metrics,
         })

@@ -164,6 +164,7 @@ mod tests {
         Example {
             step_id: String::new(),
             trajectory_id: String::new(),
+            tenant_id: String::new(),
             tokens: vec![1, 2],
             prompt_len: 1,
             behaviour_logprobs: None,

@@ -1,10 +1,18 @@
 //! Per-step returns from raw rewards (`docs/atdp-v1.md` §7), computed in memory; the raw
 //! rewards are never written back.
 //!
-//! - Duplicates (same trajectory, step, name, source and `reward_fn_version`): the latest
-//!   `created_at` wins.
+//! Everything is matched within a tenant: steps by (tenant, trajectory, step), trajectories by
+//! (tenant, trajectory). Trajectory ids are chosen by clients and step ids repeat in imported
+//! or synthetic data, so neither id alone names a step, and one tenant's reward never credits
+//! another tenant's step.
+//!
+//! - Duplicates (same tenant, trajectory, step, name, source and `reward_fn_version`): the
+//!   latest `created_at` wins.
 //! - Several names combine by their configured weights.
-//! - A step reward (`step_id` set) applies to that step.
+//! - A step reward (`step_id` set) applies to that step of its own trajectory. One whose
+//!   `step_id` is not a selected step of that trajectory (a step of another trajectory, or
+//!   one outside the selection) credits nothing and is counted in
+//!   [`Returns::unmatched_step_rewards`].
 //! - A trajectory reward (`step_id` null) attaches to the trajectory's most recent leaf
 //!   (greatest `started_at` among the steps no other step continues) and flows back along
 //!   `parent_step_id`: the step at distance `d` from that leaf gets `γ^d · r`. Only the path
@@ -14,11 +22,53 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use atdp_schema::{Reward, Step};
+use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
-/// Rewards with the same (trajectory, step, name, source, `reward_fn_version`) are one.
-type DedupKey<'a> = (&'a str, Option<&'a str>, &'a str, &'a str, Option<&'a str>);
+/// A step's identity in the lake: its tenant, its trajectory and its own id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StepKey {
+    /// The tenant.
+    pub tenant_id: String,
+    /// The trajectory.
+    pub trajectory_id: String,
+    /// The step.
+    pub step_id: String,
+}
+
+impl StepKey {
+    /// The key of `step`.
+    pub fn of(step: &Step) -> Self {
+        StepKey::new(&step.tenant_id, &step.trajectory_id, &step.step_id)
+    }
+
+    /// The key of step `step_id` of trajectory `trajectory_id` of `tenant_id`.
+    pub fn new(tenant_id: &str, trajectory_id: &str, step_id: &str) -> Self {
+        StepKey {
+            tenant_id: tenant_id.to_owned(),
+            trajectory_id: trajectory_id.to_owned(),
+            step_id: step_id.to_owned(),
+        }
+    }
+}
+
+/// (tenant, trajectory, step), borrowed.
+type Key<'a> = (&'a str, &'a str, &'a str);
+
+/// Rewards with the same (tenant, trajectory, step, name, source, `reward_fn_version`) are one.
+type DedupKey<'a> = (
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+);
+
+fn key(step: &Step) -> Key<'_> {
+    (&step.tenant_id, &step.trajectory_id, &step.step_id)
+}
 
 /// How rewards become returns.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,31 +79,54 @@ pub struct RewardSpec {
     pub gamma: f64,
 }
 
-/// The weighted, discounted return of every step that received some reward (steps absent
-/// from the map received none).
-pub fn step_returns(
-    steps: &[Step],
-    rewards: &[Reward],
-    spec: &RewardSpec,
-) -> Result<HashMap<String, f64>> {
-    let by_id: HashMap<&str, &Step> = steps.iter().map(|s| (s.step_id.as_str(), s)).collect();
-    let continued: HashSet<&str> = steps
+/// The returns of a selection.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Returns {
+    /// The weighted, discounted return of every step that received some reward (steps absent
+    /// from the map received none).
+    pub by_step: HashMap<StepKey, f64>,
+    /// Step rewards (of the names used) that credited nothing: their `step_id` is not a
+    /// selected step of their own tenant and trajectory.
+    pub unmatched_step_rewards: usize,
+}
+
+impl Returns {
+    /// The return of `step`, if it received some reward.
+    pub fn of(&self, step: &StepKey) -> Option<f64> {
+        self.by_step.get(step).copied()
+    }
+}
+
+/// The returns of `steps` from `rewards` (both of any number of tenants), per step.
+pub fn step_returns(steps: &[Step], rewards: &[Reward], spec: &RewardSpec) -> Result<Returns> {
+    let by_key: HashMap<Key<'_>, &Step> = steps.iter().map(|s| (key(s), s)).collect();
+    let parent_of = |step: &Step| {
+        step.parent_step_id.as_deref().and_then(|p| {
+            by_key
+                .get(&(&*step.tenant_id, &*step.trajectory_id, p))
+                .copied()
+        })
+    };
+    let continued: HashSet<Key<'_>> = steps
         .iter()
-        .filter_map(|s| s.parent_step_id.as_deref())
+        .filter_map(|s| {
+            s.parent_step_id
+                .as_deref()
+                .map(|p| (&*s.tenant_id, &*s.trajectory_id, p))
+        })
         .collect();
-    // The most recent leaf of each trajectory.
-    let mut last_leaf: HashMap<&str, &Step> = HashMap::new();
-    for s in steps
-        .iter()
-        .filter(|s| !continued.contains(s.step_id.as_str()))
-    {
-        let entry = last_leaf.entry(s.trajectory_id.as_str()).or_insert(s);
+    // The most recent leaf of each (tenant, trajectory).
+    let mut last_leaf: HashMap<(&str, &str), &Step> = HashMap::new();
+    for s in steps.iter().filter(|s| !continued.contains(&key(s))) {
+        let entry = last_leaf
+            .entry((&s.tenant_id, &s.trajectory_id))
+            .or_insert(s);
         if (s.started_at, s.step_id.as_str()) > (entry.started_at, entry.step_id.as_str()) {
             *entry = s;
         }
     }
 
-    // De-duplicate: the latest row per (trajectory, step, name, source, version).
+    // De-duplicate: the latest row per (tenant, trajectory, step, name, source, version).
     let mut latest: BTreeMap<DedupKey<'_>, &Reward> = BTreeMap::new();
     for r in rewards {
         let Some(weight) = spec.weights.get(&r.name) else {
@@ -76,30 +149,34 @@ pub fn step_returns(
                 message: format!("weight {weight} is not a finite number"),
             });
         }
-        let key = (
+        let dedup = (
+            r.tenant_id.as_str(),
             r.trajectory_id.as_str(),
             r.step_id.as_deref(),
             r.name.as_str(),
             r.source.as_str(),
             r.reward_fn_version.as_deref(),
         );
-        let entry = latest.entry(key).or_insert(r);
+        let entry = latest.entry(dedup).or_insert(r);
         if r.created_at > entry.created_at {
             *entry = r;
         }
     }
 
-    let mut returns: HashMap<String, f64> = HashMap::new();
+    let mut out = Returns::default();
+    let mut credit = |step: &Step, value: f64| {
+        *out.by_step.entry(StepKey::of(step)).or_default() += value;
+    };
+    let mut unmatched = 0;
     for r in latest.values() {
         let value = spec.weights.get(&r.name).copied().unwrap_or(0.0) * r.value;
         match r.step_id.as_deref() {
-            Some(step_id) => {
-                if by_id.contains_key(step_id) {
-                    *returns.entry(step_id.to_owned()).or_default() += value;
-                }
-            }
+            Some(step_id) => match by_key.get(&(&*r.tenant_id, &*r.trajectory_id, step_id)) {
+                Some(step) => credit(step, value),
+                None => unmatched += 1,
+            },
             None => {
-                let Some(leaf) = last_leaf.get(r.trajectory_id.as_str()) else {
+                let Some(leaf) = last_leaf.get(&(&*r.tenant_id, &*r.trajectory_id)) else {
                     continue;
                 };
                 let mut seen = HashSet::new();
@@ -109,17 +186,15 @@ pub fn step_returns(
                     if !seen.insert(step.step_id.as_str()) {
                         break; // a cycle in parent_step_id: stop rather than loop
                     }
-                    *returns.entry(step.step_id.clone()).or_default() += discount * value;
+                    credit(step, discount * value);
                     discount *= spec.gamma;
-                    current = step
-                        .parent_step_id
-                        .as_deref()
-                        .and_then(|p| by_id.get(p).copied());
+                    current = parent_of(step);
                 }
             }
         }
     }
-    Ok(returns)
+    out.unmatched_step_rewards = unmatched;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -132,6 +207,7 @@ mod tests {
         Step {
             step_id: id.into(),
             trajectory_id: "t".into(),
+            tenant_id: "acme".into(),
             parent_step_id: parent.map(Into::into),
             started_at: at,
             status: "ok".into(),
@@ -143,6 +219,7 @@ mod tests {
         Reward {
             reward_id: format!("r{at}"),
             trajectory_id: "t".into(),
+            tenant_id: "acme".into(),
             step_id: step.map(Into::into),
             name: name.into(),
             value,
@@ -159,6 +236,11 @@ mod tests {
         }
     }
 
+    /// The return of step `id` of acme's trajectory `t`.
+    fn of(returns: &Returns, id: &str) -> Option<f64> {
+        returns.of(&StepKey::new("acme", "t", id))
+    }
+
     /// §6's worked example: A → {B (failed retry), C → D}.
     fn retry_tree() -> Vec<Step> {
         vec![
@@ -169,14 +251,22 @@ mod tests {
         ]
     }
 
+    fn in_tenant<T>(tenant: &str, mut rows: Vec<T>, set: impl Fn(&mut T, &str)) -> Vec<T> {
+        for row in &mut rows {
+            set(row, tenant);
+        }
+        rows
+    }
+
     #[test]
     fn trajectory_rewards_flow_back_along_the_path_only() {
         let returns =
             step_returns(&retry_tree(), &[reward(None, "ok", 1.0, 10)], &spec(0.5)).unwrap();
-        assert_eq!(returns["D"], 1.0);
-        assert_eq!(returns["C"], 0.5);
-        assert_eq!(returns["A"], 0.25);
-        assert!(!returns.contains_key("B"), "the sibling gets nothing");
+        assert_eq!(of(&returns, "D"), Some(1.0));
+        assert_eq!(of(&returns, "C"), Some(0.5));
+        assert_eq!(of(&returns, "A"), Some(0.25));
+        assert_eq!(of(&returns, "B"), None, "the sibling gets nothing");
+        assert_eq!(returns.unmatched_step_rewards, 0);
     }
 
     #[test]
@@ -188,10 +278,10 @@ mod tests {
             reward(None, "ok", 1.0, 13),
         ];
         let returns = step_returns(&retry_tree(), &rewards, &spec(1.0)).unwrap();
-        assert_eq!(returns["B"], -1.0);
-        assert_eq!(returns["C"], 2.0 + 1.0);
-        assert_eq!(returns["D"], 1.0);
-        assert_eq!(returns["A"], 1.0);
+        assert_eq!(of(&returns, "B"), Some(-1.0));
+        assert_eq!(of(&returns, "C"), Some(2.0 + 1.0));
+        assert_eq!(of(&returns, "D"), Some(1.0));
+        assert_eq!(of(&returns, "A"), Some(1.0));
     }
 
     #[test]
@@ -200,9 +290,80 @@ mod tests {
         late_b[1].started_at = 9; // B is now the most recent leaf
         let rewards = [reward(None, "ok", 5.0, 10), reward(None, "ok", 2.0, 20)];
         let returns = step_returns(&late_b, &rewards, &spec(0.5)).unwrap();
-        assert_eq!(returns["B"], 2.0);
-        assert_eq!(returns["A"], 1.0);
-        assert!(!returns.contains_key("C") && !returns.contains_key("D"));
+        assert_eq!(of(&returns, "B"), Some(2.0));
+        assert_eq!(of(&returns, "A"), Some(1.0));
+        assert_eq!((of(&returns, "C"), of(&returns, "D")), (None, None));
+    }
+
+    /// Two tenants with the same trajectory id and the same step ids: globex's tree has B as
+    /// its most recent leaf, acme's has D.
+    #[test]
+    fn tenants_with_the_same_ids_get_their_own_returns() {
+        let set_step = |s: &mut Step, t: &str| s.tenant_id = t.into();
+        let set_reward = |r: &mut Reward, t: &str| r.tenant_id = t.into();
+        let mut steps = in_tenant("acme", retry_tree(), set_step);
+        let mut globex = in_tenant("globex", retry_tree(), set_step);
+        globex[1].started_at = 9;
+        steps.extend(globex);
+        let mut rewards = in_tenant("acme", vec![reward(None, "ok", 1.0, 10)], set_reward);
+        rewards.extend(in_tenant(
+            "globex",
+            // Later than acme's trajectory reward: de-duplication is per tenant too.
+            vec![
+                reward(None, "ok", -1.0, 11),
+                reward(Some("C"), "ok", 4.0, 12),
+            ],
+            set_reward,
+        ));
+        let returns = step_returns(&steps, &rewards, &spec(0.5)).unwrap();
+        let got = |tenant: &str, id: &str| returns.of(&StepKey::new(tenant, "t", id));
+        assert_eq!(
+            ["A", "B", "C", "D"].map(|id| got("acme", id)),
+            [Some(0.25), None, Some(0.5), Some(1.0)]
+        );
+        assert_eq!(
+            ["A", "B", "C", "D"].map(|id| got("globex", id)),
+            [Some(-0.5), Some(-1.0), Some(4.0), None]
+        );
+        assert_eq!(returns.by_step.len(), 6);
+        assert_eq!(returns.unmatched_step_rewards, 0);
+    }
+
+    #[test]
+    fn a_step_reward_naming_a_step_of_another_trajectory_or_tenant_credits_nothing() {
+        let mut steps = retry_tree();
+        let mut x = step("X", None, 5);
+        x.trajectory_id = "u".into();
+        let mut y = step("Y", None, 6);
+        y.tenant_id = "globex".into();
+        steps.extend([x, y]);
+        let rewards = [
+            reward(Some("X"), "ok", 3.0, 10),    // X is a step of trajectory u
+            reward(Some("Y"), "ok", 3.0, 11),    // Y is a step of globex
+            reward(Some("Z"), "ok", 3.0, 12),    // no such step
+            reward(Some("Z"), "other", 3.0, 13), // not a name used
+            reward(Some("D"), "ok", 1.0, 14),
+        ];
+        let returns = step_returns(&steps, &rewards, &spec(1.0)).unwrap();
+        assert_eq!(returns.by_step.len(), 1, "{returns:?}");
+        assert_eq!(of(&returns, "D"), Some(1.0));
+        assert_eq!(returns.unmatched_step_rewards, 3);
+    }
+
+    #[test]
+    fn a_parent_is_looked_up_within_its_own_tenant_and_trajectory() {
+        // acme's u/E names parent C, a step id of trajectory t: E is a root of u.
+        let mut steps = retry_tree();
+        let mut e = step("E", Some("C"), 9);
+        e.trajectory_id = "u".into();
+        steps.push(e);
+        let mut r = reward(None, "ok", 1.0, 10);
+        r.trajectory_id = "u".into();
+        let returns = step_returns(&steps, &[r, reward(None, "ok", 2.0, 11)], &spec(0.5)).unwrap();
+        assert_eq!(returns.of(&StepKey::new("acme", "u", "E")), Some(1.0));
+        // C is still continued by D in t, so D stays t's leaf.
+        assert_eq!(of(&returns, "D"), Some(2.0));
+        assert_eq!(of(&returns, "C"), Some(1.0));
     }
 
     #[test]

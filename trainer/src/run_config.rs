@@ -7,7 +7,7 @@
 //! out = "runs/support-v3"
 //!
 //! [select]
-//! tenant = "acme"
+//! tenant = "acme"                    # required; or tenants = ["acme", "globex"]
 //! agent = "support"
 //! since = "2026-11-01T00:00:00Z"
 //!
@@ -25,7 +25,7 @@
 //! steps = 200
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -74,8 +74,10 @@ pub struct RawRunConfig {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RawSelect {
-    /// Only this tenant.
+    /// The tenant trained on (this or `tenants` is required).
     pub tenant: Option<String>,
+    /// The tenants trained on, when one adapter learns from several (instead of `tenant`).
+    pub tenants: Option<Vec<String>>,
     /// Only this agent.
     pub agent: Option<String>,
     /// Steps started at or after this time (RFC 3339).
@@ -434,8 +436,22 @@ impl RawRunConfig {
             seed,
         };
         lora.validate().map_err(|e| format!("[lora]: {e}"))?;
+        let tenants = match (&self.select.tenant, &self.select.tenants) {
+            (Some(_), Some(_)) => {
+                return Err("give `select.tenant` or `select.tenants`, not both".into());
+            }
+            (Some(tenant), None) => BTreeSet::from([tenant.clone()]),
+            (None, Some(tenants)) => tenants.iter().cloned().collect(),
+            (None, None) => BTreeSet::new(),
+        };
+        if tenants.is_empty() {
+            return Err("`select.tenant` is required: name the tenant whose traffic this run trains on (or several with `select.tenants = [...]`); trajectory ids are chosen by clients and repeat across tenants, so a run never reads tenants it was not told to".into());
+        }
+        if tenants.iter().any(|t| t.trim().is_empty()) {
+            return Err("`select.tenant` / `select.tenants` holds an empty tenant id".into());
+        }
         let selection = Selection {
-            tenant_id: self.select.tenant.clone(),
+            tenants,
             agent_id: self.select.agent.clone(),
             since: parse_time("since", &self.select.since)?,
             until: parse_time("until", &self.select.until)?,
@@ -486,9 +502,19 @@ mod tests {
         model = "m"
         lake = "l"
         out = "o"
+        [select]
+        tenant = "acme"
         [rewards]
         weights = { ok = 1.0 }
     "#;
+
+    fn check(text: &str) -> std::result::Result<RunConfig, String> {
+        let path = Path::new("train.toml");
+        RawRunConfig::from_toml_str(text, path)
+            .map_err(|e| e.to_string())?
+            .validate(path)
+            .map_err(|e| e.to_string())
+    }
 
     #[test]
     fn defaults_and_overrides() {
@@ -505,8 +531,13 @@ mod tests {
         );
         assert_eq!(c.length, Length::Epochs(1));
         assert_eq!(c.lora.target_modules.len(), 7);
+        assert_eq!(c.selection.tenants, BTreeSet::from(["acme".to_owned()]));
         let full = format!(
-            "{MINIMAL}\n[select]\nsince = \"2026-11-01T00:00:00Z\"\n[objective]\nkind = \"reinforce\"\nbaseline = \"running_mean\"\n[train]\nsteps = 5\n[lora]\ntargets = [\"q_proj\"]\n"
+            "{}\n[objective]\nkind = \"reinforce\"\nbaseline = \"running_mean\"\n[train]\nsteps = 5\n[lora]\ntargets = [\"q_proj\"]\n",
+            MINIMAL.replace(
+                "tenant = \"acme\"",
+                "tenant = \"acme\"\nsince = \"2026-11-01T00:00:00Z\""
+            )
         );
         let c = RawRunConfig::from_toml_str(&full, path)
             .unwrap()
@@ -533,7 +564,6 @@ mod tests {
         for (extra, needle) in [
             ("[objective]\nkind = \"dpo\"", "objective.kind"),
             ("[train]\nlr = -1.0", "train.lr"),
-            ("[select]\nsince = \"yesterday\"", "select.since"),
             ("[lora]\ntargets = [\"lm_head\"]", "lm_head"),
         ] {
             let text = format!("{MINIMAL}\n{extra}\n");
@@ -544,11 +574,41 @@ mod tests {
                 .to_string();
             assert!(err.contains(needle), "{err}");
         }
+        let since = MINIMAL.replace(
+            "tenant = \"acme\"",
+            "tenant = \"acme\"\nsince = \"yesterday\"",
+        );
+        let err = check(&since).unwrap_err();
+        assert!(err.contains("select.since"), "{err}");
         let err = RawRunConfig::from_toml_str("model = \"m\"\nlake = \"l\"\nout = \"o\"", path)
             .unwrap()
             .validate(path)
             .unwrap_err()
             .to_string();
         assert!(err.contains("rewards.weights"), "{err}");
+    }
+
+    #[test]
+    fn a_run_names_the_tenants_it_trains_on() {
+        let err = check(&MINIMAL.replace("tenant = \"acme\"", "")).unwrap_err();
+        assert!(err.contains("`select.tenant` is required"), "{err}");
+        let err = check(&MINIMAL.replace("tenant = \"acme\"", "tenants = []")).unwrap_err();
+        assert!(err.contains("`select.tenant` is required"), "{err}");
+        let err = check(&MINIMAL.replace("tenant = \"acme\"", "tenant = \" \"")).unwrap_err();
+        assert!(err.contains("empty tenant"), "{err}");
+        let both = MINIMAL.replace(
+            "tenant = \"acme\"",
+            "tenant = \"acme\"\ntenants = [\"globex\"]",
+        );
+        assert!(check(&both).unwrap_err().contains("not both"));
+        let several = check(&MINIMAL.replace(
+            "tenant = \"acme\"",
+            "tenants = [\"globex\", \"acme\", \"globex\"]",
+        ))
+        .unwrap();
+        assert_eq!(
+            several.selection.tenants,
+            BTreeSet::from(["acme".to_owned(), "globex".to_owned()])
+        );
     }
 }

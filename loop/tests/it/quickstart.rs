@@ -96,7 +96,7 @@ async fn live_when(
         let lake_s = lake.to_owned();
         let live = atdp_loop::blocking("live", move || {
             let selection = Selection {
-                tenant_id: Some("demo".into()),
+                tenants: ["demo".to_owned()].into(),
                 agent_id: Some("demo-agent".into()),
                 ..Selection::default()
             };

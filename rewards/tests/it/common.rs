@@ -37,6 +37,11 @@ impl Fixture {
         .unwrap();
         writer.flush().await.unwrap();
         assert!(writer.shutdown(Duration::from_secs(10)).await.unwrap());
+        Fixture::at(dir, lake_url)
+    }
+
+    /// A fixture over the lake already written at `lake_url`, with its folder `dir`.
+    pub fn at(dir: tempfile::TempDir, lake_url: String) -> Fixture {
         let lake = Lake::new(&lake_url, Default::default()).unwrap();
         Fixture {
             dir,

@@ -8,3 +8,4 @@ mod common;
 mod preview;
 mod program;
 mod sql;
+mod tenants;

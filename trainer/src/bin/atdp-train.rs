@@ -108,6 +108,12 @@ fn train(args: RunArgs) -> anyhow::Result<()> {
     if report.resumed_from > 0 {
         println!("resumed from step {}", report.resumed_from);
     }
+    if report.unmatched_step_rewards > 0 {
+        println!(
+            "ignored {} step rewards whose step_id is not a selected step of their own trajectory",
+            report.unmatched_step_rewards
+        );
+    }
     match report.adapter {
         Some(adapter) => println!(
             "wrote the adapter, {} and {} to {} ({} examples trained on, {} steps)",

@@ -1,18 +1,21 @@
-//! Selecting steps and rewards from the lake through `atdp_schema::LakeReader`, recording
-//! the Delta table versions and row counts read (for the manifest).
+//! Selecting steps and rewards from the lake through `atdp_schema::LakeReader`, tenant by
+//! tenant, recording the Delta table versions and row counts read (for the manifest).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use atdp_schema::{Filter, Lake, LakeReader, Reward, Step};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
 
-/// Which rows to train on. Unset fields do not filter.
+/// Which rows to train on. Unset optional fields do not filter.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Selection {
-    /// Only this tenant.
-    pub tenant_id: Option<String>,
+    /// The tenants trained on: at least one. Each tenant's steps and rewards are read on their
+    /// own and matched within the tenant (trajectory ids are chosen by clients, so two tenants
+    /// can use the same ones); an adapter trained on several tenants carries what it learned
+    /// from each to whoever it serves.
+    pub tenants: BTreeSet<String>,
     /// Only this agent.
     pub agent_id: Option<String>,
     /// Only steps started at or after this (µs since epoch, UTC).
@@ -22,7 +25,7 @@ pub struct Selection {
     /// The reward names used; rewards of other names are not read.
     pub reward_names: BTreeSet<String>,
     /// Reward names pinned to one `reward_fn_version` (`none`: rows without a version).
-    pub reward_versions: std::collections::BTreeMap<String, String>,
+    pub reward_versions: BTreeMap<String, String>,
     /// Read `steps` as of this Delta version (time travel) instead of the latest.
     pub steps_version: Option<u64>,
     /// Read `rewards` as of this Delta version instead of the latest.
@@ -47,7 +50,8 @@ pub struct TableRead {
 pub struct LakeData {
     /// The selected steps, in start order.
     pub steps: Vec<Step>,
-    /// Rewards of the selected names on the selected steps' trajectories.
+    /// Rewards of the selected names on the selected steps' trajectories (each matched
+    /// within its tenant).
     pub rewards: Vec<Reward>,
     /// What was read.
     pub reads: Vec<TableRead>,
@@ -67,6 +71,12 @@ pub fn read_lake(
             "reading the lake blocks: call the trainer from a plain thread or `spawn_blocking`, not from async code",
         ));
     }
+    if selection.tenants.is_empty() {
+        return Err(crate::Error::invalid(
+            "select.tenant",
+            "the selection names no tenant: say which tenant (or tenants) to train on; trajectory ids are chosen by clients and repeat across tenants, so rewards are only matched to steps of the same tenant",
+        ));
+    }
     let lake = Lake::new(location, options)?;
     let reader = LakeReader::new(lake);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -77,33 +87,45 @@ pub fn read_lake(
 }
 
 async fn read(reader: &LakeReader, selection: &Selection) -> Result<LakeData> {
-    let steps_filter = Filter {
-        tenant_id: selection.tenant_id.clone(),
-        agent_id: selection.agent_id.clone(),
-        since: selection.since,
-        until: selection.until,
-        version: selection.steps_version,
-        ..Filter::default()
-    };
-    let steps = reader.steps(&steps_filter).await?;
-    // Rewards arrive after the steps they judge: no time filter, only the tenant; they are
-    // matched to the selected steps by trajectory below.
-    let rewards_filter = Filter {
-        tenant_id: selection.tenant_id.clone(),
-        version: selection.rewards_version,
-        ..Filter::default()
-    };
-    let rewards = reader.rewards(&rewards_filter).await?;
-    let trajectories: BTreeSet<&str> = steps
-        .rows
-        .iter()
-        .map(|s| s.trajectory_id.as_str())
-        .collect();
-    let kept: Vec<Reward> = rewards
-        .rows
-        .iter()
-        .filter(|r| {
-            selection.reward_names.contains(&r.name)
+    // Every tenant is read at the same table versions: the first read's, unless pinned.
+    let mut steps_version = selection.steps_version;
+    let mut rewards_version = selection.rewards_version;
+    let mut steps: Vec<Step> = Vec::new();
+    let mut kept: Vec<Reward> = Vec::new();
+    let (mut steps_read, mut rewards_read) = (0, 0);
+    for tenant in &selection.tenants {
+        let steps_filter = Filter {
+            tenant_id: Some(tenant.clone()),
+            agent_id: selection.agent_id.clone(),
+            since: selection.since,
+            until: selection.until,
+            version: steps_version,
+            ..Filter::default()
+        };
+        let read_steps = reader.steps(&steps_filter).await?;
+        steps_version = steps_version.or(read_steps.version);
+        // Rewards arrive after the steps they judge: no time filter, only the tenant; they
+        // are matched to this tenant's selected steps by trajectory below.
+        let rewards_filter = Filter {
+            tenant_id: Some(tenant.clone()),
+            version: rewards_version,
+            ..Filter::default()
+        };
+        let read_rewards = reader.rewards(&rewards_filter).await?;
+        rewards_version = rewards_version.or(read_rewards.version);
+        steps_read += read_steps.rows.len();
+        rewards_read += read_rewards.rows.len();
+        // The reader filters by tenant; the rows are checked again, as the match relies on it.
+        let own_steps: Vec<Step> = read_steps
+            .rows
+            .into_iter()
+            .filter(|s| &s.tenant_id == tenant)
+            .collect();
+        let trajectories: BTreeSet<&str> =
+            own_steps.iter().map(|s| s.trajectory_id.as_str()).collect();
+        kept.extend(read_rewards.rows.into_iter().filter(|r| {
+            &r.tenant_id == tenant
+                && selection.reward_names.contains(&r.name)
                 && trajectories.contains(r.trajectory_id.as_str())
                 && selection.reward_versions.get(&r.name).is_none_or(|pinned| {
                     r.reward_fn_version
@@ -111,25 +133,27 @@ async fn read(reader: &LakeReader, selection: &Selection) -> Result<LakeData> {
                         .unwrap_or(crate::manifest::NO_VERSION)
                         == pinned
                 })
-        })
-        .cloned()
-        .collect();
+        }));
+        steps.extend(own_steps);
+    }
+    // Start order across tenants (stable: each tenant's order stays for equal times).
+    steps.sort_by_key(|s| s.started_at);
     let reads = vec![
         TableRead {
             table: "steps".into(),
-            version: steps.version,
-            rows_read: steps.rows.len(),
-            rows_kept: steps.rows.len(),
+            version: steps_version,
+            rows_read: steps_read,
+            rows_kept: steps.len(),
         },
         TableRead {
             table: "rewards".into(),
-            version: rewards.version,
-            rows_read: rewards.rows.len(),
+            version: rewards_version,
+            rows_read: rewards_read,
             rows_kept: kept.len(),
         },
     ];
     Ok(LakeData {
-        steps: steps.rows,
+        steps,
         rewards: kept,
         reads,
     })

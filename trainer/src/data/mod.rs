@@ -12,6 +12,7 @@ use atdp_schema::Step;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
+use crate::rewards::StepKey;
 pub use chat::ChatFormat;
 pub use lake::{LakeData, Selection, TableRead, read_lake};
 
@@ -22,6 +23,8 @@ pub struct Example {
     pub step_id: String,
     /// The step's trajectory.
     pub trajectory_id: String,
+    /// The step's tenant.
+    pub tenant_id: String,
     /// Prompt then completion token ids.
     pub tokens: Vec<u32>,
     /// Number of prompt tokens; the loss covers `tokens[prompt_len..]` only.
@@ -39,6 +42,11 @@ impl Example {
     /// Number of completion tokens.
     pub fn completion_len(&self) -> usize {
         self.tokens.len() - self.prompt_len
+    }
+
+    /// The step it comes from, as (tenant, trajectory, step).
+    pub fn key(&self) -> StepKey {
+        StepKey::new(&self.tenant_id, &self.trajectory_id, &self.step_id)
     }
 }
 
@@ -131,6 +139,7 @@ pub fn build_examples(
         examples.push(Example {
             step_id: step.step_id.clone(),
             trajectory_id: step.trajectory_id.clone(),
+            tenant_id: step.tenant_id.clone(),
             tokens,
             prompt_len,
             behaviour_logprobs: behaviour,

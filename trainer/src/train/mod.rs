@@ -92,6 +92,9 @@ pub struct RunReport {
     pub examples: ExampleStats,
     /// Examples with a return (those trained on).
     pub rewarded_examples: usize,
+    /// Step rewards that credited nothing: their `step_id` is not a selected step of their
+    /// own tenant and trajectory.
+    pub unmatched_step_rewards: usize,
     /// The last step's metrics.
     pub final_metrics: Option<StepMetrics>,
 }
@@ -113,10 +116,10 @@ pub fn run(
         model.config().vocab_size,
         config.max_len,
     )?;
-    let returns_by_step = step_returns(&data.steps, &data.rewards, &config.rewards)?;
+    let credited = step_returns(&data.steps, &data.rewards, &config.rewards)?;
     let (examples, returns): (Vec<Example>, Vec<f64>) = examples
         .into_iter()
-        .filter_map(|e| returns_by_step.get(&e.step_id).map(|&g| (e, g)))
+        .filter_map(|e| credited.of(&e.key()).map(|g| (e, g)))
         .unzip();
     if examples.is_empty() {
         let names: Vec<&str> = config.rewards.weights.keys().map(String::as_str).collect();
@@ -248,6 +251,7 @@ pub fn run(
         resumed_from: start,
         examples: stats,
         rewarded_examples: examples.len(),
+        unmatched_step_rewards: credited.unmatched_step_rewards,
         final_metrics: last,
     };
     if step < total_steps {
@@ -278,6 +282,7 @@ pub fn run(
         versions,
         &report.examples,
         examples.len(),
+        credited.unmatched_step_rewards,
         step,
         final_metrics,
     )?;

@@ -13,4 +13,5 @@ mod gradients;
 mod learning;
 mod reference;
 mod runs;
+mod tenants;
 mod util;

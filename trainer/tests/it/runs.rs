@@ -256,7 +256,7 @@ fn atdp_train_run_prints_progress_and_writes_the_adapter() {
 fn lake_selection_and_tree_aware_returns_through_the_lake() {
     use std::collections::BTreeSet;
 
-    use atdp_trainer::{RewardSpec, Selection, read_lake, step_returns};
+    use atdp_trainer::{RewardSpec, Selection, StepKey, read_lake, step_returns};
 
     let setup = Setup::new();
     let at = 1_795_910_400_000_000;
@@ -288,7 +288,7 @@ fn lake_selection_and_tree_aware_returns_through_the_lake() {
     write_lake(&setup.lake(), records);
 
     let selection = Selection {
-        tenant_id: Some("acme".into()),
+        tenants: BTreeSet::from(["acme".to_owned()]),
         agent_id: Some("support".into()),
         since: Some(at),
         until: Some(at + 35),
@@ -315,13 +315,11 @@ fn lake_selection_and_tree_aware_returns_through_the_lake() {
         gamma: 0.5,
     };
     let returns = step_returns(&data.steps, &data.rewards, &spec).unwrap();
-    assert_eq!(returns[&d.step_id], 2.0);
-    assert_eq!(returns[&c.step_id], 1.0);
-    assert_eq!(returns[&a.step_id], 0.5);
-    assert!(
-        !returns.contains_key(&b.step_id),
-        "the failed retry gets nothing"
-    );
+    let of = |s: &atdp_schema::Step| returns.of(&StepKey::of(s));
+    assert_eq!(of(&d), Some(2.0));
+    assert_eq!(of(&c), Some(1.0));
+    assert_eq!(of(&a), Some(0.5));
+    assert_eq!(of(&b), None, "the failed retry gets nothing");
 }
 
 #[test]
