@@ -492,10 +492,10 @@ async fn upload_segment(
 
 /// Records converted to Arrow at a time while a segment is read. A segment holds up to
 /// `segment_max_bytes` of records, or `segment_max_age` of them (80,000 calls in 10 s at
-/// 8,000 calls/s); decoding it whole before converting held every decoded record at once.
-/// Converting in chunks keeps one chunk of decoded records per table, whose memory the next
-/// chunk reuses: the proxy's peak resident memory at 8,000 calls/s went from 547–551 MB to
-/// 406–416 MB (docs/benchmarks.md, session 13).
+/// 8,000 calls/s); decoding it whole before converting would hold every decoded record at
+/// once. Converting in chunks keeps one chunk of decoded records per table, whose memory the
+/// next chunk reuses: the proxy's peak resident memory at 8,000 calls/s is 406–416 MB, against
+/// 547–551 MB when the segment is decoded whole (docs/benchmarks.md, "Proxy overhead").
 const CHUNK_ROWS: usize = 4096;
 
 /// A segment's records by table, as they are read, converted to Arrow every [`CHUNK_ROWS`]
