@@ -314,19 +314,42 @@ impl AccessPolicy {
         tenant: &str,
         context: serde_json::Value,
     ) -> Verdict {
-        let entities = self
-            .trajectory_entity(trajectory_id, tenant)
-            .and_then(|entity| {
+        self.decide_on_trajectories(principal, action, &[trajectory_id], tenant, context)
+            .pop()
+            .unwrap_or_else(|| Verdict::deny("no decision".to_owned()))
+    }
+
+    /// [`AccessPolicy::decide_on_trajectory`] for several trajectories of `tenant`, one verdict
+    /// each, in order: the entities are copied once, with all of them added.
+    pub fn decide_on_trajectories(
+        &self,
+        principal: (&str, &str),
+        action: &str,
+        trajectory_ids: &[&str],
+        tenant: &str,
+        context: serde_json::Value,
+    ) -> Vec<Verdict> {
+        let entities = trajectory_ids
+            .iter()
+            .map(|id| self.trajectory_entity(id, tenant))
+            .collect::<Result<Vec<Entity>>>()
+            .and_then(|added| {
                 self.entities
                     .clone()
-                    .add_entities([entity], Some(&self.schema))
+                    .add_entities(added, Some(&self.schema))
                     .map_err(|e| Error::Policy(format!("trajectory entity: {}", pretty(&e))))
             });
-        let request = self.request(principal, action, ("Trajectory", trajectory_id), context);
-        match (entities, request) {
-            (Ok(entities), Ok(request)) => self.evaluate(&request, &entities),
-            (Err(error), _) | (_, Err(error)) => Verdict::deny(error.to_string()),
-        }
+        trajectory_ids
+            .iter()
+            .map(|id| {
+                let request = self.request(principal, action, ("Trajectory", id), context.clone());
+                match (&entities, request) {
+                    (Ok(entities), Ok(request)) => self.evaluate(&request, entities),
+                    (Err(error), _) => Verdict::deny(error.to_string()),
+                    (_, Err(error)) => Verdict::deny(error.to_string()),
+                }
+            })
+            .collect()
     }
 
     fn trajectory_entity(&self, trajectory_id: &str, tenant: &str) -> Result<Entity> {

@@ -121,6 +121,12 @@ async fn prepare(
         headers,
         &policy.forwarding.headers
     ));
+    stage!(decide::check_names(
+        &policy.scanner,
+        &request,
+        &named,
+        &forwarded
+    ));
 
     // Mask: what the upstream is sent; the same pass gives Cedar its entity types.
     let tenant = caller.identity.tenant.clone();

@@ -495,6 +495,17 @@ impl RawConfig {
                 "`mask = false` needs `record = false`: unmasked calls are never stored".into(),
             ));
         }
+        let global_audit = self.audit.unwrap_or_default();
+        let strict = upstreams
+            .iter()
+            .any(|u| u.audit.unwrap_or(global_audit) == AuditMode::Strict);
+        if strict && (!record || self.on_backpressure == OnBackpressure::ServeUnrecorded) {
+            return Err(Error::Config(
+                "`audit = \"strict\"` needs `record = true` and `on_backpressure = \"refuse\"`: \
+                 a strictly audited call is never forwarded unrecorded"
+                    .into(),
+            ));
+        }
         let max_body_bytes = self.max_body_bytes.unwrap_or(8 << 20);
         if max_body_bytes < 1024 {
             return Err(Error::Config(
@@ -739,5 +750,32 @@ upstream = "openai"
                 .to_string()
                 .contains("not declared")
         );
+    }
+
+    #[test]
+    fn a_strictly_audited_upstream_is_never_served_unrecorded() {
+        let base = "policy = \"p\"\n[[upstream]]\nname = \"a\"\nurl = \"http://x\"\n";
+        for (extra, ok) in [
+            ("audit = \"strict\"\n", true),
+            (
+                "audit = \"strict\"\non_backpressure = \"serve_unrecorded\"\n",
+                false,
+            ),
+            ("audit = \"strict\"\nrecord = false\nmask = false\n", false),
+            ("on_backpressure = \"serve_unrecorded\"\n", true),
+        ] {
+            let raw = RawConfig::from_toml(&format!("{extra}{base}")).unwrap();
+            let validated = raw.validate();
+            assert_eq!(validated.is_ok(), ok, "{extra}");
+            if !ok {
+                let error = validated.unwrap_err().to_string();
+                assert!(error.contains("never forwarded unrecorded"), "{error}");
+            }
+        }
+        let per_upstream = RawConfig::from_toml(&format!(
+            "on_backpressure = \"serve_unrecorded\"\n{base}audit = \"strict\"\n"
+        ))
+        .unwrap();
+        assert!(per_upstream.validate().is_err());
     }
 }

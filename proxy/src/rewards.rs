@@ -17,12 +17,13 @@ use atdp_schema::Reward;
 use bytes::Bytes;
 use pingora::Result;
 use pingora::proxy::Session;
+use policies::Scanner;
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::refusal::Refusal;
 use crate::respond::{refuse, respond};
-use crate::stages::admit::authenticate;
+use crate::stages::admit::{self, authenticate};
 use crate::stages::read::read_body;
 use crate::stages::record::{decision_event, now_micros};
 use crate::state::State;
@@ -108,6 +109,41 @@ fn check(index: usize, reward: &RewardIn) -> std::result::Result<(), Refusal> {
     Ok(())
 }
 
+/// Refuses a reward whose ids, name or tags hold a value the detectors find: they are stored
+/// and audited as given, so they may not carry personal data. The refusal names the field and
+/// the entity type, never the value.
+fn check_stored_as_given(
+    scanner: &Scanner,
+    index: usize,
+    reward: &RewardIn,
+) -> std::result::Result<(), Refusal> {
+    let mut fields: Vec<(String, &str)> = vec![
+        ("trajectory_id".into(), &reward.trajectory_id),
+        ("name".into(), &reward.name),
+    ];
+    fields.extend(reward.step_id.as_deref().map(|id| ("step_id".into(), id)));
+    fields.extend(
+        reward
+            .reward_id
+            .as_deref()
+            .map(|id| ("reward_id".into(), id)),
+    );
+    for (key, value) in &reward.tags {
+        fields.push(("tags".into(), key));
+        fields.push((format!("tags.{key}"), value));
+    }
+    for (field, text) in fields {
+        if let Some(span) = scanner.scan(text).first() {
+            return Err(bad(format!(
+                "rewards[{index}].{field} holds a value the detectors find ({}); reward ids, \
+                 names and tags are stored as given, so they may not carry personal data",
+                span.entity
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Handles the endpoint.
 pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
     let family = ApiFamily::OpenAi;
@@ -126,6 +162,10 @@ async fn accept(
 ) -> Result<std::result::Result<Bytes, Refusal>> {
     let (_, policy) = state.policy.current();
     let caller = check!(authenticate(&policy.access, &session.req_header().headers));
+    // Rewards count against the key's rate and calls in flight like model calls.
+    let limits = &state.config.limits;
+    check!(admit::take_rate(&state.limiter, limits, &caller));
+    let _slot = check!(admit::enter(&state.in_flight_per_key, limits, &caller));
     let raw = check!(
         read_body(
             session,
@@ -150,6 +190,7 @@ async fn accept(
     }
     for (index, reward) in rewards.iter().enumerate() {
         check!(check(index, reward));
+        check!(check_stored_as_given(&policy.scanner, index, reward));
     }
     let tenant = caller.identity.tenant.clone();
     for (index, reward) in rewards.iter().enumerate() {
@@ -167,21 +208,19 @@ async fn accept(
             ))));
         }
     }
-    // One decision per distinct trajectory (each adds the trajectory to a copy of the
-    // entities).
+    // One decision per distinct trajectory, over one copy of the entities that holds them all.
+    let mut ids: Vec<&str> = rewards.iter().map(|r| r.trajectory_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let verdicts = policy.access.decide_on_trajectories(
+        ("ApiKey", &caller.key_hash),
+        "write_reward",
+        &ids,
+        &tenant,
+        json!({}),
+    );
     let mut decided: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for reward in &rewards {
-        let id = reward.trajectory_id.as_str();
-        if decided.contains_key(id) {
-            continue;
-        }
-        let verdict = policy.access.decide_on_trajectory(
-            ("ApiKey", &caller.key_hash),
-            "write_reward",
-            id,
-            &tenant,
-            json!({}),
-        );
+    for (id, verdict) in ids.into_iter().zip(verdicts) {
         if !verdict.allowed {
             let why = if verdict.policies.is_empty() {
                 "no policy permits this key to write rewards".to_owned()

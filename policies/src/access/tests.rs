@@ -322,6 +322,27 @@ fn rewards_only_on_the_keys_own_tenant() {
         json!({}),
     );
     assert!(!other.allowed);
+    // Several trajectories at once: one verdict each, in order, as one by one.
+    let many = p.decide_on_trajectories(
+        ("ApiKey", &router),
+        "write_reward",
+        &["t-1", "t-2", "t-3"],
+        "acme",
+        json!({}),
+    );
+    assert_eq!(many.len(), 3);
+    assert!(
+        many.iter()
+            .all(|v| v.allowed && v.policies == ["reward-own-tenant"])
+    );
+    let foreign = p.decide_on_trajectories(
+        ("ApiKey", &router),
+        "write_reward",
+        &["t-1", "t-2"],
+        "globex",
+        json!({}),
+    );
+    assert!(foreign.iter().all(|v| !v.allowed));
 }
 
 #[test]

@@ -4,19 +4,21 @@
 //! top-level field outside the API's known list ([`crate::wire::known_fields`]) and a beta
 //! feature value outside the known ones are refused unless `forwarding.toml` allows them by
 //! name; `background: true` (Responses) is refused everywhere, since its reply would be
-//! fetched later around the proxy, unrecorded. Then Cedar: `invoke_model` on the dispatched
+//! fetched later around the proxy, unrecorded; and a name or id that holds a value the
+//! detectors find is refused ([`check_names`]). Then Cedar: `invoke_model` on the dispatched
 //! model and on every model the provider may fall back to, and `call_tool` on every offer
 //! (tools of every form, MCP servers, skills, saved prompts: [`crate::wire::Offer`]), each
 //! with the request's context (entity types found, the upstream's trust, the size). One
 //! denial denies the call; an evaluation error is a denial.
 
-use http::HeaderMap;
-use policies::{AccessPolicy, Forwarding, Verdict};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use policies::{AccessPolicy, Forwarding, Scanner, Verdict};
 use serde_json::{Value, json};
 
 use crate::config::Trust;
 use crate::refusal::Refusal;
 use crate::stages::admit::Caller;
+use crate::stages::place::Named;
 use crate::wire::{ANTHROPIC_BETAS, ApiKind, OPENAI_BETAS, RequestView};
 
 /// The beta headers and the values each API's SDK knows.
@@ -24,6 +26,47 @@ const BETA_HEADERS: [(&str, &[&str]); 2] = [
     ("anthropic-beta", ANTHROPIC_BETAS),
     ("openai-beta", OPENAI_BETAS),
 ];
+
+/// Refuses a request whose names or ids hold a value the detectors find: the model and the
+/// fallback models, the entities of its offers (tool names, MCP server URLs, skill and prompt
+/// ids), the trajectory or session header, and the client headers that are forwarded. They are
+/// routed on, decided on, forwarded and stored as given (names are not text to mask: a masked
+/// model name reaches no model), so none may carry personal data or a secret. The refusal
+/// names the field and the entity type, never the value.
+pub fn check_names(
+    scanner: &Scanner,
+    request: &RequestView,
+    named: &Named,
+    forwarded: &[(HeaderName, HeaderValue)],
+) -> Result<(), Refusal> {
+    let found = |field: &str, text: &str| match scanner.scan(text).first() {
+        Some(span) => Err(Refusal::InvalidRequest {
+            message: format!(
+                "{field} holds a value the detectors find ({}); names, ids and headers are \
+                 forwarded and stored as given, so they may not carry personal data",
+                span.entity
+            ),
+        }),
+        None => Ok(()),
+    };
+    found("model", &request.model)?;
+    for model in &request.extra_models {
+        found("a fallback model", model)?;
+    }
+    for offer in &request.offers {
+        found(&offer.field, &offer.entity)?;
+    }
+    match named {
+        Named::Trajectory(id) => found("header x-atdp-trajectory-id", id)?,
+        Named::Session(id) => found("header x-atdp-session-id", id)?,
+        Named::Automatic => {}
+    }
+    for (name, value) in forwarded {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        found(&format!("header {name}"), &text)?;
+    }
+    Ok(())
+}
 
 /// Refuses what the proxy cannot judge towards an external upstream, and what it cannot
 /// record towards any.

@@ -124,6 +124,20 @@ fn every_form_of_tool_is_decided_by_cedar() {
             "tool prompt:pmpt_123",
         ),
         (
+            "responses",
+            json!({"input": [
+                {"type": "additional_tools", "role": "developer", "tools": [
+                    {"type": "mcp", "server_label": "x", "server_url": "HTTPS://EVIL.example.com:443/sse"}]},
+                {"role": "user", "content": "hi"}]}),
+            "tool mcp:https://evil.example.com/sse",
+        ),
+        (
+            "responses",
+            json!({"tools": [{"type": "namespace", "name": "crm", "tools": [
+                {"type": "function", "name": "wire_money"}]}]}),
+            "tool openai:namespace",
+        ),
+        (
             "messages",
             json!({"mcp_servers": [{"type": "url", "name": "crm", "url": "https://mcp.example.com/crm"}]}),
             "tool mcp:https://mcp.example.com/crm",
@@ -188,7 +202,7 @@ fn every_form_of_tool_is_decided_by_cedar() {
         .iter()
         .filter(|e| e.kind == "request_denied")
         .count();
-    assert_eq!(denied, 10);
+    assert_eq!(denied, 12);
 }
 
 #[test]
@@ -481,5 +495,104 @@ fn every_parameter_of_the_official_sdks_passes_to_an_external_provider() {
                 "{api}: {key} did not arrive"
             );
         }
+    }
+}
+
+/// The field a refusal must name, the body, and the extra headers.
+type Case = (&'static str, Vec<u8>, Vec<(&'static str, &'static str)>);
+
+#[test]
+fn names_ids_and_headers_that_carry_personal_data_are_refused_and_nothing_is_stored() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let chat = |extra: Value| request("chat", extra);
+    let refused: Vec<Case> = vec![
+        (
+            "model",
+            chat(json!({"model": "gpt-4.1-mini jane@example.com"})),
+            vec![],
+        ),
+        (
+            "tools[0]",
+            chat(
+                json!({"tools": [{"type": "function", "function": {"name": "mail_jane@example.com"}}]}),
+            ),
+            vec![],
+        ),
+        (
+            "header x-atdp-trajectory-id",
+            chat(json!({})),
+            vec![("x-atdp-trajectory-id", "jane@example.com")],
+        ),
+        (
+            "header x-atdp-session-id",
+            chat(json!({})),
+            vec![("x-atdp-session-id", "4111111111111111")],
+        ),
+        (
+            "header openai-project",
+            chat(json!({})),
+            vec![("openai-project", "4111-1111-1111-1111")],
+        ),
+        (
+            "header accept",
+            chat(json!({})),
+            vec![("accept", "application/json; x=jane.doe@example.com")],
+        ),
+        (
+            "a fallback model",
+            request(
+                "messages",
+                json!({"fallbacks": [{"model": "claude-jane@example.com"}]}),
+            ),
+            vec![],
+        ),
+    ];
+    for (field, body, headers) in refused {
+        let path = if field == "a fallback model" {
+            "/v1/messages"
+        } else {
+            "/v1/chat/completions"
+        };
+        let response = post(proxy.port, path, DEMO_KEY, &headers, &body);
+        assert_eq!(response.status, 400, "{field}: {}", text(&response));
+        let message = text(&response);
+        assert!(message.contains(field), "{field}: {message}");
+        for value in ["jane", "4111"] {
+            assert!(
+                !message.contains(value),
+                "the refusal quotes the value: {message}"
+            );
+        }
+    }
+    assert!(upstream.requests().is_empty(), "nothing was forwarded");
+
+    // A reward's ids, name and tags are stored as given.
+    for reward in [
+        json!({"trajectory_id": "t-jane@example.com", "name": "ok", "value": 1.0}),
+        json!({"trajectory_id": "t-1", "name": "ok", "value": 1.0, "reward_id": "4111111111111111"}),
+        json!({"trajectory_id": "t-1", "name": "ok", "value": 1.0, "tags": {"who": "dave@example.com"}}),
+        json!({"trajectory_id": "t-1", "name": "ok", "value": 1.0, "tags": {"dave@example.com": "x"}}),
+    ] {
+        let response = post(
+            proxy.port,
+            "/v1/atdp/rewards",
+            DEMO_KEY,
+            &[],
+            reward.to_string().as_bytes(),
+        );
+        assert_eq!(response.status, 400, "{reward}: {}", text(&response));
+        assert!(!text(&response).contains("@example.com"));
+    }
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let stored = format!(
+        "{}{}{}",
+        serde_json::to_string(&lake.steps).unwrap(),
+        serde_json::to_string(&lake.audit).unwrap(),
+        serde_json::to_string(&lake.rewards).unwrap()
+    );
+    for value in ["jane", "4111", "dave@"] {
+        assert!(!stored.contains(value), "{value} stored in the lake");
     }
 }

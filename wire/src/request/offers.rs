@@ -10,11 +10,14 @@
 //! | a function or custom tool the client runs (chat `tools`, legacy `functions`, Responses `function`/`custom`, Anthropic custom tools) | its name, as the client gave it |
 //! | a tool the provider defines (web search, code execution, computer use, bash, text editor, file search, image generation, …) | `openai:<type>` or `anthropic:<type>`, a trailing `_YYYYMMDD` version dropped: `anthropic:web_search`, `openai:file_search` |
 //! | chat `web_search_options` | `openai:web_search` |
-//! | an MCP server (Responses `mcp` tool, Anthropic `mcp_servers` and `mcp_toolset`) | `mcp:<server URL>`, or `mcp:<connector id>` for an OpenAI connector |
+//! | an MCP server (Responses `mcp` tool, Anthropic `mcp_servers` and `mcp_toolset`) | `mcp:<server URL>` (scheme and host in lower case, no user information, trailing dot or default port), and `mcp:<connector id>` for an OpenAI connector (both when both are given) |
+//! | a Responses `namespace` of tools | `openai:namespace`, and each tool inside it as its own offer |
 //! | a skill in Anthropic's `container.skills` | `skill:<skill id>` |
 //! | a saved prompt (Responses `prompt`), which can carry tools of its own | `prompt:<prompt id>` |
 //! | Responses `multi_agent` when enabled | `openai:multi_agent` |
 //!
+//! Responses tools are read wherever a list of them sits: the top level, any `input` item that
+//! carries `tools` (`additional_tools`, `tool_search_output`), and `namespace` tools.
 //! A client-run tool's name may not contain `:`, so no name can pass for a namespaced entity.
 //! Anthropic's `fallbacks` name models the provider may serve instead: each is an
 //! `invoke_model` decision, and `"default"` (the provider's own choice) is the model
@@ -166,24 +169,19 @@ fn chat(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireErro
     Ok(())
 }
 
-/// Responses: `tools` of every type, a saved `prompt`, `multi_agent`.
+/// Responses: `tools` of every type, wherever a list of them sits (the top level, an `input`
+/// item such as `additional_tools` or `tool_search_output`, a `namespace` tool), a saved
+/// `prompt`, `multi_agent`.
 fn responses(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireError> {
-    for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let tool = object(tool, &path)?;
-        match optional_str(tool, "type", &path)?.unwrap_or("function") {
-            "function" | "custom" => {
-                let name = required_str(tool, "name", &path)?;
-                found.push(function(name, path)?);
-            }
-            "mcp" => {
-                let target = match optional_str(tool, "server_url", &path)? {
-                    Some(url) => url,
-                    None => optional_str(tool, "connector_id", &path)?.unwrap_or_default(),
-                };
-                found.push(named(OfferKind::McpServer, "mcp", target, path)?);
-            }
-            other => found.push(provider("openai", other, path)),
+    responses_tools(optional_array(obj, "tools", "")?, "tools", found)?;
+    if let Some(Value::Array(items)) = obj.get("input") {
+        for (i, item) in items.iter().enumerate() {
+            let Some(item) = item.as_object() else {
+                continue;
+            };
+            let path = format!("input[{i}]");
+            let tools = optional_array(item, "tools", &path)?;
+            responses_tools(tools, &format!("{path}.tools"), found)?;
         }
     }
     if let Some(prompt) = obj.get("prompt").filter(|p| !p.is_null()) {
@@ -209,6 +207,74 @@ fn responses(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), Wir
     Ok(())
 }
 
+/// A list of Responses tools at `at`; a `namespace` tool is an offer of its own and so is each
+/// tool inside it.
+fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<(), WireError> {
+    for (i, tool) in tools.iter().enumerate() {
+        let path = format!("{at}[{i}]");
+        let tool = object(tool, &path)?;
+        match optional_str(tool, "type", &path)?.unwrap_or("function") {
+            "function" | "custom" => {
+                let name = required_str(tool, "name", &path)?;
+                found.push(function(name, path)?);
+            }
+            "mcp" => {
+                let url = optional_str(tool, "server_url", &path)?;
+                let connector = optional_str(tool, "connector_id", &path)?;
+                if url.is_none() && connector.is_none() {
+                    return Err(WireError::Invalid {
+                        field: path,
+                        why: "an MCP tool must name its `server_url` or `connector_id`",
+                    });
+                }
+                if let Some(url) = url {
+                    let target = mcp_url(url);
+                    found.push(named(OfferKind::McpServer, "mcp", &target, path.clone())?);
+                }
+                if let Some(connector) = connector {
+                    found.push(named(OfferKind::McpServer, "mcp", connector, path)?);
+                }
+            }
+            "namespace" => {
+                found.push(provider("openai", "namespace", path.clone()));
+                let inner = optional_array(tool, "tools", &path)?;
+                responses_tools(inner, &format!("{path}.tools"), found)?;
+            }
+            other => found.push(provider("openai", other, path)),
+        }
+    }
+    Ok(())
+}
+
+/// An MCP server URL as one name for one server: scheme and host in lower case, without
+/// user information, a trailing dot of the host, or the scheme's default port. What does not
+/// look like `scheme://host…` is kept as given.
+fn mcp_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(split);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    // A port is digits after the last `:` (in `[::1]` that is `1]`, not a port).
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            (host, Some(port))
+        }
+        _ => (host_port, None),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let default = matches!(
+        (scheme.as_str(), port),
+        ("https", Some("443")) | ("http", Some("80"))
+    );
+    match port {
+        Some(port) if !default => format!("{scheme}://{host}:{port}{tail}"),
+        _ => format!("{scheme}://{host}{tail}"),
+    }
+}
+
 /// Messages: `tools` (custom and Anthropic-defined, `mcp_toolset`), `mcp_servers`,
 /// `container.skills`, and the models of `fallbacks`.
 fn anthropic(
@@ -223,7 +289,7 @@ fn anthropic(
         let name = required_str(server, "name", &path)?;
         let url = required_str(server, "url", &path)?;
         servers.push((name, url));
-        found.push(named(OfferKind::McpServer, "mcp", url, path)?);
+        found.push(named(OfferKind::McpServer, "mcp", &mcp_url(url), path)?);
     }
     for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
         let path = format!("tools[{i}]");
@@ -241,7 +307,7 @@ fn anthropic(
                         why: "must name a server of `mcp_servers`",
                     });
                 };
-                found.push(named(OfferKind::McpServer, "mcp", url, path)?);
+                found.push(named(OfferKind::McpServer, "mcp", &mcp_url(url), path)?);
             }
             Some(other) => found.push(provider("anthropic", other, path)),
         }
@@ -416,5 +482,55 @@ mod tests {
         assert_eq!(without_version("web_search_preview"), "web_search_preview");
         assert_eq!(without_version("_20250305"), "_20250305");
         assert_eq!(without_version("x_2025030"), "x_2025030");
+    }
+
+    #[test]
+    fn responses_tools_are_offers_wherever_a_list_of_them_sits() {
+        let body = json!({
+            "tools": [{"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "refund"}]}],
+            "input": [
+                {"type": "additional_tools", "role": "developer", "tools": [
+                    {"type": "mcp", "server_label": "x", "server_url": "HTTPS://user@Evil.Example.com.:443/sse"},
+                    {"type": "code_interpreter", "container": {"type": "auto"}},
+                    {"type": "function", "name": "wire_money"}
+                ]},
+                {"type": "tool_search_output", "tools": [
+                    {"type": "mcp", "server_label": "m", "server_url": "https://a.example/s", "connector_id": "connector_gmail"}
+                ]},
+                {"role": "user", "content": "hi"}
+            ]
+        });
+        assert_eq!(
+            entities(ApiKind::OpenAiResponses, body),
+            [
+                "openai:namespace",
+                "refund",
+                "mcp:https://evil.example.com/sse",
+                "openai:code_interpreter",
+                "wire_money",
+                "mcp:https://a.example/s",
+                "mcp:connector_gmail"
+            ]
+        );
+        let nameless = json!({"tools": [{"type": "mcp", "server_label": "x"}]});
+        assert!(offers(ApiKind::OpenAiResponses, nameless.as_object().unwrap()).is_err());
+        let colon = json!({"input": [{"type": "additional_tools", "tools": [{"type": "function", "name": "mcp:x"}]}]});
+        assert!(offers(ApiKind::OpenAiResponses, colon.as_object().unwrap()).is_err());
+    }
+
+    #[test]
+    fn one_mcp_server_has_one_name() {
+        for url in [
+            "https://mcp.example.com/sse",
+            "HTTPS://MCP.example.COM/sse",
+            "https://mcp.example.com.:443/sse",
+            "https://someone:secret@mcp.example.com/sse",
+        ] {
+            assert_eq!(mcp_url(url), "https://mcp.example.com/sse", "{url}");
+        }
+        assert_eq!(mcp_url("http://h:8080/x?q=1"), "http://h:8080/x?q=1");
+        assert_eq!(mcp_url("http://h:80"), "http://h");
+        assert_eq!(mcp_url("https://[::1]:8443/s"), "https://[::1]:8443/s");
+        assert_eq!(mcp_url("not a url"), "not a url");
     }
 }
