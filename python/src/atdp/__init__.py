@@ -1,0 +1,48 @@
+"""atdp for agents: trajectories of official-SDK calls through the atdp proxy, and rewards.
+
+```python
+import atdp
+from openai import OpenAI
+
+client = OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="sk-atdp-demo-agent")
+with atdp.trajectory(client) as run:
+    run.client.chat.completions.create(model="gpt-4.1-mini", messages=[...])
+with atdp.Rewards("http://127.0.0.1:8080", "sk-atdp-demo-agent") as rewards:
+    rewards.for_trajectory(run.trajectory_id, "resolved", 1.0, terminal=True)
+```
+
+The reference is docs/python.md.
+"""
+
+from atdp import errors
+from atdp.errors import (
+    AtdpError,
+    AuthenticationError,
+    InvalidRequestError,
+    PolicyDeniedError,
+    RateLimitedError,
+    ServerError,
+    UnavailableError,
+    UnreachableError,
+)
+from atdp.rewards import AsyncRewards, Backoff, Recorded, Reward, Rewards
+from atdp.trajectory import Trajectory, trajectory
+
+__all__ = [
+    "AsyncRewards",
+    "AtdpError",
+    "AuthenticationError",
+    "Backoff",
+    "InvalidRequestError",
+    "PolicyDeniedError",
+    "RateLimitedError",
+    "Recorded",
+    "Reward",
+    "Rewards",
+    "ServerError",
+    "Trajectory",
+    "UnavailableError",
+    "UnreachableError",
+    "errors",
+    "trajectory",
+]
