@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::tls::TlsFiles;
 
 /// How trusted an upstream is: decides which masking actions apply to what it is sent, and is
 /// the `upstream_trust` of the Cedar context.
@@ -137,6 +138,12 @@ pub struct RawConfig {
     /// PEM file of the certificate authorities trusted for HTTPS upstreams, instead of the
     /// system's (for a company CA, or a test server).
     pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain of the agents' listener: with `tls_key`, `listen` serves HTTPS
+    /// (HTTP/2 and HTTP/1.1 by ALPN) instead of plain HTTP; both files are read again on
+    /// SIGHUP.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
     /// Record calls in the lake (default true).
     pub record: Option<bool>,
     /// Detect and mask personal data (default true). Turning it off is only allowed with
@@ -341,6 +348,8 @@ pub struct Config {
     pub commit_interval: Duration,
     /// Trusted CAs for HTTPS upstreams (`None`: the system's).
     pub ca_file: Option<PathBuf>,
+    /// The agents' listener's certificate and key (`None`: plain HTTP).
+    pub tls: Option<TlsFiles>,
     /// Whether calls are recorded.
     pub record: bool,
     /// Whether personal data is detected and masked.
@@ -506,6 +515,15 @@ impl RawConfig {
                     .into(),
             ));
         }
+        let tls = match (self.tls_cert.clone(), self.tls_key.clone()) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::Config(
+                    "`tls_cert` and `tls_key` go together: set both for HTTPS, or neither".into(),
+                ));
+            }
+        };
         let max_body_bytes = self.max_body_bytes.unwrap_or(8 << 20);
         if max_body_bytes < 1024 {
             return Err(Error::Config(
@@ -558,6 +576,7 @@ impl RawConfig {
             durability: self.durability.unwrap_or_default(),
             commit_interval: Duration::from_millis(commit_interval_ms),
             ca_file: self.ca_file,
+            tls,
             record,
             mask,
             audit: self.audit.unwrap_or_default(),

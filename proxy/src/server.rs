@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 
@@ -12,6 +13,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::service::Proxy;
 use crate::state::State;
+use crate::tls::Certificates;
 use crate::upstream::Upstreams;
 
 /// How long a graceful shutdown waits for in-flight calls before closing them.
@@ -43,6 +45,8 @@ pub fn run(config: Config) -> Result<()> {
         Some(path) => Some(path.to_string_lossy().into_owned()),
         None => None,
     };
+    // The certificate is checked before anything starts: a bad file stops the start.
+    let certificates = config.tls.clone().map(Certificates::load).transpose()?;
     let state = background.block_on(State::open(config))?;
     let admin_listener = background
         .block_on(tokio::net::TcpListener::bind(admin))
@@ -51,7 +55,7 @@ pub fn run(config: Config) -> Result<()> {
             source,
         })?;
     background.spawn(crate::admin::serve(state.clone(), admin_listener));
-    background.spawn(reload_on_hangup(state.clone()));
+    background.spawn(reload_on_hangup(state.clone(), certificates.clone()));
 
     // Draining happens before Pingora is told to stop (see `Drain`), so its own grace period
     // is not needed.
@@ -71,9 +75,23 @@ pub fn run(config: Config) -> Result<()> {
             upstreams: Arc::new(Upstreams::new(&server.configuration)),
         },
     );
-    service.add_tcp(&listen.to_string());
+    match &certificates {
+        Some(certificates) => {
+            let mut tls = TlsSettings::intermediate("", "")
+                .map_err(|e| Error::Config(format!("cannot set up TLS on {listen}: {e}")))?;
+            tls.set_cert_resolver(certificates.clone());
+            tls.enable_h2();
+            service.add_tls_with_settings(&listen.to_string(), None, tls);
+        }
+        None => service.add_tcp(&listen.to_string()),
+    }
     server.add_service(service);
-    tracing::info!(%listen, %admin, "atdp-proxy listening.");
+    let scheme = if certificates.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(%listen, %admin, scheme, "atdp-proxy listening.");
     server.run(RunArgs {
         shutdown_signal: Box::new(Drain {
             state: state.clone(),
@@ -140,7 +158,7 @@ impl ShutdownSignalWatch for Drain {
     }
 }
 
-async fn reload_on_hangup(state: Arc<State>) {
+async fn reload_on_hangup(state: Arc<State>, certificates: Option<Arc<Certificates>>) {
     let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
     else {
         return;
@@ -150,6 +168,15 @@ async fn reload_on_hangup(state: Arc<State>) {
             Ok(version) => tracing::info!(version, "Policy reloaded."),
             Err(error) => {
                 tracing::error!(error = %error, "Policy reload refused; the old policy stays in force.")
+            }
+        }
+        if let Some(certificates) = &certificates {
+            match certificates.reload() {
+                Ok(()) => tracing::info!("TLS certificate reloaded for new connections."),
+                Err(error) => tracing::error!(
+                    error = %error,
+                    "TLS certificate reload refused; the old certificate stays in force."
+                ),
             }
         }
     }

@@ -76,6 +76,13 @@ struct Cli {
     /// PEM file of the CAs trusted for HTTPS upstreams (default: the system's).
     #[arg(long, env = "ATDP_CA_FILE")]
     ca_file: Option<PathBuf>,
+    /// PEM certificate chain for HTTPS (and HTTP/2) towards agents; needs --tls-key. Read
+    /// again on SIGHUP.
+    #[arg(long, env = "ATDP_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "ATDP_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     /// Object-store option for the lake, KEY=VALUE (repeatable; e.g. aws_endpoint=…).
     #[arg(long = "lake-option", value_name = "KEY=VALUE")]
     lake_options: Vec<String>,
@@ -154,6 +161,8 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     over!(record);
     over!(mask);
     over!(ca_file);
+    over!(tls_cert);
+    over!(tls_key);
     over!(commit_interval_ms);
     over!(admin_token_env);
     over!(client_body_timeout_s);

@@ -12,3 +12,4 @@ mod rewards;
 mod sdk;
 mod settings;
 mod strict;
+mod tls;
