@@ -58,7 +58,8 @@ impl MaskPolicy {
         }
     }
 
-    fn action(&self, entity: &str) -> Action {
+    /// The action for `entity`.
+    pub fn action(&self, entity: &str) -> Action {
         self.per_entity.get(entity).copied().unwrap_or(self.default)
     }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
-use policies::VaultItem;
+use policies::{Destination, VaultItem};
 
 use crate::config::AuditMode;
 use crate::limits::{HEAVY_BODY_BYTES, InFlightSlot};
@@ -121,12 +121,19 @@ async fn prepare(
         headers,
         &policy.forwarding.headers
     ));
-    stage!(decide::check_names(
-        &policy.scanner,
-        &request,
-        &named,
-        &forwarded
-    ));
+    if state.config.mask {
+        let masked = [
+            policy.masking.policy(Destination::Storage),
+            policy.masking.policy(mask::destination(upstream.trust)),
+        ];
+        stage!(decide::check_names(
+            &policy.scanner,
+            masked,
+            &request,
+            &named,
+            &forwarded
+        ));
+    }
 
     // Mask: what the upstream is sent; the same pass gives Cedar its entity types.
     let tenant = caller.identity.tenant.clone();

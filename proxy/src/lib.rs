@@ -50,7 +50,7 @@ pub use error::{Error, Result};
 pub use refusal::Refusal;
 pub use server::run;
 pub use state::load_keys;
-pub use tls::TlsFiles;
+pub use tls::{Certificates, TlsFiles};
 pub use wire::{
     ApiFamily, ApiKind, RequestView, ResponseView, SseEvent, SseParser, SseRestorer,
     StreamAssembler, WireError, error_body, error_type, parse_json_body, parse_request,

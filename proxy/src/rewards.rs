@@ -17,7 +17,7 @@ use atdp_schema::Reward;
 use bytes::Bytes;
 use pingora::Result;
 use pingora::proxy::Session;
-use policies::Scanner;
+use policies::{Action, Destination, MaskPolicy, Scanner};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -109,11 +109,12 @@ fn check(index: usize, reward: &RewardIn) -> std::result::Result<(), Refusal> {
     Ok(())
 }
 
-/// Refuses a reward whose ids, name or tags hold a value the detectors find: they are stored
-/// and audited as given, so they may not carry personal data. The refusal names the field and
+/// Refuses a reward whose ids, name or tags hold a value the detectors find that the policy
+/// masks for storage: they are stored and audited as given, so they may not carry personal data. The refusal names the field and
 /// the entity type, never the value.
 fn check_stored_as_given(
     scanner: &Scanner,
+    storage: &MaskPolicy,
     index: usize,
     reward: &RewardIn,
 ) -> std::result::Result<(), Refusal> {
@@ -133,7 +134,11 @@ fn check_stored_as_given(
         fields.push((format!("tags.{key}"), value));
     }
     for (field, text) in fields {
-        if let Some(span) = scanner.scan(text).first() {
+        let kept = scanner
+            .scan(text)
+            .into_iter()
+            .find(|span| storage.action(span.entity) != Action::Allow);
+        if let Some(span) = kept {
             return Err(bad(format!(
                 "rewards[{index}].{field} holds a value the detectors find ({}); reward ids, \
                  names and tags are stored as given, so they may not carry personal data",
@@ -190,7 +195,12 @@ async fn accept(
     }
     for (index, reward) in rewards.iter().enumerate() {
         check!(check(index, reward));
-        check!(check_stored_as_given(&policy.scanner, index, reward));
+        check!(check_stored_as_given(
+            &policy.scanner,
+            policy.masking.policy(Destination::Storage),
+            index,
+            reward
+        ));
     }
     let tenant = caller.identity.tenant.clone();
     for (index, reward) in rewards.iter().enumerate() {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use pingora::apps::HttpServerOptions;
 use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
@@ -75,6 +76,13 @@ pub fn run(config: Config) -> Result<()> {
             upstreams: Arc::new(Upstreams::new(&server.configuration)),
         },
     );
+    // HTTP/1.1 connections close when idle by the keep-alive each call sets; HTTP/2 ones by
+    // this.
+    if let Some(proxy) = service.app_logic_mut() {
+        let mut options = HttpServerOptions::default();
+        options.h2_idle_timeout = Some(state.config.client_idle_timeout);
+        proxy.server_options = Some(options);
+    }
     match &certificates {
         Some(certificates) => {
             let mut tls = TlsSettings::intermediate("", "")

@@ -56,6 +56,11 @@ impl ResolvesServerCert for Certificates {
 fn certified_key(files: &TlsFiles) -> Result<CertifiedKey> {
     let bad =
         |what: &Path, why: String| Error::Config(format!("TLS file {}: {why}", what.display()));
+    for file in [&files.cert, &files.key] {
+        if let Err(error) = std::fs::metadata(file) {
+            return Err(bad(file, format!("cannot be read ({error})")));
+        }
+    }
     let path = |p: &Path| p.to_string_lossy().into_owned();
     let (certs, key) =
         match pingora::tls::load_certs_and_key_files(&path(&files.cert), &path(&files.key)) {
@@ -63,7 +68,11 @@ fn certified_key(files: &TlsFiles) -> Result<CertifiedKey> {
             Ok(_) => {
                 return Err(bad(
                     &files.cert,
-                    "no certificate, or no private key in the key file".into(),
+                    format!(
+                        "no certificate in it, or no private key in {} (PKCS #8, PKCS #1 or \
+                         SEC1; an encrypted key is not read: decrypt it with `openssl pkey`)",
+                        files.key.display()
+                    ),
                 ));
             }
             Err(error) => return Err(bad(&files.cert, error.to_string())),

@@ -293,7 +293,14 @@ fn main() -> ExitCode {
                 } else {
                     "absent: the start would be refused (create it with `atdp-policy keygen`, or pass --generate-keys)".to_owned()
                 };
-                println!("listen        {}", config.listen);
+                let tls = match &config.tls {
+                    Some(files) => {
+                        proxy::Certificates::load(files.clone())?;
+                        format!("https, certificate {}", files.cert.display())
+                    }
+                    None => "plain http".to_owned(),
+                };
+                println!("listen        {} ({tls})", config.listen);
                 println!("admin         {}", config.admin_listen);
                 println!(
                     "policy        {} (tenants: {})",

@@ -12,7 +12,7 @@
 //! denial denies the call; an evaluation error is a denial.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use policies::{AccessPolicy, Forwarding, Scanner, Verdict};
+use policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Scanner, Verdict};
 use serde_json::{Value, json};
 
 use crate::config::Trust;
@@ -27,19 +27,26 @@ const BETA_HEADERS: [(&str, &[&str]); 2] = [
     ("openai-beta", OPENAI_BETAS),
 ];
 
-/// Refuses a request whose names or ids hold a value the detectors find: the model and the
-/// fallback models, the entities of its offers (tool names, MCP server URLs, skill and prompt
-/// ids), the trajectory or session header, and the client headers that are forwarded. They are
-/// routed on, decided on, forwarded and stored as given (names are not text to mask: a masked
-/// model name reaches no model), so none may carry personal data or a secret. The refusal
-/// names the field and the entity type, never the value.
+/// Refuses a request whose names or ids hold a value the detectors find and that the policy
+/// masks for storage or for this upstream (`masked`: the masking policies of both): the model
+/// and the fallback models, the entities of its offers (tool names, MCP server URLs, skill and
+/// prompt ids), the trajectory or session header, and the client headers that are forwarded.
+/// They are routed on, decided on, forwarded and stored as given (names are not text to mask:
+/// a masked model name reaches no model), so none may carry what the policy keeps from the
+/// lake or the provider. The refusal names the field and the entity type, never the value.
 pub fn check_names(
     scanner: &Scanner,
+    masked: [&MaskPolicy; 2],
     request: &RequestView,
     named: &Named,
     forwarded: &[(HeaderName, HeaderValue)],
 ) -> Result<(), Refusal> {
-    let found = |field: &str, text: &str| match scanner.scan(text).first() {
+    let kept = |entity: &str| masked.iter().any(|p| p.action(entity) != Action::Allow);
+    let found = |field: &str, text: &str| match scanner
+        .scan(text)
+        .into_iter()
+        .find(|span| kept(span.entity))
+    {
         Some(span) => Err(Refusal::InvalidRequest {
             message: format!(
                 "{field} holds a value the detectors find ({}); names, ids and headers are \

@@ -23,6 +23,14 @@ pub struct Outbound {
     pub restore: HashMap<String, VaultItem>,
 }
 
+/// The masking actions that apply to what an upstream of `trust` is sent.
+pub fn destination(trust: Trust) -> Destination {
+    match trust {
+        Trust::External => Destination::External,
+        Trust::Internal => Destination::Internal,
+    }
+}
+
 /// Masks `document` in place for an upstream of `trust`; `enabled` is the proxy's `mask`
 /// setting (off only in benchmarks, never with recording on).
 pub fn mask_outbound(
@@ -36,13 +44,9 @@ pub fn mask_outbound(
     if !enabled {
         return Ok(Outbound::default());
     }
-    let destination = match trust {
-        Trust::External => Destination::External,
-        Trust::Internal => Destination::Internal,
-    };
     let masker = JsonMasker {
         scanner: &policy.scanner,
-        policy: policy.masking.policy(destination),
+        policy: policy.masking.policy(destination(trust)),
         tenant,
         keys,
     };

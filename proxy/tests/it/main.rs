@@ -7,6 +7,7 @@ mod failures;
 mod harness;
 mod hostile;
 mod load;
+mod ops;
 mod python_package;
 mod rewards;
 mod sdk;

@@ -126,3 +126,35 @@ fn rewards_are_durable_and_stay_within_the_tenant() {
         5
     );
 }
+
+#[test]
+fn rewards_are_admitted_like_calls() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &["--key-rpm", "2"]);
+    let reward = json!({"trajectory_id": "t-1", "name": "helpful", "value": 1.0});
+    for _ in 0..2 {
+        let ok = post(proxy.port, "/v1/atdp/rewards", DEMO_KEY, &reward);
+        assert_eq!(ok.status, 200, "{}", String::from_utf8_lossy(&ok.body));
+    }
+    let limited = post(proxy.port, "/v1/atdp/rewards", DEMO_KEY, &reward);
+    assert_eq!(
+        limited.status,
+        429,
+        "{}",
+        String::from_utf8_lossy(&limited.body)
+    );
+    assert!(limited.header("retry-after").is_some());
+    // Another key has its own bucket.
+    let other = post(
+        proxy.port,
+        "/v1/atdp/rewards",
+        "sk-atdp-other-agent",
+        &reward,
+    );
+    assert_eq!(
+        other.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&other.body)
+    );
+}

@@ -179,6 +179,11 @@ fn responses(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), Wir
             let Some(item) = item.as_object() else {
                 continue;
             };
+            // An `mcp_list_tools` item lists what an MCP server (offered and decided as an
+            // `mcp` tool) said it has; it offers nothing of its own.
+            if item.get("type").and_then(Value::as_str) == Some("mcp_list_tools") {
+                continue;
+            }
             let path = format!("input[{i}]");
             let tools = optional_array(item, "tools", &path)?;
             responses_tools(tools, &format!("{path}.tools"), found)?;
@@ -228,7 +233,7 @@ fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<
                     });
                 }
                 if let Some(url) = url {
-                    let target = mcp_url(url);
+                    let target = mcp_url(url, &format!("{path}.server_url"))?;
                     found.push(named(OfferKind::McpServer, "mcp", &target, path.clone())?);
                 }
                 if let Some(connector) = connector {
@@ -246,33 +251,44 @@ fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<
     Ok(())
 }
 
-/// An MCP server URL as one name for one server: scheme and host in lower case, without
-/// user information, a trailing dot of the host, or the scheme's default port. What does not
-/// look like `scheme://host…` is kept as given.
-fn mcp_url(url: &str) -> String {
+/// An MCP server URL as one name for one server: scheme and host in lower case, without a
+/// trailing dot of the host or the scheme's default port. A URL whose authority carries user
+/// information, a backslash, whitespace or a control character is refused: URL readers
+/// disagree on where such a host begins, so the server decided might not be the one reached.
+/// What does not look like `scheme://host…` is kept as given.
+fn mcp_url(url: &str, field: &str) -> Result<String, WireError> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return Ok(url.to_owned());
     };
     let scheme = scheme.to_ascii_lowercase();
     let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(split);
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if authority.contains(['@', '\\'])
+        || authority
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(WireError::Invalid {
+            field: field.to_owned(),
+            why: "an MCP server URL may not carry user information, a backslash, whitespace or control characters before its path",
+        });
+    }
     // A port is digits after the last `:` (in `[::1]` that is `1]`, not a port).
-    let (host, port) = match host_port.rsplit_once(':') {
+    let (host, port) = match authority.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
-            (host, Some(port))
+            (host, port.parse::<u16>().ok())
         }
-        _ => (host_port, None),
+        _ => (authority, None),
     };
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let default = matches!(
         (scheme.as_str(), port),
-        ("https", Some("443")) | ("http", Some("80"))
+        ("https", Some(443)) | ("http", Some(80))
     );
-    match port {
+    Ok(match port {
         Some(port) if !default => format!("{scheme}://{host}:{port}{tail}"),
         _ => format!("{scheme}://{host}{tail}"),
-    }
+    })
 }
 
 /// Messages: `tools` (custom and Anthropic-defined, `mcp_toolset`), `mcp_servers`,
@@ -289,7 +305,8 @@ fn anthropic(
         let name = required_str(server, "name", &path)?;
         let url = required_str(server, "url", &path)?;
         servers.push((name, url));
-        found.push(named(OfferKind::McpServer, "mcp", &mcp_url(url), path)?);
+        let target = mcp_url(url, &format!("{path}.url"))?;
+        found.push(named(OfferKind::McpServer, "mcp", &target, path)?);
     }
     for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
         let path = format!("tools[{i}]");
@@ -307,7 +324,8 @@ fn anthropic(
                         why: "must name a server of `mcp_servers`",
                     });
                 };
-                found.push(named(OfferKind::McpServer, "mcp", &mcp_url(url), path)?);
+                let target = mcp_url(url, &format!("{path}.mcp_server_name"))?;
+                found.push(named(OfferKind::McpServer, "mcp", &target, path)?);
             }
             Some(other) => found.push(provider("anthropic", other, path)),
         }
@@ -490,13 +508,14 @@ mod tests {
             "tools": [{"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "refund"}]}],
             "input": [
                 {"type": "additional_tools", "role": "developer", "tools": [
-                    {"type": "mcp", "server_label": "x", "server_url": "HTTPS://user@Evil.Example.com.:443/sse"},
+                    {"type": "mcp", "server_label": "x", "server_url": "HTTPS://Evil.Example.com.:443/sse"},
                     {"type": "code_interpreter", "container": {"type": "auto"}},
                     {"type": "function", "name": "wire_money"}
                 ]},
                 {"type": "tool_search_output", "tools": [
                     {"type": "mcp", "server_label": "m", "server_url": "https://a.example/s", "connector_id": "connector_gmail"}
                 ]},
+                {"type": "mcp_list_tools", "server_label": "m", "tools": [{"name": "lookup", "input_schema": {}}]},
                 {"role": "user", "content": "hi"}
             ]
         });
@@ -520,17 +539,37 @@ mod tests {
 
     #[test]
     fn one_mcp_server_has_one_name() {
+        let name = |url: &str| mcp_url(url, "tools[0].server_url");
         for url in [
             "https://mcp.example.com/sse",
             "HTTPS://MCP.example.COM/sse",
             "https://mcp.example.com.:443/sse",
-            "https://someone:secret@mcp.example.com/sse",
+            "https://mcp.example.com:0443/sse",
+            "https://mcp.example.com:/sse",
         ] {
-            assert_eq!(mcp_url(url), "https://mcp.example.com/sse", "{url}");
+            assert_eq!(name(url).unwrap(), "https://mcp.example.com/sse", "{url}");
         }
-        assert_eq!(mcp_url("http://h:8080/x?q=1"), "http://h:8080/x?q=1");
-        assert_eq!(mcp_url("http://h:80"), "http://h");
-        assert_eq!(mcp_url("https://[::1]:8443/s"), "https://[::1]:8443/s");
-        assert_eq!(mcp_url("not a url"), "not a url");
+        assert_eq!(name("http://h:8080/x?q=1").unwrap(), "http://h:8080/x?q=1");
+        assert_eq!(name("http://h:80").unwrap(), "http://h");
+        assert_eq!(
+            name("https://[::1]:8443/s").unwrap(),
+            "https://[::1]:8443/s"
+        );
+        assert_eq!(
+            name("https://h/a@b").unwrap(),
+            "https://h/a@b",
+            "an @ in the path"
+        );
+        assert_eq!(name("not a url").unwrap(), "not a url");
+        // Readers disagree on the host of these: refused.
+        for url in [
+            "https://someone:secret@mcp.example.com/sse",
+            "https://evil.example\\@good.example/sse",
+            "https://good.example\\evil.example/sse",
+            "https://good.example evil/sse",
+            "https://good.example\u{0}/sse",
+        ] {
+            assert!(name(url).is_err(), "{url}");
+        }
     }
 }
