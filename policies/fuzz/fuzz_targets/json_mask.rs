@@ -1,6 +1,8 @@
 //! Any bytes, as a JSON document when they parse and as a string inside a request otherwise:
-//! masking never panics; when it succeeds every placeholder of its vault is in the output, and
-//! masking the output again finds nothing (no value a detector finds is left in the clear).
+//! masking never panics, and when it succeeds every placeholder of its vault is in the output.
+//! (Masking the output again may find its own placeholders in context, e.g. after `api_key =`,
+//! so "finds nothing the second time" is not a property; that nothing is left in the clear is
+//! the JSON masker's property test, `policies/tests/it/json_masking.rs`.)
 #![no_main]
 
 use std::sync::LazyLock;
@@ -36,13 +38,4 @@ fuzz_target!(|data: &[u8]| {
     for item in &masked.vault {
         assert!(output.contains(&item.token), "{} missing", item.token);
     }
-    // Nothing a detector finds is left: masking the masked document again finds nothing.
-    let again = masker
-        .mask(&mut document)
-        .unwrap_or_else(|e| panic!("the masked document no longer masks: {e}"));
-    assert!(
-        again.vault.is_empty(),
-        "left unmasked: {:?}",
-        again.spans.iter().map(|(path, _)| path).collect::<Vec<_>>()
-    );
 });
