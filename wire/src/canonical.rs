@@ -7,8 +7,9 @@
 //! - an object that repeats a key (`serde_json` keeps the last copy, other parsers the first)
 //!   is refused, at any depth;
 //! - invalid UTF-8 and `\u` escapes that are lone surrogates are refused (`serde_json`);
-//! - numbers are read as `i64`, `u64` or `f64`: an integer beyond `u64` becomes the nearest
-//!   `f64` and is forwarded as such (normalised), a number beyond `f64` is refused;
+//! - numbers are read as `i64`, `u64` or `f64`: an integer beyond `u64` becomes an `f64` (the
+//!   nearest, or one unit in the last place from it, as serde_json reads) and is forwarded as
+//!   such (normalised), a number beyond `f64` is refused;
 //! - nesting deeper than 128 levels, trailing bytes and a byte-order mark are refused.
 
 use std::fmt;
