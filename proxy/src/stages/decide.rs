@@ -225,13 +225,7 @@ mod tests {
     use super::*;
     use crate::wire::parse_request;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(*name, value.parse().unwrap());
-        }
-        map
-    }
+    use crate::stages::test_headers as headers;
 
     #[test]
     fn unknown_fields_are_refused_towards_external_upstreams_unless_allowed() {

@@ -137,13 +137,7 @@ pub fn body(document: &Value) -> Result<Bytes, Refusal> {
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(*name, value.parse().unwrap());
-        }
-        map
-    }
+    use crate::stages::test_headers as headers;
 
     #[test]
     fn only_the_allow_list_goes_upstream() {

@@ -24,3 +24,13 @@ pub mod read;
 pub mod record;
 pub mod restore;
 pub mod route;
+
+/// A header map of `pairs`, a repeated name appended (for the stages' tests).
+#[cfg(test)]
+pub(crate) fn test_headers(pairs: &[(&'static str, &str)]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in pairs {
+        map.append(*name, value.parse().unwrap());
+    }
+    map
+}

@@ -131,13 +131,7 @@ pub fn canonical(api: ApiKind, raw: &[u8]) -> Result<(Value, RequestView), Refus
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(*name, value.parse().unwrap());
-        }
-        map
-    }
+    use crate::stages::test_headers as headers;
 
     #[test]
     fn framing_must_be_plain_json_without_a_query() {
