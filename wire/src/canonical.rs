@@ -7,9 +7,12 @@
 //! - an object that repeats a key (`serde_json` keeps the last copy, other parsers the first)
 //!   is refused, at any depth;
 //! - invalid UTF-8 and `\u` escapes that are lone surrogates are refused (`serde_json`);
-//! - numbers are read as `i64`, `u64` or `f64`: an integer beyond `u64` becomes an `f64` (the
-//!   nearest, or one unit in the last place from it, as serde_json reads) and is forwarded as
-//!   such (normalised), a number beyond `f64` is refused;
+//! - numbers are read as `i64`, `u64` or `f64`; every `f64` (a fraction, an exponent, an
+//!   integer beyond `u64`) is the one nearest the client's digits (`serde_json`'s own reading
+//!   can be a few units in the last place off; its exact mode would change the build of every
+//!   crate that reads JSON, so the digits are read again here) and is forwarded in its
+//!   shortest exact form, which every correct reader reads back to the same `f64`; a number
+//!   beyond `f64` is refused;
 //! - nesting deeper than 128 levels, trailing bytes and a byte-order mark are refused.
 
 use std::fmt;
@@ -30,7 +33,7 @@ pub fn parse_json_body(body: &[u8]) -> Result<Value, WireError> {
         reader.end()?;
         Ok(value)
     });
-    parsed.map_err(|error| {
+    let mut value = parsed.map_err(|error| {
         if error.is_data() && error.to_string().starts_with(DUPLICATE) {
             WireError::DuplicateKey {
                 line: error.line(),
@@ -39,7 +42,93 @@ pub fn parse_json_body(body: &[u8]) -> Result<Value, WireError> {
         } else {
             WireError::NotJson(policies::json_error_kind(&error))
         }
-    })
+    })?;
+    if has_float(&value) {
+        let mut numbers = NumberTokens { body, at: 0 };
+        read_floats_exactly(&mut value, &mut numbers);
+    }
+    Ok(value)
+}
+
+fn has_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(object) => object.values().any(has_float),
+        _ => false,
+    }
+}
+
+/// Replaces every `f64` in `value` by the nearest `f64` to its digits. The document was parsed
+/// from the same bytes, with keys in their order and none repeated, so its numbers in document
+/// order are the number tokens of the body in order.
+fn read_floats_exactly(value: &mut Value, numbers: &mut NumberTokens<'_>) {
+    match value {
+        Value::Number(n) => {
+            let Some(token) = numbers.next() else {
+                return;
+            };
+            if n.is_f64() {
+                // The digits are ASCII and valid JSON, which `f64::from_str` reads correctly
+                // rounded; the parser already refused a number beyond f64.
+                let exact = std::str::from_utf8(token)
+                    .ok()
+                    .and_then(|digits| digits.parse::<f64>().ok())
+                    .and_then(Number::from_f64);
+                if let Some(exact) = exact {
+                    *n = exact;
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| read_floats_exactly(item, numbers)),
+        Value::Object(object) => object
+            .values_mut()
+            .for_each(|item| read_floats_exactly(item, numbers)),
+        _ => {}
+    }
+}
+
+/// The number tokens of a valid JSON text, in order: the runs that start with `-` or a digit
+/// outside strings (`true`, `false` and `null` hold neither).
+struct NumberTokens<'a> {
+    body: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for NumberTokens<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let body = self.body;
+        while self.at < body.len() {
+            match body[self.at] {
+                b'"' => {
+                    // Skip the string: up to the next quote not escaped.
+                    self.at += 1;
+                    while self.at < body.len() && body[self.at] != b'"' {
+                        self.at += if body[self.at] == b'\\' { 2 } else { 1 };
+                    }
+                    self.at += 1;
+                }
+                b'-' | b'0'..=b'9' => {
+                    let start = self.at;
+                    while self.at < body.len()
+                        && matches!(
+                            body[self.at],
+                            b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                        )
+                    {
+                        self.at += 1;
+                    }
+                    return Some(&body[start..self.at]);
+                }
+                _ => self.at += 1,
+            }
+        }
+        None
+    }
 }
 
 /// Builds a [`Value`] like `serde_json` does, but refuses an object that repeats a key.
@@ -170,6 +259,36 @@ mod tests {
         // An integer beyond u64 is read as the nearest f64, which is what is forwarded.
         let value = parse_json_body(br#"{"a":123456789012345678901234567890}"#).unwrap();
         assert_eq!(value.to_string(), r#"{"a":1.2345678901234568e+29}"#);
+    }
+
+    #[test]
+    fn a_float_is_the_nearest_to_its_digits_and_reads_back_as_itself() {
+        // Digits on which serde_json's own reading is units in the last place off, among
+        // strings that hold digits, quotes and escapes, in arrays and objects.
+        let tiny = format!("0.{}10005000004", "0".repeat(201));
+        let digits = [
+            tiny.as_str(),
+            "1.0005000004e-202",
+            "123456789012345678901234567890",
+            "-2.2250738585072011e-308",
+            "4.9406564584124654e-324",
+            "0.1",
+            "1.7976931348623157e308",
+        ];
+        for number in digits {
+            let body = format!(
+                r#"{{"s":"1.5 \" -2e3","n":[7,{number}],"o":{{"k\"9":-0.0,"x":{number}}},"i":-12}}"#
+            );
+            let value = parse_json_body(body.as_bytes()).unwrap();
+            let nearest: f64 = number.parse().unwrap();
+            assert_eq!(value["n"][1].as_f64(), Some(nearest), "{number}");
+            assert_eq!(value["o"]["x"].as_f64(), Some(nearest), "{number}");
+            assert_eq!(value["s"], "1.5 \" -2e3");
+            assert_eq!(value["i"], -12);
+            assert_eq!(value["n"][0], 7);
+            let forwarded = serde_json::to_vec(&value).unwrap();
+            assert_eq!(parse_json_body(&forwarded).unwrap(), value, "{number}");
+        }
     }
 
     #[test]

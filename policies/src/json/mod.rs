@@ -19,7 +19,7 @@ use std::fmt::Write;
 
 use serde_json::{Map, Value};
 
-use crate::detect::Scanner;
+use crate::detect::{Scanner, Span};
 use crate::error::{Error, Result};
 use crate::mask::{Action, MaskPolicy, MaskedSpan, VaultItem, mask};
 use crate::vault::KeyRing;
@@ -227,7 +227,14 @@ impl JsonMasker<'_> {
         if short && pass.clean.contains(text) {
             return Ok(None);
         }
-        let spans = self.scanner.scan(text);
+        let mut spans = self.scanner.scan(text);
+        if let Some(from) = seen_from {
+            spans = outside_placeholders(
+                text,
+                spans,
+                pass.found.spans.get(from..).unwrap_or_default(),
+            );
+        }
         if spans.is_empty() {
             if short {
                 pass.clean.insert(text.into());
@@ -325,6 +332,53 @@ impl JsonMasker<'_> {
         }
         Ok(renamed)
     }
+}
+
+/// `spans` less what lies in the placeholders that earlier rounds of the same string wrote
+/// (`written`): a decoded level shows those placeholders in a new context (`api_key =
+/// "<SECRET_…>"` once an escaped quote is decoded), and masking a placeholder again would
+/// leave the vault entry it stands for out of the text. The rest of such a span is masked
+/// on its own, piece by piece; a piece without a letter or digit is dropped.
+fn outside_placeholders(
+    text: &str,
+    spans: Vec<Span>,
+    written: &[(String, MaskedSpan)],
+) -> Vec<Span> {
+    let mut placed: Vec<(usize, usize)> = Vec::new();
+    for (_, span) in written {
+        if span.action == Action::Allow || span.token.is_empty() {
+            continue;
+        }
+        for (at, token) in text.match_indices(span.token.as_str()) {
+            placed.push((at, at + token.len()));
+        }
+    }
+    if placed.is_empty() {
+        return spans;
+    }
+    placed.sort_unstable();
+    let mut kept = Vec::with_capacity(spans.len());
+    for span in spans {
+        let mut from = span.start;
+        let piece = |start: usize, end: usize, kept: &mut Vec<Span>| {
+            if text[start..end].chars().any(char::is_alphanumeric) {
+                kept.push(Span { start, end, ..span });
+            }
+        };
+        for &(start, end) in &placed {
+            if end <= from || start >= span.end {
+                continue;
+            }
+            if start > from {
+                piece(from, start, &mut kept);
+            }
+            from = from.max(end);
+        }
+        if from < span.end {
+            piece(from, span.end, &mut kept);
+        }
+    }
+    kept
 }
 
 /// `name`, or with the first `~N` (from 2) that makes it a name not in `taken`.

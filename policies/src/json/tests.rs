@@ -464,3 +464,36 @@ fn allow_reports_spans_and_changes_nothing() {
     assert_eq!(masked.spans.len(), 6, "{:?}", masked.spans);
     assert!(masked.spans.iter().all(|(_, s)| s.action == Action::Allow));
 }
+
+#[test]
+fn a_placeholder_that_a_decoded_escape_puts_in_a_new_context_is_not_masked_again() {
+    let fixture = Fixture::new(Action::Tokenize);
+    // Decoded, the escaped quotes put the secret's placeholder after `api_key = "`, where
+    // the secret detector reads it as a secret; each entry of the vault must stay in the
+    // text, and what an escape hid of the value must still be masked.
+    for text in [
+        r#"api_key = "Zx8vQ2mN7pL4kund","arguments":"{\"ibfe80::1 v1.2.3.4"#,
+        r#"{\"api_key\": \"Zx8vQ2mN7pL4kund\", \"x\": \"\ufe0f"#,
+        r#"api_key = \"Zx8vQ2mN\u0037pL4kund\" and api_key = "Qw3rTy8uI9oP2aSd""#,
+    ] {
+        let mut document = json!({"messages": [{"role": "tool", "content": text}]});
+        let masked = fixture.mask(&mut document);
+        let output = document.to_string();
+        assert!(!masked.vault.is_empty(), "{text}");
+        for item in &masked.vault {
+            assert!(
+                output.contains(&item.token),
+                "{} missing from {output}",
+                item.token
+            );
+        }
+        for secret in ["Zx8vQ2mN", "pL4kund", "Qw3rTy8u"] {
+            assert!(!output.contains(secret), "{secret} in {output}");
+        }
+        let restored = fixture.unmask(
+            document["messages"][0]["content"].as_str().unwrap(),
+            &masked,
+        );
+        assert!(restored.contains("Zx8vQ2mN"), "{restored}");
+    }
+}
