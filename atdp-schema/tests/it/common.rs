@@ -142,13 +142,14 @@ pub struct Moto {
 }
 
 impl Moto {
-    /// Starts `moto_server` (ATDP_MOTO_SERVER, set by scripts/test) and waits until it answers.
+    /// Starts moto's S3 server through `tests/python/moto_server.py` (which makes its
+    /// conditional writes atomic, as S3's are) with the test venv's Python, and waits until it
+    /// answers.
     pub fn start() -> Moto {
-        let program = std::env::var_os("ATDP_MOTO_SERVER").expect(
-            "ATDP_MOTO_SERVER is not set: run the tests through scripts/test, which installs moto[server]",
-        );
+        let launcher = repo_root().join("tests/python/moto_server.py");
         let port = free_port();
-        let child = Command::new(program)
+        let child = Command::new(python())
+            .arg(launcher)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
