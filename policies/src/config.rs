@@ -76,6 +76,10 @@ pub struct CustomEntity {
 pub struct DetectionConfig {
     /// Spans scoring below this are dropped.
     pub threshold: f32,
+    /// Thresholds of their own, by entity type (built-in or custom).
+    pub thresholds: HashMap<String, f32>,
+    /// Built-in entity types not looked for at all.
+    pub disabled: Vec<String>,
     /// Extra context words for entity types (built-in or custom).
     pub context: HashMap<String, ContextWords>,
     /// Custom entity types.
@@ -86,6 +90,8 @@ impl Default for DetectionConfig {
     fn default() -> Self {
         DetectionConfig {
             threshold: 0.5,
+            thresholds: HashMap::new(),
+            disabled: Vec::new(),
             context: HashMap::new(),
             custom: Vec::new(),
         }
@@ -133,6 +139,12 @@ struct RawFile {
 struct RawDetection {
     /// Spans scoring below this are dropped (0 to 1; default 0.5).
     threshold: Option<Spanned<f32>>,
+    /// Thresholds of their own, by entity type (0 to 1).
+    #[serde(default)]
+    thresholds: BTreeMap<Spanned<String>, Spanned<f32>>,
+    /// Built-in entity types not looked for.
+    #[serde(default)]
+    disabled: Vec<Spanned<String>>,
     /// Context words per entity type.
     #[serde(default)]
     context: BTreeMap<Spanned<String>, RawContext>,
@@ -390,6 +402,27 @@ fn validate(raw: RawFile, problems: &mut Problems<'_>) -> MaskingConfig {
             },
         );
     }
+    let mut disabled = Vec::new();
+    for name in raw.detection.disabled {
+        if !builtin.contains(&name.get_ref().as_str()) {
+            problems.at(
+                name.span().start,
+                format!("disabled entity type {} is not built in", name.get_ref()),
+            );
+        }
+        disabled.push(name.into_inner());
+    }
+    let mut thresholds = HashMap::new();
+    for (name, score) in raw.detection.thresholds {
+        if !known(name.get_ref()) {
+            problems.at(
+                name.span().start,
+                format!("threshold for unknown entity type {}", name.get_ref()),
+            );
+        }
+        let score = score_in_range(problems, &score, "a threshold");
+        thresholds.insert(name.into_inner(), score);
+    }
     let defaults = MaskingConfig::default();
     let mut actions = |raw: Option<RawActions>, default: MaskPolicy| -> MaskPolicy {
         let Some(raw) = raw else { return default };
@@ -414,6 +447,8 @@ fn validate(raw: RawFile, problems: &mut Problems<'_>) -> MaskingConfig {
     MaskingConfig {
         detection: DetectionConfig {
             threshold,
+            thresholds,
+            disabled,
             context,
             custom,
         },
@@ -520,6 +555,58 @@ entities = { US_SSN = "tokenize", CUSTOMER_ID = "hash" }
     fn duplicate_and_builtin_names_are_refused() {
         let source = "[[detection.entity]]\nname = \"EMAIL_ADDRESS\"\nwords = [\"x\"]\n";
         assert!(MaskingConfig::from_toml(source).unwrap_err()[0].contains("declared twice"));
+    }
+
+    #[test]
+    fn thresholds_of_their_own_are_validated_and_applied() {
+        let config =
+            MaskingConfig::from_toml("[detection.thresholds]\nPERSON = 0.7\nLOCATION = 0.2\n")
+                .unwrap();
+        assert_eq!(config.detection.thresholds["PERSON"], 0.7);
+        let scanner = crate::Scanner::with_config(&config.detection, None).unwrap();
+        // A lone given name (0.6) falls under PERSON's 0.7; a name with a family name (0.85)
+        // does not; the global threshold still applies to the other types.
+        let found = |text: &str| -> Vec<String> {
+            scanner
+                .scan(text)
+                .iter()
+                .map(|s| format!("{}:{}", s.entity, &text[s.start..s.end]))
+                .collect()
+        };
+        assert_eq!(
+            found("The ticket Sophie opened is closed"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            found("The ticket Sophie Martin opened is closed"),
+            ["PERSON:Sophie Martin"]
+        );
+        let problems =
+            MaskingConfig::from_toml("[detection.thresholds]\nPERSN = 0.7\nPERSON = 1.5\n")
+                .unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].contains("threshold for unknown entity type PERSN"),
+            "{problems:?}"
+        );
+        assert!(problems[1].contains("between 0 and 1"), "{problems:?}");
+    }
+
+    #[test]
+    fn disabled_types_are_not_looked_for() {
+        let config =
+            MaskingConfig::from_toml("[detection]\ndisabled = [\"PERSON\", \"LOCATION\"]\n")
+                .unwrap();
+        let scanner = crate::Scanner::with_config(&config.detection, None).unwrap();
+        let text = "Jane Doe lives in Berlin and works at Acme GmbH, jane@example.com";
+        let entities: Vec<&str> = scanner.scan(text).iter().map(|s| s.entity).collect();
+        assert_eq!(entities, ["ORGANIZATION", "EMAIL_ADDRESS"]);
+        let problems =
+            MaskingConfig::from_toml("[detection]\ndisabled = [\"PERSN\"]\n").unwrap_err();
+        assert!(
+            problems[0].contains("PERSN is not built in"),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -144,7 +144,10 @@ def main() -> int:
         spans = driver.find_elements(By.CSS_SELECTOR, ".pii .entity")
         seen["masked_entities"] = sorted({s.text for s in spans})
         seen["messages"] = len(driver.find_elements(By.CSS_SELECTOR, ".msg"))
-        seen["page_text_has_at_sign"] = "@" in driver.find_element(By.TAG_NAME, "main").text
+        main_text = driver.find_element(By.TAG_NAME, "main").text
+        seen["page_text_has_at_sign"] = "@" in main_text
+        # The fixture's customer and company, which only the name detectors find.
+        seen["page_text_has_names"] = [n for n in ("Jane", "Demo Corp") if n in main_text]
         height = driver.execute_script("return document.documentElement.scrollHeight")
         driver.set_window_size(1280, min(max(int(height) + 40, 800), 4000))
         driver.execute_script("window.scrollTo(0, 0)")

@@ -54,9 +54,10 @@ async fn a_reviewer_finds_reads_reveals_and_sees_the_reveal_audited() {
     );
     assert_eq!(
         seen["masked_entities"],
-        serde_json::json!(["CREDIT_CARD", "EMAIL_ADDRESS"]),
+        serde_json::json!(["CREDIT_CARD", "EMAIL_ADDRESS", "ORGANIZATION", "PERSON"]),
         "{seen}"
     );
+    assert_eq!(seen["page_text_has_names"], serde_json::json!([]), "{seen}");
     // system, user, tool call, tool result, reply: every message is on the page, masked.
     assert_eq!(seen["messages"], 5, "{seen}");
     assert_eq!(seen["page_text_has_at_sign"], false, "{seen}");

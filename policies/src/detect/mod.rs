@@ -6,6 +6,7 @@
 //! not to sit inside a longer token (an id, a hash, a longer number), scored with context
 //! words, and overlapping spans resolved in favour of the higher score, then the longer span.
 
+mod names;
 mod patterns;
 mod validate;
 
@@ -58,6 +59,14 @@ pub struct Scanner {
     detectors: Vec<Detector>,
     /// Spans scoring below this are dropped.
     threshold: f32,
+    /// Thresholds of their own, by entity type.
+    thresholds: Vec<(&'static str, f32)>,
+    /// Which of `PERSON`, `LOCATION` and `ORGANIZATION` are looked for, and their context
+    /// words (raise, lower).
+    names: [bool; 3],
+    name_context: [(Vec<String>, Vec<String>); 3],
+    /// Their lists and patterns, when one of them is looked for.
+    lexicon: Option<&'static names::Lexicon>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -92,6 +101,7 @@ const CONTEXT_BOOST: f32 = 0.3;
 /// The entity types the built-in detectors report.
 pub fn builtin_entities() -> Vec<&'static str> {
     let mut entities: Vec<&'static str> = patterns::BUILTIN.iter().map(|p| p.entity).collect();
+    entities.extend(names::ENTITIES);
     entities.sort_unstable();
     entities.dedup();
     entities
@@ -137,7 +147,10 @@ impl Scanner {
                 return Err(Error::UnknownEntity(unknown.clone()));
             }
         }
-        let wanted = |entity: &str| entities.is_none_or(|w| w.iter().any(|e| e == entity));
+        let wanted = |entity: &str| {
+            entities.is_none_or(|w| w.iter().any(|e| e == entity))
+                && !config.disabled.iter().any(|d| d == entity)
+        };
         let context = |entity: &str, raise: &[&str], lower: &[String]| {
             let extra = config.context.get(entity);
             let mut words = (
@@ -204,11 +217,39 @@ impl Scanner {
             .build()
             .map_err(pattern_error)?;
         let sets = vec![(set, (0..patterns.len()).collect())];
+        let name_types = names::ENTITIES.map(wanted);
+        let thresholds = config
+            .thresholds
+            .iter()
+            .map(|(entity, score)| {
+                let name = builtin_entities()
+                    .into_iter()
+                    .find(|b| b == entity)
+                    .unwrap_or_else(|| intern(entity));
+                (name, *score)
+            })
+            .collect();
         Ok(Scanner {
             sets,
             detectors,
             threshold: config.threshold,
+            thresholds,
+            names: name_types,
+            lexicon: if name_types.contains(&true) {
+                Some(names::lexicon().map_err(Error::Pattern)?)
+            } else {
+                None
+            },
+            name_context: names::ENTITIES.map(|entity| context(entity, &[], &[])),
         })
+    }
+
+    /// The score a span of `entity` needs to be reported.
+    fn threshold(&self, entity: &str) -> f32 {
+        self.thresholds
+            .iter()
+            .find(|(name, _)| *name == entity)
+            .map_or(self.threshold, |(_, score)| *score)
     }
 
     /// The spans of personal data and secrets in `text`, ordered by start, never overlapping.
@@ -224,6 +265,19 @@ impl Scanner {
         for detector in &self.detectors {
             if matches!(detector.matcher, Matcher::Words(_)) {
                 self.candidates(detector, text, &mut candidates);
+            }
+        }
+        if let Some(lexicon) = self.lexicon {
+            let mut found = Vec::new();
+            names::find(lexicon, text, &self.names, &mut found);
+            for mut span in found {
+                let which = names::ENTITIES.iter().position(|e| *e == span.entity);
+                if let Some((raise, lower)) = which.map(|i| &self.name_context[i]) {
+                    span.score = adjusted(span.score, text, span.start, raise, lower);
+                }
+                if span.score >= self.threshold(span.entity) {
+                    candidates.push(span);
+                }
             }
         }
         resolve_overlaps(candidates)
@@ -304,14 +358,14 @@ impl Scanner {
             if detector.validate.is_some_and(|valid| !valid(value_text)) {
                 continue;
             }
-            let mut score = detector.score;
-            if has_context(text, start, &detector.raise) {
-                score = (score + CONTEXT_BOOST).min(1.0);
-            }
-            if has_context(text, start, &detector.lower) {
-                score = (score - CONTEXT_BOOST).max(0.0);
-            }
-            if score >= self.threshold {
+            let score = adjusted(
+                detector.score,
+                text,
+                start,
+                &detector.raise,
+                &detector.lower,
+            );
+            if score >= self.threshold(detector.entity) {
                 out.push(Span {
                     start,
                     end,
@@ -338,6 +392,18 @@ fn custom_detector(
         raise,
         lower,
     }
+}
+
+/// `score` raised or lowered by the context words found before `start`.
+fn adjusted(score: f32, text: &str, start: usize, raise: &[String], lower: &[String]) -> f32 {
+    let mut score = score;
+    if has_context(text, start, raise) {
+        score = (score + CONTEXT_BOOST).min(1.0);
+    }
+    if has_context(text, start, lower) {
+        score = (score - CONTEXT_BOOST).max(0.0);
+    }
+    score
 }
 
 /// Whether one of `words` appears (case-insensitive) within the window before `start`.

@@ -27,7 +27,12 @@ fn sdks_get_the_upstreams_reply_with_pii_restored_and_the_lake_holds_it_masked()
     let upstream = Upstream::start();
     let proxy = Proxy::start(upstream.port, &[]);
     let email = "jane.doe@example.com";
-    let text = format!("please mail {email} about the renewal");
+    // A name, an organisation and an address too: found without a shape of their own.
+    let shapeless = ["Jane Doe", "Acme GmbH", "Hauptstraße 12, 10115 Berlin"];
+    let text = format!(
+        "please mail {email} about the renewal for {} at {}, {}",
+        shapeless[0], shapeless[1], shapeless[2]
+    );
     let plain = [
         "openai-chat",
         "openai-chat-stream",
@@ -77,6 +82,14 @@ fn sdks_get_the_upstreams_reply_with_pii_restored_and_the_lake_holds_it_masked()
         let body = request["body"].to_string();
         assert!(!body.contains(email), "upstream saw the address: {body}");
         assert!(body.contains("<EMAIL_ADDRESS_"), "{body}");
+        if !body.contains("[[tool]]") {
+            for value in shapeless {
+                assert!(!body.contains(value), "upstream saw {value}: {body}");
+            }
+            for entity in ["<PERSON_", "<ORGANIZATION_", "<LOCATION_"] {
+                assert!(body.contains(entity), "{entity} missing: {body}");
+            }
+        }
         let headers = request["headers"].to_string();
         assert!(
             !headers.contains(DEMO_KEY),
@@ -90,6 +103,9 @@ fn sdks_get_the_upstreams_reply_with_pii_restored_and_the_lake_holds_it_masked()
     for step in &lake.steps {
         let stored = serde_json::to_string(step).unwrap();
         assert!(!stored.contains(email), "plaintext in the lake: {stored}");
+        for value in shapeless {
+            assert!(!stored.contains(value), "{value} in the lake: {stored}");
+        }
         assert_eq!(
             (step.status.as_str(), step.tenant_id.as_str()),
             ("ok", "demo"),
@@ -123,11 +139,14 @@ fn sdks_get_the_upstreams_reply_with_pii_restored_and_the_lake_holds_it_masked()
     let apis: std::collections::BTreeSet<&str> =
         lake.steps.iter().map(|s| s.api.as_str()).collect();
     assert_eq!(apis.len(), 3, "{apis:?}");
-    assert!(
-        lake.vault
-            .iter()
-            .all(|v| v.tenant_id == "demo" && v.entity == "EMAIL_ADDRESS")
-    );
+    assert!(lake.vault.iter().all(|v| v.tenant_id == "demo"
+        && ["EMAIL_ADDRESS", "PERSON", "ORGANIZATION", "LOCATION"].contains(&v.entity.as_str())));
+    for entity in ["PERSON", "ORGANIZATION", "LOCATION"] {
+        assert!(
+            lake.vault.iter().any(|v| v.entity == entity),
+            "no {entity} in the vault"
+        );
+    }
     assert!(!lake.vault.is_empty());
     let allowed = lake
         .audit

@@ -1,0 +1,709 @@
+//! Words and what the lists say of them, and the rules that read names from them.
+
+use super::lists::{Cue, Lexicon, PARTICLES, PLACE_TAILS, TITLES, is_calendar, key_cue};
+use super::{CUED, FREQUENT, LOCATION, LONE, ORGANIZATION, PERSON, STRONG, whole_words};
+use crate::detect::Span;
+
+/// A word: letters, with `'`, `’` or `-` inside (`O'Brien`, `Jean-Luc`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Word {
+    pub(super) start: usize,
+    pub(super) end: usize,
+}
+
+/// Whether the word at `start..end` is glued to a larger token (`jane.doe@x`, `jane\u0040x`,
+/// `XC-1234`, `/home/jane`, `user_jane`), which is an identifier, not a name. (`name=Jane` is
+/// a key and its value.)
+pub(super) fn glued(text: &str, start: usize, end: usize) -> bool {
+    let bytes = text.as_bytes();
+    let token =
+        |b: u8| b.is_ascii_digit() || matches!(b, b'@' | b'_' | b'\\' | b'/' | b'#' | b'<' | b'>');
+    let before = start.checked_sub(1).map(|i| bytes[i]);
+    let after = bytes.get(end).copied();
+    let next = bytes.get(end + 1).copied();
+    let joined = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    before.is_some_and(token)
+        || after.is_some_and(token)
+        || (matches!(after, Some(b'.' | b'-')) && joined(next))
+        || (before == Some(b'.') && start >= 2 && joined(Some(bytes[start - 2])))
+        || (before == Some(b'-') && start >= 2 && bytes[start - 2].is_ascii_digit())
+}
+
+pub(super) fn words(text: &str) -> Vec<Word> {
+    let mut out = Vec::new();
+    let mut start: Option<usize> = None;
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let inner = matches!(c, '\'' | '’' | '-')
+            && start.is_some()
+            && chars.peek().is_some_and(|(_, next)| next.is_alphabetic());
+        if c.is_alphabetic() || inner {
+            start.get_or_insert(at);
+        } else if let Some(from) = start.take() {
+            out.push(Word {
+                start: from,
+                end: at,
+            });
+        }
+    }
+    if let Some(from) = start {
+        out.push(Word {
+            start: from,
+            end: text.len(),
+        });
+    }
+    out.retain(|w| !glued(text, w.start, w.end));
+    out
+}
+
+/// `word` in lower case without diacritics, into `out`.
+pub(super) fn fold(word: &str, out: &mut String) {
+    out.clear();
+    for c in word.chars().flat_map(char::to_lowercase) {
+        let plain = match c {
+            'à' | 'á' | 'â' | 'ã' | 'ä' | 'å' | 'ą' | 'ā' => "a",
+            'æ' => "ae",
+            'ç' | 'ć' | 'č' => "c",
+            'è' | 'é' | 'ê' | 'ë' | 'ę' | 'ě' | 'ē' => "e",
+            'ì' | 'í' | 'î' | 'ï' | 'ī' => "i",
+            'ł' => "l",
+            'ñ' | 'ń' | 'ň' => "n",
+            'ò' | 'ó' | 'ô' | 'õ' | 'ö' | 'ø' | 'ő' | 'ō' => "o",
+            'œ' => "oe",
+            'ś' | 'š' | 'ş' => "s",
+            'ß' => "ss",
+            'ù' | 'ú' | 'û' | 'ü' | 'ű' | 'ū' | 'ů' => "u",
+            'ý' | 'ÿ' => "y",
+            'ź' | 'ż' | 'ž' => "z",
+            'ř' => "r",
+            'ť' => "t",
+            'ď' => "d",
+            '’' => "'",
+            _ => {
+                out.push(c);
+                continue;
+            }
+        };
+        out.push_str(plain);
+    }
+}
+
+/// What the lists say of one word.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Facts<'t> {
+    pub(super) text: &'t str,
+    /// A title (`Mr`, `Frau`).
+    pub(super) title: bool,
+    pub(super) capitalised: bool,
+    pub(super) lower: bool,
+    pub(super) given: bool,
+    /// A given name frequent enough to stand alone.
+    pub(super) frequent: bool,
+    pub(super) surname: bool,
+    pub(super) common: bool,
+}
+
+/// One scan of one text.
+pub(super) struct Scan<'t> {
+    pub(super) lexicon: &'static Lexicon,
+    pub(super) text: &'t str,
+    pub(super) words: Vec<Word>,
+    /// What the lists say of each word, once looked up.
+    pub(super) known: Vec<Option<Facts<'t>>>,
+    pub(super) buffer: String,
+    /// The text has no capital letter (lower-case chat).
+    pub(super) lower_text: bool,
+}
+
+impl<'t> Scan<'t> {
+    pub(super) fn facts(&mut self, index: usize) -> Facts<'t> {
+        if let Some(Some(known)) = self.known.get(index) {
+            return *known;
+        }
+        let facts = self.look_up(index);
+        if let Some(slot) = self.known.get_mut(index) {
+            *slot = Some(facts);
+        }
+        facts
+    }
+
+    pub(super) fn look_up(&mut self, index: usize) -> Facts<'t> {
+        let lexicon = self.lexicon;
+        let word = self.words[index];
+        let text = &self.text[word.start..word.end];
+        fold(text, &mut self.buffer);
+        let capitalised = text.chars().next().is_some_and(char::is_uppercase);
+        let mut rank = lexicon.given.get(self.buffer.as_str()).copied();
+        if rank.is_none() && !text.is_ascii() {
+            // The extra given names keep their diacritics (`inês`).
+            rank = lexicon.given.get(text.to_lowercase().as_str()).copied();
+        }
+        let surname = lexicon.surnames.contains(self.buffer.as_str());
+        // A name is a common word when the list says so, or when it is one letter long.
+        let common = lexicon.common.contains(self.buffer.as_str()) || text.chars().count() < 2;
+        // A particle (`van`, `de`) is never a given name on its own.
+        let rank = rank.filter(|_| !PARTICLES.contains(&self.buffer.as_str()));
+        Facts {
+            text,
+            title: TITLES.contains(&self.buffer.as_str()),
+            capitalised,
+            lower: text.chars().all(|c| !c.is_uppercase()),
+            given: rank.is_some(),
+            frequent: rank.is_some_and(|r| r < FREQUENT),
+            surname,
+            common,
+        }
+    }
+
+    /// Whether word `next` directly follows word `index` (one or two spaces between them).
+    pub(super) fn follows(&self, index: usize, next: usize) -> bool {
+        let (Some(a), Some(b)) = (self.words.get(index), self.words.get(next)) else {
+            return false;
+        };
+        let gap = &self.text[a.end..b.start];
+        !gap.is_empty() && gap.len() <= 2 && gap.bytes().all(|b| b == b' ')
+    }
+
+    /// Whether word `index` starts a sentence (nothing but quotes and brackets between it and
+    /// the text's start or a sentence's end).
+    pub(super) fn starts_sentence(&self, index: usize) -> bool {
+        let before = &self.text[..self.words[index].start];
+        match before
+            .trim_end_matches(|c: char| c.is_whitespace() || "\"'“”‘’([{*-•>".contains(c))
+            .chars()
+            .next_back()
+        {
+            None => true,
+            Some(c) => matches!(c, '.' | '!' | '?' | ':' | '\n' | '|' | ',' | ';' | '='),
+        }
+    }
+
+    /// The family names that follow a given name or a title at `from`: capitalised words,
+    /// with particles between them, up to three. Returns the index of the last one.
+    pub(super) fn family(&mut self, from: usize, need_listed: bool) -> Option<usize> {
+        let mut last = None;
+        let mut at = from;
+        let mut taken = 0;
+        while taken < 3 && at < self.words.len() {
+            let facts = self.facts(at);
+            // `Jan de Vries`, but not `Sonia Nicolucci di Rossi e figli` (`di` is `of` there).
+            if taken == 0
+                && facts.lower
+                && PARTICLES.contains(&facts.text)
+                && self.follows(at, at + 1)
+            {
+                at += 1;
+                continue;
+            }
+            let ok = facts.capitalised
+                && !is_calendar(facts.text)
+                && (if need_listed && taken == 0 {
+                    facts.surname && !facts.common
+                } else {
+                    !facts.common || facts.surname
+                });
+            if !ok {
+                break;
+            }
+            last = Some(at);
+            taken += 1;
+            if !self.follows(at, at + 1) {
+                break;
+            }
+            at += 1;
+        }
+        last
+    }
+
+    pub(super) fn span(&self, first: usize, last: usize, entity: &'static str, score: f32) -> Span {
+        Span {
+            start: self.words[first].start,
+            end: self.words[last].end,
+            entity,
+            score,
+        }
+    }
+
+    /// Names by their lists and titles.
+    pub(super) fn people(&mut self, out: &mut Vec<Span>) {
+        let mut index = 0;
+        while index < self.words.len() {
+            // In text with capitals, a name starts with one (lower-case names there are found
+            // after cues only): other words are not looked up.
+            let word = self.words[index];
+            if !self.lower_text && !self.text[word.start..word.end].starts_with(char::is_uppercase)
+            {
+                index += 1;
+                continue;
+            }
+            let facts = self.facts(index);
+            if facts.title && facts.capitalised {
+                // `Mr.` or `Mr` then names.
+                let next = index + 1;
+                let gap_ok = self.words.get(next).is_some_and(|w| {
+                    let gap = &self.text[self.words[index].end..w.start];
+                    matches!(gap, " " | ". " | "  " | ".  ")
+                });
+                if gap_ok && let Some(last) = self.family(next, false) {
+                    out.push(self.span(next, last, PERSON, STRONG));
+                    index = last + 1;
+                    continue;
+                }
+            }
+            // `Doe, Jane`, as lists and records write names: two spans.
+            if facts.capitalised && facts.surname && !facts.common {
+                let next = index + 1;
+                let comma = self
+                    .words
+                    .get(next)
+                    .is_some_and(|w| &self.text[self.words[index].end..w.start] == ", ");
+                if comma {
+                    let given = self.facts(next);
+                    if given.capitalised && given.given && !given.common {
+                        out.push(self.span(index, index, PERSON, CUED));
+                        out.push(self.span(next, next, PERSON, CUED));
+                        index = next + 1;
+                        continue;
+                    }
+                }
+            }
+            // Lower-case chat: a listed given name and a listed family name, neither common;
+            // in text without a capital at all, a frequent given name and the word after it
+            // unless that is common, or the given name alone.
+            let places = &self.lexicon.places_lower;
+            if facts.lower
+                && facts.given
+                && !facts.common
+                && facts.text.len() >= 3
+                && !places.contains(facts.text)
+            {
+                let family = self
+                    .follows(index, index + 1)
+                    .then(|| self.facts(index + 1));
+                let listed = family.as_ref().is_some_and(|f| {
+                    f.lower
+                        && !f.common
+                        && f.text.len() >= 3
+                        && !places.contains(f.text)
+                        && !is_calendar(f.text)
+                        && (f.surname || (self.lower_text && facts.frequent))
+                });
+                if listed {
+                    out.push(self.span(index, index + 1, PERSON, LONE));
+                    index += 2;
+                    continue;
+                }
+                if self.lower_text && facts.frequent {
+                    out.push(self.span(index, index, PERSON, LONE - 0.05));
+                }
+            }
+            if facts.capitalised && facts.given && !is_calendar(facts.text) {
+                let listed_only = facts.common || !facts.frequent;
+                let family = if self.follows(index, index + 1) {
+                    self.family(index + 1, listed_only)
+                } else {
+                    None
+                };
+                // `the Echo Dot`, `a Kindle`: a determiner does not come before a name.
+                let penalty = if self.after_determiner(index) {
+                    0.3
+                } else {
+                    0.0
+                };
+                match family {
+                    Some(last) => {
+                        out.push(self.span(index, last, PERSON, STRONG - penalty));
+                        index = last + 1;
+                        continue;
+                    }
+                    None if facts.frequent && !facts.common && !self.starts_sentence(index) => {
+                        out.push(self.span(index, index, PERSON, LONE - penalty));
+                    }
+                    None if facts.frequent && !facts.common => {
+                        out.push(self.span(index, index, PERSON, LONE - 0.05 - penalty));
+                    }
+                    None => {}
+                }
+            }
+            index += 1;
+        }
+    }
+
+    /// Whether word `index` comes right after an article or a possessive.
+    pub(super) fn after_determiner(&self, index: usize) -> bool {
+        index > 0 && self.follows(index - 1, index) && {
+            let word = self.words[index - 1];
+            let before = self.text[word.start..word.end].to_lowercase();
+            matches!(
+                before.as_str(),
+                "the"
+                    | "a"
+                    | "an"
+                    | "our"
+                    | "your"
+                    | "their"
+                    | "this"
+                    | "that"
+                    | "these"
+                    | "der"
+                    | "die"
+                    | "das"
+                    | "le"
+                    | "la"
+                    | "les"
+                    | "el"
+                    | "il"
+                    | "lo"
+                    | "het"
+            )
+        }
+    }
+
+    /// The index of the first word that starts at or after byte `at`, when only separators
+    /// (spaces, `:`, `=`, `,`, quotes) lie between.
+    pub(super) fn word_after(&self, at: usize) -> Option<usize> {
+        let index = self.words.partition_point(|w| w.start < at);
+        let word = self.words.get(index)?;
+        let gap = &self.text[at..word.start];
+        (gap.len() <= 6
+            && gap
+                .chars()
+                .all(|c| c.is_whitespace() || ":=,\"'[\\".contains(c)))
+        .then_some(index)
+    }
+
+    /// Names before the verbs that follow a person (`Elmar will review`, `Rose Zanichelli
+    /// said`): one or two capitalised words that are not common (a common first word only
+    /// with a second), or a listed given name in lower-case text.
+    pub(super) fn before_verbs(&mut self, out: &mut Vec<Span>) {
+        let is_verb = |word: &str| {
+            matches!(
+                word,
+                "said"
+                    | "says"
+                    | "asked"
+                    | "asks"
+                    | "wrote"
+                    | "writes"
+                    | "replied"
+                    | "confirmed"
+                    | "mentioned"
+                    | "complained"
+                    | "agreed"
+                    | "called"
+                    | "emailed"
+                    | "joins"
+                    | "joined"
+                    | "will"
+                    | "would"
+                    | "wants"
+                    | "needs"
+                    | "thinks"
+                    | "reported"
+                    | "approved"
+                    | "signed"
+                    | "sagte"
+                    | "schrieb"
+                    | "dit"
+                    | "dijo"
+                    | "zei"
+                    | "powiedział"
+                    | "powiedziała"
+                    | "disse"
+                    | "sa"
+            )
+        };
+        for verb in 1..self.words.len() {
+            let word = self.words[verb];
+            if !is_verb(&self.text[word.start..word.end]) || !self.follows(verb - 1, verb) {
+                continue;
+            }
+            let last = verb - 1;
+            let facts = self.facts(last);
+            if is_calendar(facts.text)
+                || self
+                    .lexicon
+                    .places_lower
+                    .contains(&facts.text.to_lowercase())
+            {
+                continue;
+            }
+            if facts.capitalised && !facts.common {
+                let mut first = last;
+                if last > 0 && self.follows(last - 1, last) {
+                    let before = self.facts(last - 1);
+                    if before.capitalised
+                        && !is_calendar(before.text)
+                        && !self.after_determiner(last - 1)
+                        && (!before.common || before.given)
+                    {
+                        first = last - 1;
+                    }
+                }
+                // One word at the start of a sentence needs to be a listed name.
+                if first == last && self.starts_sentence(last) && !(facts.given || facts.surname) {
+                    continue;
+                }
+                out.push(self.span(first, last, PERSON, LONE));
+            } else if facts.lower && facts.given && !facts.common && self.lower_text {
+                out.push(self.span(last, last, PERSON, LONE));
+            }
+        }
+    }
+
+    /// Words after cues.
+    pub(super) fn cued(&mut self, out: &mut Vec<Span>) {
+        let lexicon = self.lexicon;
+        let bytes = self.text.as_bytes();
+        let mut found: Vec<(usize, Cue)> = Vec::new();
+        for m in lexicon.cues.find_iter(self.text) {
+            // A cue is whole words.
+            let before_ok = m.start() == 0 || !bytes[m.start() - 1].is_ascii_alphanumeric();
+            let after_ok = bytes.get(m.end()).is_none_or(|b| {
+                !b.is_ascii_alphanumeric() || !bytes[m.end() - 1].is_ascii_alphanumeric()
+            });
+            if before_ok && after_ok {
+                for kind in &lexicon.cue_kinds[m.pattern().as_usize()] {
+                    found.push((m.end(), *kind));
+                }
+            }
+        }
+        for whole in lexicon.json_key.find_iter(self.text) {
+            let key = whole.as_str().trim_start_matches(['\\', '"']);
+            let key = key.split(['\\', '"']).next().unwrap_or_default();
+            if let Some(cue) = key_cue(key) {
+                found.push((whole.end(), cue));
+            }
+        }
+        for (end, cue) in found {
+            let Some(first) = self.word_after(end) else {
+                continue;
+            };
+            match cue {
+                Cue::PersonStrong | Cue::PersonWeak | Cue::PersonIntro => {
+                    self.cued_person(first, cue, out);
+                }
+                Cue::Location => self.cued_words(first, LOCATION, CUED, out),
+                Cue::LocationWeak => self.cued_words(first, LOCATION, LONE - 0.05, out),
+                Cue::Organization => self.cued_words(first, ORGANIZATION, CUED, out),
+            }
+        }
+    }
+
+    pub(super) fn cued_person(&mut self, first: usize, cue: Cue, out: &mut Vec<Span>) {
+        let mut first = first;
+        // `Szanowny Panie Korda`, `Dear Mr Smith`: the title is not the name.
+        if self.facts(first).title && self.follows(first, first + 1) {
+            first += 1;
+        }
+        let facts = self.facts(first);
+        if facts.common || is_calendar(facts.text) {
+            return;
+        }
+        let listed = facts.given || facts.surname;
+        let place = self
+            .lexicon
+            .places_lower
+            .contains(&facts.text.to_lowercase());
+        let last = if facts.capitalised {
+            // After a weak cue (`from Leeds`) a listed place is a place; after an intro, two
+            // capitalised words are a name.
+            let shaped = cue == Cue::PersonIntro && self.follows(first, first + 1) && {
+                let next = self.facts(first + 1);
+                next.capitalised && !next.common && !is_calendar(next.text)
+            };
+            if cue != Cue::PersonStrong && ((!listed && !shaped) || place) {
+                return;
+            }
+            self.family(first + 1, false)
+                .filter(|_| self.follows(first, first + 1))
+                .unwrap_or(first)
+        } else if facts.lower && facts.given {
+            // Lower-case chat: `i'm jane doe`. The family name must be listed too.
+            let next = first + 1;
+            if self.follows(first, next) {
+                let family = self.facts(next);
+                if family.lower && family.surname && !family.common {
+                    next
+                } else {
+                    first
+                }
+            } else {
+                first
+            }
+        } else {
+            return;
+        };
+        out.push(self.span(first, last, PERSON, CUED));
+    }
+
+    /// Up to four capitalised words after a place or organisation cue.
+    pub(super) fn cued_words(
+        &mut self,
+        first: usize,
+        entity: &'static str,
+        score: f32,
+        out: &mut Vec<Span>,
+    ) {
+        let mut last = None;
+        let mut at = first;
+        while at < self.words.len() && at < first + 4 {
+            let facts = self.facts(at);
+            if facts.lower
+                && PLACE_TAILS.contains(&facts.text)
+                && last.is_some()
+                && entity == LOCATION
+            {
+                last = Some(at);
+                break;
+            }
+            let joins = facts.lower && PARTICLES.contains(&facts.text) && last.is_some();
+            if joins && self.follows(at, at + 1) {
+                at += 1;
+                continue;
+            }
+            if !facts.capitalised || is_calendar(facts.text) || (last.is_none() && facts.common) {
+                break;
+            }
+            // After a weak cue (`changed from Escalated to Resolved`) a participle is a state,
+            // not a place.
+            if last.is_none()
+                && score < CUED
+                && (facts.text.ends_with("ed") || facts.text.ends_with("ing"))
+            {
+                break;
+            }
+            last = Some(at);
+            if !self.follows(at, at + 1) && !self.hyphened(at) {
+                break;
+            }
+            at += 1;
+        }
+        if let Some(last) = last {
+            out.push(self.span(first, last, entity, score));
+        } else if entity == LOCATION {
+            // Lower-case text: a listed place after any cue, words that are not common after
+            // a strong one (`lives in gießen now`).
+            let word = self.words[first];
+            // A place's name is short: look at the next 64 bytes only.
+            let mut until = (word.start + 64).min(self.text.len());
+            while !self.text.is_char_boundary(until) {
+                until -= 1;
+            }
+            let listed = self
+                .lexicon
+                .places_in_lower
+                .find(&self.text[word.start..until])
+                .filter(|m| {
+                    m.start() == 0 && whole_words(self.text, word.start, word.start + m.end())
+                });
+            if let Some(m) = listed {
+                out.push(Span {
+                    start: word.start,
+                    end: word.start + m.end(),
+                    entity: LOCATION,
+                    score: LONE,
+                });
+            } else if score >= CUED {
+                let mut last = None;
+                let mut at = first;
+                while at < self.words.len() && at < first + 3 {
+                    let facts = self.facts(at);
+                    if !facts.lower || facts.common || is_calendar(facts.text) {
+                        break;
+                    }
+                    last = Some(at);
+                    if !self.follows(at, at + 1) {
+                        break;
+                    }
+                    at += 1;
+                }
+                if let Some(last) = last {
+                    out.push(self.span(first, last, LOCATION, LONE));
+                }
+            }
+        }
+    }
+
+    /// Names listed beside a name found (`Jane Doe and Anna Berg`, `["Ana Cruz","Rui Sá"]`),
+    /// and places beside a place (`Lugo, Uganda`): the same entity.
+    pub(super) fn coordinated(&mut self, found: &mut Vec<Span>) {
+        const JOINS: &[&str] = &[
+            ", ", "\",\"", "\", \"", " and ", " & ", ", and ", " und ", " et ", " e ", " y ",
+            " en ", " och ", " i ", " / ", " or ",
+        ];
+        let seeds: Vec<Span> = found
+            .iter()
+            .filter(|s| matches!(s.entity, PERSON | LOCATION) && s.score >= LONE)
+            .cloned()
+            .collect();
+        for seed in seeds {
+            let person = seed.entity == PERSON;
+            let after = &self.text[seed.end..];
+            if let Some(join) = JOINS.iter().find(|j| after.starts_with(**j))
+                && (person || *join == ", ")
+            {
+                let first = self
+                    .words
+                    .partition_point(|w| w.start < seed.end + join.len());
+                if self
+                    .words
+                    .get(first)
+                    .is_some_and(|w| w.start == seed.end + join.len())
+                    && let Some(last) = self.name_shape(first, person)
+                {
+                    found.push(self.span(first, last, seed.entity, LONE + 0.05));
+                }
+            }
+            let before = &self.text[..seed.start];
+            if let Some(join) = JOINS.iter().find(|j| before.ends_with(**j))
+                && (person || *join == ", ")
+            {
+                let end = seed.start - join.len();
+                let last = self.words.partition_point(|w| w.end < end);
+                if self.words.get(last).is_some_and(|w| w.end == end) {
+                    let mut first = last;
+                    while first > 0 && last - first < 2 && self.follows(first - 1, first) {
+                        let facts = self.facts(first - 1);
+                        if !facts.capitalised || facts.common {
+                            break;
+                        }
+                        first -= 1;
+                    }
+                    if self.name_shape(first, person) == Some(last) {
+                        found.push(self.span(first, last, seed.entity, LONE + 0.05));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The last word of a name starting at word `first`: up to three capitalised words that
+    /// are not common. A person's name of one word must be a listed name.
+    pub(super) fn name_shape(&mut self, first: usize, person: bool) -> Option<usize> {
+        let mut last = None;
+        let mut at = first;
+        while at < self.words.len() && at < first + 3 {
+            let facts = self.facts(at);
+            if !facts.capitalised || facts.common || is_calendar(facts.text) {
+                break;
+            }
+            let listed = facts.given || facts.surname;
+            if at == first && person && !listed && !self.follows(at, at + 1) {
+                return None;
+            }
+            last = Some(at);
+            if !self.follows(at, at + 1) {
+                break;
+            }
+            at += 1;
+        }
+        last
+    }
+
+    pub(super) fn hyphened(&self, index: usize) -> bool {
+        self.words
+            .get(index + 1)
+            .is_some_and(|next| &self.text[self.words[index].end..next.start] == " & ")
+    }
+}

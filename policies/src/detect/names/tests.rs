@@ -1,0 +1,153 @@
+use super::*;
+
+/// The `(entity, text)` of every span found in `text`, overlaps resolved as the scanner does.
+fn found(text: &str) -> Vec<(&'static str, String)> {
+    let mut spans = Vec::new();
+    find(lexicon().unwrap(), text, &[true; 3], &mut spans);
+    super::super::resolve_overlaps(spans)
+        .into_iter()
+        .filter(|s| s.score >= 0.5)
+        .map(|s| (s.entity, text[s.start..s.end].to_owned()))
+        .collect()
+}
+
+fn assert_found(text: &str, expected: &[(&str, &str)]) {
+    let got = found(text);
+    for (entity, value) in expected {
+        assert!(
+            got.iter().any(|(e, v)| e == entity && v == value),
+            "{entity} {value:?} not found in {text:?}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn people_are_found_by_their_names_titles_and_cues() {
+    assert_found(
+        "Hi, I'm Jane Doe and my order is late.",
+        &[("PERSON", "Jane Doe")],
+    );
+    assert_found(
+        "Spoke with Mr. Kowalczyk about the invoice.",
+        &[("PERSON", "Kowalczyk")],
+    );
+    assert_found(
+        "Please ask Łukasz Wiśniewski to call back.",
+        &[("PERSON", "Łukasz Wiśniewski")],
+    );
+    assert_found(
+        "The contract is with Jan de Vries.",
+        &[("PERSON", "Jan de Vries")],
+    );
+    assert_found(
+        r#"{"customer": "Chidi Okonkwo", "tier": "gold"}"#,
+        &[("PERSON", "Chidi Okonkwo")],
+    );
+    assert_found("Kind regards,\nMarta Gómez", &[("PERSON", "Marta Gómez")]);
+    assert_found(
+        "Duplicate record: Müller, Jürgen",
+        &[("PERSON", "Müller"), ("PERSON", "Jürgen")],
+    );
+    assert_found(
+        "hey its jane doe again, any news?",
+        &[("PERSON", "jane doe")],
+    );
+    assert_found(
+        "Can you check this for Sophie please",
+        &[("PERSON", "Sophie")],
+    );
+}
+
+#[test]
+fn places_are_found_whole_with_number_postcode_and_city() {
+    assert_found(
+        "Send it to 221B Baker Street, London NW1 6XE please",
+        &[("LOCATION", "221B Baker Street, London NW1 6XE")],
+    );
+    assert_found(
+        "Meine Adresse: Hauptstraße 12a, 10115 Berlin.",
+        &[("LOCATION", "Hauptstraße 12a, 10115 Berlin")],
+    );
+    assert_found(
+        "Livraison au 12, rue de la Paix, 75002 Paris",
+        &[("LOCATION", "12, rue de la Paix, 75002 Paris")],
+    );
+    assert_found(
+        "Ufficio in Via Roma 10, 00184 Roma.",
+        &[("LOCATION", "Via Roma 10, 00184 Roma")],
+    );
+    assert_found(
+        "We moved from Leeds to Zaragoza last year.",
+        &[("LOCATION", "Leeds"), ("LOCATION", "Zaragoza")],
+    );
+    assert_found(
+        "She lives in Castelnuovo di Porto now",
+        &[("LOCATION", "Castelnuovo di Porto")],
+    );
+}
+
+#[test]
+fn organisations_are_found_by_their_legal_form_and_cues() {
+    assert_found(
+        "Invoice from Schneider GmbH & Co. KG attached.",
+        &[("ORGANIZATION", "Schneider GmbH & Co. KG")],
+    );
+    assert_found(
+        "Our supplier Rossi e figli shipped it.",
+        &[("ORGANIZATION", "Rossi e figli")],
+    );
+    assert_found(
+        "She works at Brightline Analytics since May.",
+        &[("ORGANIZATION", "Brightline Analytics")],
+    );
+    assert_found(
+        "Signed by Smith, Jones and Brown LLC.",
+        &[("ORGANIZATION", "Smith, Jones and Brown LLC")],
+    );
+    assert_found(
+        "Grupo Vázquez pays on time.",
+        &[("ORGANIZATION", "Grupo Vázquez")],
+    );
+}
+
+#[test]
+fn look_alikes_are_not_reported() {
+    for text in [
+        "Will you grant me access on Monday?",
+        "May I upgrade to the Pro plan in June?",
+        "Rose gardens need water.",
+        "The Kindle Paperwhite and the Galaxy S24 are out of stock.",
+        "Status: Resolved. Priority: High.",
+        "I will call you back next Friday.",
+        "Order 4471 shipped via UPS.",
+        "Restart the Redis cluster after the Terraform apply.",
+    ] {
+        assert_eq!(found(text), Vec::<(&str, String)>::new(), "{text}");
+    }
+}
+
+#[test]
+fn words_keep_their_inner_apostrophes_and_hyphens_and_fold_their_diacritics() {
+    let text = "O'Brien met Jean-Luc -- twice";
+    let got: Vec<&str> = words(text).iter().map(|w| &text[w.start..w.end]).collect();
+    assert_eq!(got, ["O'Brien", "met", "Jean-Luc", "twice"]);
+    let mut out = String::new();
+    fold("Müller-Łódź", &mut out);
+    assert_eq!(out, "muller-lodz");
+}
+
+#[test]
+fn words_glued_into_identifiers_are_not_names() {
+    for text in [
+        r"write to jane\u0040example.com today",
+        "mail jane.doe@example.com or see /home/jane/notes",
+        "customer XC-1234 and user_jane and #jane",
+    ] {
+        let got = found(text);
+        assert!(
+            got.iter()
+                .all(|(e, v)| *e != "PERSON" || !v.to_lowercase().contains("jane")),
+            "{text}: {got:?}"
+        );
+    }
+}
