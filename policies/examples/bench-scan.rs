@@ -106,7 +106,9 @@ fn latency(text: &str, work: impl Fn(&str) -> usize) -> Duration {
 fn main() -> anyhow::Result<()> {
     let mut config = policies::DetectionConfig::default();
     if std::env::args().any(|a| a == "--without-names") {
-        config.disabled = ["PERSON", "LOCATION", "ORGANIZATION"].map(String::from).to_vec();
+        config.disabled = ["PERSON", "LOCATION", "ORGANIZATION"]
+            .map(String::from)
+            .to_vec();
     }
     let scanner = Scanner::with_config(&config, None)?;
     let mut keys = KeyRing::default();
