@@ -427,17 +427,19 @@ fn resolve_overlaps(mut candidates: Vec<Span>) -> Vec<Span> {
             .then((b.end - b.start).cmp(&(a.end - a.start)))
             .then(a.start.cmp(&b.start))
     });
-    let mut kept: Vec<Span> = Vec::with_capacity(candidates.len());
+    // The kept spans by start. They never overlap, so a candidate overlaps one of them exactly
+    // when it overlaps the last one that starts before the candidate ends.
+    let mut kept: std::collections::BTreeMap<usize, Span> = std::collections::BTreeMap::new();
     for span in candidates {
-        if kept
-            .iter()
-            .all(|k| span.end <= k.start || span.start >= k.end)
-        {
-            kept.push(span);
+        let clear = kept
+            .range(..span.end)
+            .next_back()
+            .is_none_or(|(_, before)| before.end <= span.start);
+        if clear && span.start < span.end {
+            kept.insert(span.start, span);
         }
     }
-    kept.sort_by_key(|s| s.start);
-    kept
+    kept.into_values().collect()
 }
 
 #[cfg(test)]

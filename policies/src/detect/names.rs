@@ -57,11 +57,13 @@ pub(crate) fn lexicon() -> Result<&'static Lexicon, String> {
     LEXICON.as_ref().map_err(Clone::clone)
 }
 
-/// Whether the match at `start..end` is whole words.
+/// Whether the match at `start..end` is whole words, and not part of an identifier or a
+/// placeholder (`<UK_NINO_…>`, `[UK_NINO]`: `_`, `<`, `[` and `]` join).
 pub(super) fn whole_words(text: &str, start: usize, end: usize) -> bool {
     let before = text[..start].chars().next_back();
     let after = text[end..].chars().next();
-    !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+    !before.is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '<' | '['))
+        && !after.is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '>' | ']'))
 }
 
 /// `text` with the first letter of each word upper-cased where that keeps its UTF-8 length,
@@ -99,7 +101,7 @@ fn matched(
     for m in regex.find_iter(shaped) {
         let value = m
             .as_str()
-            .trim_end_matches(|c: char| c.is_whitespace() || ",;:!?)]}\"".contains(c));
+            .trim_end_matches(|c: char| c.is_whitespace() || ",;:!?)]}\"<".contains(c));
         // A trailing full stop ends the sentence unless the value ends in an abbreviation.
         let value = match value.strip_suffix('.') {
             Some(rest) if entity == LOCATION || !ends_in_abbreviation(rest) => rest,
@@ -217,25 +219,29 @@ pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], ou
     separate_lists(text, &mut found);
     out.extend(found.into_iter().filter(|span| {
         let index = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);
-        wanted[index] && text.is_char_boundary(span.start) && text.is_char_boundary(span.end)
+        wanted[index]
+            && span.start < span.end
+            && text.is_char_boundary(span.start)
+            && text.is_char_boundary(span.end)
     }));
 }
 
 /// An organisation read as a list that starts with the end of a person's name (`Mvh Erik
 /// Axelsson, Pettersson & Jonsson HB`) starts after that name.
 fn separate_lists(text: &str, found: &mut [Span]) {
-    let people: Vec<(usize, usize)> = found
+    let mut people: Vec<(usize, usize)> = found
         .iter()
         .filter(|s| s.entity == PERSON && s.score >= LONE)
         .map(|s| (s.start, s.end))
         .collect();
+    people.sort_unstable();
     for span in found.iter_mut().filter(|s| s.entity == ORGANIZATION) {
-        if let Some(&(_, end)) = people.iter().find(|(start, end)| {
-            *start < span.start
-                && span.start < *end
-                && *end < span.end
-                && text[*end..].starts_with(", ")
-        }) {
+        // The person that starts last before the organisation.
+        let before = people.partition_point(|(start, _)| *start < span.start);
+        let Some(&(_, end)) = before.checked_sub(1).and_then(|i| people.get(i)) else {
+            continue;
+        };
+        if span.start < end && end + 2 < span.end && text[end..].starts_with(", ") {
             span.start = end + 2;
         }
     }

@@ -344,19 +344,29 @@ fn outside_placeholders(
     spans: Vec<Span>,
     written: &[(String, MaskedSpan)],
 ) -> Vec<Span> {
-    let mut placed: Vec<(usize, usize)> = Vec::new();
-    for (_, span) in written {
-        if span.action == Action::Allow || span.token.is_empty() {
-            continue;
-        }
-        for (at, token) in text.match_indices(span.token.as_str()) {
-            placed.push((at, at + token.len()));
-        }
+    let mut tokens: Vec<&str> = written
+        .iter()
+        .filter(|(_, span)| span.action != Action::Allow && !span.token.is_empty())
+        .map(|(_, span)| span.token.as_str())
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    if tokens.is_empty() || spans.is_empty() {
+        return spans;
     }
+    // One pass for every placeholder (a text can hold thousands).
+    let Ok(automaton) = aho_corasick::AhoCorasick::new(&tokens) else {
+        return spans;
+    };
+    let mut placed: Vec<(usize, usize)> = automaton
+        .find_overlapping_iter(text)
+        .map(|m| (m.start(), m.end()))
+        .collect();
+    // Placeholders never contain one another, so by start they are also by end.
+    placed.sort_unstable();
     if placed.is_empty() {
         return spans;
     }
-    placed.sort_unstable();
     let mut kept = Vec::with_capacity(spans.len());
     for span in spans {
         let mut from = span.start;
@@ -365,8 +375,13 @@ fn outside_placeholders(
                 kept.push(Span { start, end, ..span });
             }
         };
-        for &(start, end) in &placed {
-            if end <= from || start >= span.end {
+        // The placeholders that end after the span starts, in order of start.
+        let first = placed.partition_point(|&(_, end)| end <= span.start);
+        for &(start, end) in placed.get(first..).unwrap_or_default() {
+            if start >= span.end {
+                break;
+            }
+            if end <= from {
                 continue;
             }
             if start > from {

@@ -43,7 +43,7 @@ pub(super) fn address_patterns() -> Vec<String> {
 pub(super) fn lower_organization_patterns() -> Vec<String> {
     let legal = r"(?:plc|ltd|llc|gmbh|ag|kg|nv|n\.v\.|bv|b\.v\.|sa|s\.a\.|sas|s\.a\.s\.|sarl|s\.a\.r\.l\.|srl|s\.r\.l\.|spa|s\.p\.a\.|ab|oy|lda|inc|corp|sp\.\s?z\s?o\.\s?o\.|sp\.\s?k\.|s\.l\.|group|groep|gruppe|grupo|gruppo|holding|e\s+figli|et\s+fils|and\s+sons|e\s+filhos|e\s+hijos|y\s+asociados|&\s+zonen|en\s+zonen)";
     vec![
-        format!(r"(?-u:\b)((?:[\p{{Ll}}&&\p{{Latin}}][\p{{Latin}}'’-]*(?:,[ ]+|[ ]+(?:and|&|e|et|y|en|und|och|i)[ ]+|[ ]+|-)){{1,2}}{legal})(?:\s|$|[,.;:!?)\]}}]|\x22)"),
+        format!(r"(?-u:\b)((?:[\p{{Ll}}&&\p{{Latin}}][\p{{Latin}}'’-]*(?:,[ ]+|[ ]+(?:and|&|e|et|y|en|und|och|i)[ ]+|[ ]+|-)){{1,2}}{legal})(?:\s|$|[,.;:!?)\]}}<]|\x22)"),
         // smith, jones and brown
         r"(?-u:\b)([\p{Ll}&&\p{Latin}]{3,}, [\p{Ll}&&\p{Latin}]{3,},? (?:and|&|e|et|y|en|und|och|i) [\p{Ll}&&\p{Latin}]{3,})(?-u:\b)".to_owned(),
     ]
@@ -60,7 +60,7 @@ pub(super) fn organization_patterns() -> Vec<String> {
     let prefix = r"(?:FPUH|PPUH|PHU|PPHU|Gabinety|Finanzas|Stowarzyszenie|Fundacja|Spółka|Grupo|Grupa|Gruppo|Groupe|Industrias|Compañía|Banco|Banca|Hermanos|Spółdzielnia|Przedsiębiorstwo|Firma|Stichting|Fundación|Fondazione|Fondation|Laboratorios|Laboratoires|Studio|Agencia|Agenzia|Agence|Construcciones|Transportes|Inversiones|Comercial|Distribuciones)";
     vec![
         format!(
-            r"(?-u:\b)((?:{name}(?:,[ \t]+{name})*,?[ \t]+{and}[ \t]+{words}|{words}),?[ \t]+{legal})(?:\s|$|[,.;:!?)\]}}]|\x22)"
+            r"(?-u:\b)((?:{name}(?:,[ \t]+{name})*,?[ \t]+{and}[ \t]+{words}|{words}),?[ \t]+{legal})(?:\s|$|[,.;:!?)\]}}<]|\x22)"
         ),
         // Smith, Jones and Brown: three names, as partnerships are named.
         format!(r"(?-u:\b)({name},[ \t]+{name},?[ \t]+{and}[ \t]+{name})"),

@@ -12,12 +12,13 @@ pub(super) struct Word {
 }
 
 /// Whether the word at `start..end` is glued to a larger token (`jane.doe@x`, `jane\u0040x`,
-/// `XC-1234`, `/home/jane`, `user_jane`), which is an identifier, not a name. (`name=Jane` is
+/// `XC-1234`, `/home/jane`, `user_jane`, the `[PERSON]` of a redacted value), which is an
+/// identifier, not a name. (`name=Jane` is
 /// a key and its value.)
 pub(super) fn glued(text: &str, start: usize, end: usize) -> bool {
     let bytes = text.as_bytes();
     let token =
-        |b: u8| b.is_ascii_digit() || matches!(b, b'@' | b'_' | b'\\' | b'/' | b'#' | b'<' | b'>');
+        |b: u8| b.is_ascii_digit() || matches!(b, b'@' | b'_' | b'\\' | b'/' | b'#' | b'[' | b']');
     let before = start.checked_sub(1).map(|i| bytes[i]);
     let after = bytes.get(end).copied();
     let next = bytes.get(end + 1).copied();
@@ -518,8 +519,9 @@ impl<'t> Scan<'t> {
             self.family(first + 1, false)
                 .filter(|_| self.follows(first, first + 1))
                 .unwrap_or(first)
-        } else if facts.lower && facts.given {
-            // Lower-case chat: `i'm jane doe`. The family name must be listed too.
+        } else if facts.lower && facts.given && (cue != Cue::PersonWeak || self.lower_text) {
+            // Lower-case chat: `i'm jane doe`. The family name must be listed too. After a
+            // weak cue (`for ruby`, `with honey`) only in text without capitals.
             let next = first + 1;
             if self.follows(first, next) {
                 let family = self.facts(next);
@@ -604,7 +606,7 @@ impl<'t> Scan<'t> {
                     entity: LOCATION,
                     score: LONE,
                 });
-            } else if score >= CUED {
+            } else if score >= CUED && self.lower_text {
                 let mut last = None;
                 let mut at = first;
                 while at < self.words.len() && at < first + 3 {

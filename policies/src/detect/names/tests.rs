@@ -151,3 +151,27 @@ fn words_glued_into_identifiers_are_not_names() {
         );
     }
 }
+
+#[test]
+fn placeholders_and_redacted_values_are_never_read_as_names() {
+    for text in [
+        "Dear [PERSON], [PERSON] said the parcel left [LOCATION] for [ORGANIZATION].",
+        "lives in [LOCATION] and works at [ORGANIZATION]",
+        "NINO <UK_NINO_0123456789ab> and [UK_NINO], from <USA_ID_0123456789ab>",
+        "Hi <PERSON_0123456789ab>, your order ships to <LOCATION_0123456789ab>.",
+    ] {
+        assert_eq!(found(text), Vec::<(&str, String)>::new(), "{text}");
+    }
+}
+
+#[test]
+fn names_inside_markup_are_found() {
+    assert_found(
+        "<td>Jane Doe</td><td>Acme GmbH</td>",
+        &[("PERSON", "Jane Doe"), ("ORGANIZATION", "Acme GmbH")],
+    );
+    assert_found(
+        "<name>Łukasz Wiśniewski</name>",
+        &[("PERSON", "Łukasz Wiśniewski")],
+    );
+}
