@@ -43,6 +43,21 @@ SPACY_LABELS = {
 }
 
 
+def timing_of(system: str, pipes: list[str], texts: list[str], wall: float, cpu: float) -> dict:
+    """The throughput of one system over `texts`, as `--timing` writes it."""
+    kb = sum(len(t.encode("utf-8")) for t in texts) / 1024
+    return {
+        "system": system,
+        "pipes": pipes,
+        "texts": len(texts),
+        "kb": round(kb, 1),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "kb_per_s_wall": round(kb / wall, 1),
+        "kb_per_s_cpu": round(kb / cpu, 1),
+    }
+
+
 def predict_spacy(texts: list[str], batch_size: int, full: bool) -> tuple[list[list[dict]], dict]:
     import spacy
 
@@ -60,18 +75,8 @@ def predict_spacy(texts: list[str], batch_size: int, full: bool) -> tuple[list[l
             if ent.label_ in SPACY_LABELS
         ])
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    kb = sum(len(t.encode("utf-8")) for t in texts) / 1024
-    timing = {
-        "system": f"spacy {spacy.__version__} {SPACY_MODEL} {nlp.meta.get('version')}",
-        "pipes": nlp.pipe_names,
-        "texts": len(texts),
-        "kb": round(kb, 1),
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        "kb_per_s_wall": round(kb / wall, 1),
-        "kb_per_s_cpu": round(kb / cpu, 1),
-    }
-    return out, timing
+    system = f"spacy {spacy.__version__} {SPACY_MODEL} {nlp.meta.get('version')}"
+    return out, timing_of(system, nlp.pipe_names, texts, wall, cpu)
 
 
 def predict_atdp(texts: list[str], binary: str) -> tuple[list[list[dict]], dict]:
@@ -98,18 +103,7 @@ def predict_atdp(texts: list[str], binary: str) -> tuple[list[list[dict]], dict]
             {"start": chars(s["start"]), "end": chars(s["end"]), "entity": s["entity"]}
             for s in record["spans"]
         ]
-    kb = sum(len(t.encode("utf-8")) for t in texts) / 1024
-    timing = {
-        "system": f"atdp-policy scan ({binary})",
-        "pipes": ["names"],
-        "texts": len(texts),
-        "kb": round(kb, 1),
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        "kb_per_s_wall": round(kb / wall, 1),
-        "kb_per_s_cpu": round(kb / cpu, 1),
-    }
-    return out, timing
+    return out, timing_of(f"atdp-policy scan ({binary})", ["names"], texts, wall, cpu)
 
 
 def main() -> int:
