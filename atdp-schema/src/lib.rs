@@ -5,7 +5,8 @@
 //! into a local write-ahead log and returns at once; the log is group-committed to disk,
 //! rolled into Parquet files, and committed to the Delta tables idempotently.
 //!
-//! Everything but the record types is behind the default feature `lake`; without it the
+//! The lake (`lake/`: the writer, its write-ahead log, the Delta tables, the reader and
+//! maintenance) and everything but the record types is behind the default feature `lake`; without it the
 //! crate is just the records (for `atdp-wire`, which fuzzes without building Delta Lake).
 //!
 //! ```no_run
@@ -35,26 +36,14 @@
 #[cfg(feature = "lake")]
 mod batch;
 #[cfg(feature = "lake")]
-mod catalog;
-#[cfg(feature = "lake")]
 mod chain;
-#[cfg(feature = "lake")]
-mod config;
 #[cfg(feature = "lake")]
 mod error;
 #[cfg(feature = "lake")]
-mod lake;
-#[cfg(feature = "lake")]
-pub mod maintenance;
-#[cfg(feature = "lake")]
-mod reader;
+pub mod lake;
 mod record;
 #[cfg(feature = "lake")]
 pub mod synth;
-#[cfg(feature = "lake")]
-mod wal;
-#[cfg(feature = "lake")]
-mod writer;
 
 #[cfg(feature = "lake")]
 pub use batch::{
@@ -62,22 +51,24 @@ pub use batch::{
     rewards_to_batch, steps_from_batch, steps_to_batch, vault_from_batch, vault_to_batch,
 };
 #[cfg(feature = "lake")]
-pub use catalog::{Catalog, rows};
-#[cfg(feature = "lake")]
 pub use chain::{ChainBreak, ChainHead, GENESIS_HASH, event_hash, verify_chain};
-#[cfg(feature = "lake")]
-pub use config::WriterConfig;
 #[cfg(feature = "lake")]
 pub use error::{Error, Result};
 #[cfg(feature = "lake")]
-pub use lake::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options};
+pub use lake::catalog::{Catalog, rows};
 #[cfg(feature = "lake")]
-pub use reader::{Filter, LakeReader, Read, time_range};
+pub use lake::config::WriterConfig;
+#[cfg(feature = "lake")]
+pub use lake::maintenance;
+#[cfg(feature = "lake")]
+pub use lake::reader::{Filter, LakeReader, Read, time_range};
+#[cfg(feature = "lake")]
+pub use lake::tables::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options};
+#[cfg(feature = "lake")]
+pub use lake::wal::{DAMAGED_DIR, Damage, DamageKind};
+#[cfg(feature = "lake")]
+pub use lake::writer::{Appended, LakeWriter, WriterStats};
 pub use record::{
     AuditEvent, Message, PROTOCOL_VERSION, PiiSpan, Record, Reward, Step, Table, Tool, ToolCall,
     VaultEntry, date_of_micros, new_id, now_micros,
 };
-#[cfg(feature = "lake")]
-pub use wal::{DAMAGED_DIR, Damage, DamageKind};
-#[cfg(feature = "lake")]
-pub use writer::{Appended, LakeWriter, WriterStats};

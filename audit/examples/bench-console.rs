@@ -203,7 +203,7 @@ fn policy_dir(work: &Path, tenants: usize) -> PathBuf {
         .map(|t| serde_json::json!({"uid": {"type": "Atdp::Tenant", "id": t}, "attrs": {}, "parents": []}))
         .collect();
     entities.push(serde_json::json!({
-        "uid": {"type": "Atdp::Auditor", "id": policies::hash_api_key(KEY)},
+        "uid": {"type": "Atdp::Auditor", "id": atdp_policies::hash_api_key(KEY)},
         "attrs": {"role": "compliance_officer", "tenants": names.iter().map(|t| serde_json::json!({"__entity": {"type": "Atdp::Tenant", "id": t}})).collect::<Vec<_>>()},
         "parents": []
     }));

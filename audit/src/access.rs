@@ -1,7 +1,7 @@
 //! Who is looking: an auditor identity from the policy directory, and what Cedar lets it
 //! see, tenant by tenant.
 
-use policies::{AccessPolicy, Verdict, hash_api_key};
+use atdp_policies::{AccessPolicy, Verdict, hash_api_key};
 
 use crate::error::{Error, Result};
 

@@ -13,10 +13,10 @@
 
 use std::path::Path;
 
+use atdp_policies::{AccessPolicy, KeyFile, MaskingConfig, builtin_entities};
 use atdp_schema::{Lake, Table};
 use deltalake::datafusion::prelude::{col, lit};
 use deltalake::operations::vacuum::VacuumMode;
-use policies::{AccessPolicy, KeyFile, MaskingConfig, builtin_entities};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};
@@ -57,7 +57,7 @@ fn entity_types(masking: &MaskingConfig) -> Vec<String> {
 #[allow(clippy::too_many_arguments)]
 pub async fn erase(
     lake: &Lake,
-    policy: &policies::Policy,
+    policy: &atdp_policies::Policy,
     keys_path: &Path,
     trail: &Trail,
     auditor: &Auditor,
@@ -87,7 +87,7 @@ pub async fn erase(
         Some(value) => entity_types(&policy.masking)
             .iter()
             .map(|entity| keys.token(tenant, entity, value))
-            .collect::<policies::Result<Vec<String>>>()?,
+            .collect::<atdp_policies::Result<Vec<String>>>()?,
         None => Vec::new(),
     };
     // Recorded (and committed) before anything is erased: an erasure that cannot be
@@ -142,7 +142,7 @@ pub async fn erase(
     Ok(report)
 }
 
-fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> policies::Verdict {
+fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> atdp_policies::Verdict {
     policy.decide(
         ("Auditor", &auditor.id),
         "erase",

@@ -8,7 +8,7 @@ pub enum Error {
     Lake(atdp_schema::Error),
     /// The policy directory or the key file could not be used.
     #[error(transparent)]
-    Policy(#[from] policies::Error),
+    Policy(#[from] atdp_policies::Error),
     /// A query could not be planned or run.
     #[error("query failed: {0}")]
     Query(String),

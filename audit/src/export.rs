@@ -163,7 +163,7 @@ async fn related(
 /// the audit events about it.
 pub async fn trajectory_bundle(
     catalog: &Catalog,
-    policy: &policies::AccessPolicy,
+    policy: &atdp_policies::AccessPolicy,
     trail: &Trail,
     auditor: &Auditor,
     trajectory_id: &str,

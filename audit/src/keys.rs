@@ -5,12 +5,12 @@
 //! The key file is changed through [`KeyFile`], under its lock. The lock is not held while
 //! the rotation is recorded (a commit to the lake, which may wait on object storage, would
 //! hold up every proxy's start and reload meanwhile). The undo is a second locked change that
-//! removes only the key this rotation added ([`policies::KeyRing::undo_rotation`]): other
+//! removes only the key this rotation added ([`atdp_policies::KeyRing::undo_rotation`]): other
 //! tenants' changes and later rotations made in between stay.
 
 use std::path::Path;
 
-use policies::{KeyFile, Policy};
+use atdp_policies::{KeyFile, Policy};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};

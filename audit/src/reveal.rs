@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
+use atdp_policies::{KeyFile, Policy, SealedValue};
 use atdp_schema::{Table, vault_from_batch};
 use deltalake::datafusion::prelude::{col, lit};
-use policies::{KeyFile, Policy, SealedValue};
 use serde::Serialize;
 
 use crate::access::{self, Auditor};

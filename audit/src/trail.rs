@@ -19,7 +19,7 @@ pub struct Trail {
 
 /// `text` with every value the scanner finds replaced by `[ENTITY]`: what a person typed
 /// (a search, a reason) goes into the audit trail without the personal data it may hold.
-pub fn redact(scanner: &policies::Scanner, text: &str) -> String {
+pub fn redact(scanner: &atdp_policies::Scanner, text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     for span in scanner.scan(text) {

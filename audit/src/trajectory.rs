@@ -85,7 +85,7 @@ pub struct TrajectoryView {
 /// may not read is "not found", as one that does not exist.
 pub async fn load(
     catalog: &Catalog,
-    policy: &policies::AccessPolicy,
+    policy: &atdp_policies::AccessPolicy,
     auditor: &Auditor,
     id: &str,
     tenant: Option<&str>,

@@ -201,12 +201,12 @@ upstream = "atdp-serve"
         lake = dir.join("lake").display().to_string(),
     );
     write(&dir.join("proxy.toml"), toml.as_bytes())?;
-    let config = proxy::RawConfig::from_toml(&toml)
+    let config = atdp_proxy::RawConfig::from_toml(&toml)
         .and_then(|raw| raw.validate())
         .map_err(|e| Error::Proxy(e.to_string()))?;
     let thread = std::thread::Builder::new()
         .name("atdp-proxy".into())
-        .spawn(move || proxy::run(config))
+        .spawn(move || atdp_proxy::run(config))
         .map_err(|e| Error::Io(format!("cannot start the proxy thread: {e}")))?;
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);

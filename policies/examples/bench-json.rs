@@ -3,11 +3,11 @@
 //! JSON, and a couple of personal values; and on the same request without personal values
 //! (the path most requests take).
 //!
-//! `cargo run --release -p policies --example bench-json`
+//! `cargo run --release -p atdp-policies --example bench-json`
 
 use std::time::{Duration, Instant};
 
-use policies::{Action, JsonMasker, KeyRing, MaskPolicy, Scanner};
+use atdp_policies::{Action, JsonMasker, KeyRing, MaskPolicy, Scanner};
 use serde_json::{Value, json};
 
 /// A chat request of about 5 KB. With `pii`, an email in the tool call, an email and a card

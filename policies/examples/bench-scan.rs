@@ -1,13 +1,13 @@
 //! Scan and scan+mask throughput of the built-in detectors on generated agent traffic,
 //! latency for a 2 KB and a 200 KB message, and the time of one Cedar decision.
 //!
-//! `cargo run --release -p policies --example bench-scan` (every built-in detector), or with
+//! `cargo run --release -p atdp-policies --example bench-scan` (every built-in detector), or with
 //! `-- --without-names` (the shaped detectors only: `PERSON`, `LOCATION` and `ORGANIZATION`
 //! disabled, as `[detection] disabled` does).
 
 use std::time::{Duration, Instant};
 
-use policies::{AccessPolicy, Action, KeyRing, MaskPolicy, Scanner, hash_api_key, mask};
+use atdp_policies::{AccessPolicy, Action, KeyRing, MaskPolicy, Scanner, hash_api_key, mask};
 
 const WORDS: &[&str] = &[
     "the",
@@ -104,7 +104,7 @@ fn latency(text: &str, work: impl Fn(&str) -> usize) -> Duration {
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut config = policies::DetectionConfig::default();
+    let mut config = atdp_policies::DetectionConfig::default();
     if std::env::args().any(|a| a == "--without-names") {
         config.disabled = ["PERSON", "LOCATION", "ORGANIZATION"]
             .map(String::from)

@@ -23,14 +23,14 @@ use crate::vault::KeyRing;
 /// The key file at a path. Cheap to make: it holds only the path.
 ///
 /// ```no_run
-/// use policies::{KeyFile, MissingKeys};
+/// use atdp_policies::{KeyFile, MissingKeys};
 ///
 /// let file = KeyFile::new("atdp-data/keys.json");
 /// let tenants = vec!["acme".to_owned()];
 /// let ensured = file.ensure_tenants(&tenants, MissingKeys::Refuse)?;
 /// assert!(ensured.generated.is_empty());
 /// let rotated = file.update(|ring| ring.rotate("acme"))?;
-/// # Ok::<(), policies::Error>(())
+/// # Ok::<(), atdp_policies::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyFile {

@@ -8,11 +8,11 @@
 //! with its line, by [`check_dir`].
 //!
 //! ```
-//! let scanner = policies::Scanner::new(None)?;
+//! let scanner = atdp_policies::Scanner::new(None)?;
 //! let spans = scanner.scan("Mail jane.doe@example.com, card 4111 1111 1111 1111.");
 //! let entities: Vec<&str> = spans.iter().map(|s| s.entity).collect();
 //! assert_eq!(entities, ["EMAIL_ADDRESS", "CREDIT_CARD"]);
-//! # Ok::<(), policies::Error>(())
+//! # Ok::<(), atdp_policies::Error>(())
 //! ```
 
 mod access;

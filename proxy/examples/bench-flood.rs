@@ -2,7 +2,7 @@
 //! (declared at 4 MiB, sent a byte every 100 ms, reopened as soon as the proxy answers) and
 //! large bodies (7 MiB, sent back to back), all with one key, for a fixed time.
 //!
-//! `cargo run --release -p proxy --example bench-flood -- --port 8080 --key KEY
+//! `cargo run --release -p atdp-proxy --example bench-flood -- --port 8080 --key KEY
 //!  --slow 64 --large 4 --duration 20`
 //!
 //! Prints one JSON line: how many answers of each status the flood got.

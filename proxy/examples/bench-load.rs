@@ -2,7 +2,7 @@
 //! rate, and each latency is measured from the request's *scheduled* time, so a slow server
 //! cannot hide its queueing (no coordinated omission). Keep-alive connections, HTTP/1.1.
 //!
-//! `cargo run --release -p proxy --example bench-load -- --port 8080 --rate 2000
+//! `cargo run --release -p atdp-proxy --example bench-load -- --port 8080 --rate 2000
 //!  --duration 20 [--stream] [--realistic] [--key sk-atdp-demo-agent] [--connections 64]
 //!  [--slow MS]`
 //!

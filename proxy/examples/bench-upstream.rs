@@ -3,7 +3,7 @@
 //! with a fixed small completion, or with an SSE stream of `--chunks` deltas when the body
 //! asks for `"stream": true`. No masking-relevant content.
 //!
-//! `cargo run --release -p proxy --example bench-upstream -- --port 9101 [--chunks 20]`
+//! `cargo run --release -p atdp-proxy --example bench-upstream -- --port 9101 [--chunks 20]`
 
 use std::sync::Arc;
 

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use atdp_policies::{Destination, VaultItem};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
-use policies::{Destination, VaultItem};
 
 use crate::config::AuditMode;
 use crate::limits::{HEAVY_BODY_BYTES, InFlightSlot};

@@ -8,7 +8,7 @@ pub enum Error {
     Config(String),
     /// The policy directory or the key file could not be loaded.
     #[error(transparent)]
-    Policy(#[from] policies::Error),
+    Policy(#[from] atdp_policies::Error),
     /// The lake writer failed.
     #[error(transparent)]
     Lake(#[from] atdp_schema::Error),

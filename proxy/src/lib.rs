@@ -10,15 +10,15 @@
 //! [`Refusal`]. See `docs/proxy.md` and `docs/security.md`.
 //!
 //! ```no_run
-//! let raw = proxy::RawConfig::from_toml(r#"
+//! let raw = atdp_proxy::RawConfig::from_toml(r#"
 //!     policy = "policies/examples/quickstart"
 //!     [[upstream]]
 //!     name = "openai"
 //!     url = "https://api.openai.com"
 //!     api_key_env = "OPENAI_API_KEY"
 //! "#)?;
-//! proxy::run(raw.validate()?)?;
-//! # Ok::<(), proxy::Error>(())
+//! atdp_proxy::run(raw.validate()?)?;
+//! # Ok::<(), atdp_proxy::Error>(())
 //! ```
 
 mod admin;

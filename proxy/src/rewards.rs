@@ -13,11 +13,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use atdp_policies::{Action, Destination, MaskPolicy, Scanner};
 use atdp_schema::Reward;
 use bytes::Bytes;
 use pingora::Result;
 use pingora::proxy::Session;
-use policies::{Action, Destination, MaskPolicy, Scanner};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -182,7 +182,7 @@ async fn accept(
     let document = check!(parse_json_body(&raw).map_err(|e| bad(e.to_string())));
     let body: Body = check!(serde_json::from_value(document).map_err(|e| bad(format!(
         "the body must be a reward {{\"trajectory_id\", \"name\", \"value\", …}} or {{\"rewards\": [...]}} ({})",
-        policies::json_error_kind(&e),
+        atdp_policies::json_error_kind(&e),
     ))));
     let rewards = match body {
         Body::Batch(batch) => batch.rewards,

@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use atdp_policies::{KeyFile, KeyRing, MissingKeys, Policy, PolicyStore};
 use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
-use policies::{KeyFile, KeyRing, MissingKeys, Policy, PolicyStore};
 
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};

@@ -34,13 +34,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod config;
 mod data;
 mod error;
 mod init;
 mod lora;
 mod manifest;
 mod model;
+mod model_config;
 mod objective;
 mod optim;
 mod peft;
@@ -50,7 +50,6 @@ mod rng;
 mod run_config;
 mod train;
 
-pub use config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling, dtype_from_name, dtype_name};
 pub use data::{
     ChatFormat, Example, ExampleStats, LakeData, Selection, TableRead, build_examples, read_lake,
 };
@@ -65,6 +64,7 @@ pub use model::{
     Adapter, Gradients, LoadOptions, Model, Span, TokenStats, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
     token_log_probs, weight_files,
 };
+pub use model_config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling, dtype_from_name, dtype_name};
 pub use objective::{Advantage, Baseline, GroupKey, LossConfig};
 pub use optim::{AdamW, AdamWConfig};
 pub use peft::{

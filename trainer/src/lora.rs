@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 use candle_core::{DType, Device, Tensor, Var};
 
-use crate::config::ModelConfig;
 use crate::model::Model;
+use crate::model_config::ModelConfig;
 use crate::rng::Rng;
 use crate::{Error, Result};
 

@@ -17,9 +17,9 @@ use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
 use serde_json::{Value, json};
 
-use crate::config::ModelConfig;
 use crate::lora::{Lora, LoraConfig, TargetModule};
 use crate::model::Model;
+use crate::model_config::ModelConfig;
 use crate::{Error, Result};
 
 /// PEFT's adapter configuration file.

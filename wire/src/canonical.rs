@@ -40,7 +40,7 @@ pub fn parse_json_body(body: &[u8]) -> Result<Value, WireError> {
                 column: error.column(),
             }
         } else {
-            WireError::NotJson(policies::json_error_kind(&error))
+            WireError::NotJson(atdp_policies::json_error_kind(&error))
         }
     })?;
     if has_float(&value) {

@@ -47,7 +47,7 @@ pub enum WireError {
     },
     /// A placeholder's original could not be opened (erased tenant key, tampered vault).
     #[error("cannot restore a masked value: {0}")]
-    Unmask(#[from] policies::Error),
+    Unmask(#[from] atdp_policies::Error),
 }
 
 impl WireError {

@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use policies::{KeyRing, VaultItem};
+use atdp_policies::{KeyRing, VaultItem};
 use serde_json::Value;
 
 use super::WireError;

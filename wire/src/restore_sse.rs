@@ -6,8 +6,8 @@ mod events;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use atdp_policies::{KeyRing, VaultItem};
 use bytes::Bytes;
-use policies::{KeyRing, VaultItem};
 use serde_json::Value;
 
 use self::events::{FieldKey, anthropic_flush_event, chat_flush_chunk, responses_flush_event};

@@ -208,7 +208,7 @@ struct Env {
     keys: PathBuf,
     wal: PathBuf,
     policy_dir: PathBuf,
-    policy: std::cell::OnceCell<policies::Policy>,
+    policy: std::cell::OnceCell<atdp_policies::Policy>,
     pins: BTreeMap<Table, u64>,
 }
 
@@ -254,11 +254,11 @@ impl Env {
     }
 
     /// The policy directory, loaded on first use (`verify` and `sql` do not need it).
-    fn policy(&self) -> Result<&policies::Policy> {
+    fn policy(&self) -> Result<&atdp_policies::Policy> {
         if let Some(policy) = self.policy.get() {
             return Ok(policy);
         }
-        let policy = policies::Policy::load(&self.policy_dir)
+        let policy = atdp_policies::Policy::load(&self.policy_dir)
             .with_context(|| format!("policy directory {}", self.policy_dir.display()))?;
         Ok(self.policy.get_or_init(|| policy))
     }
@@ -475,7 +475,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             // the built-in ones when there is no policy directory here).
             let redacted = match env.policy() {
                 Ok(policy) => atdp_audit::redact(&policy.scanner, &sql),
-                Err(_) => atdp_audit::redact(&policies::Scanner::new(None)?, &sql),
+                Err(_) => atdp_audit::redact(&atdp_policies::Scanner::new(None)?, &sql),
             };
             let mut record = event("query", &actor, atdp_audit::SYSTEM_TENANT);
             record.decision = Some("allow".into());
@@ -649,7 +649,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,atdp_audit=info,delta_kernel=off".into()),
+                .unwrap_or_else(|_| "warn,atdp_audit=info,buoyant_kernel=off".into()),
         )
         .init();
     let cli = Cli::parse();

@@ -25,10 +25,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use atdp_policies::Policy;
 use atdp_schema::{Lake, Table};
 use axum::Router;
 use axum::routing::{get, post};
-use policies::Policy;
 
 use crate::catalog::Catalog;
 use crate::error::Result;

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use atdp_policies::AccessPolicy;
 use axum::http::{HeaderMap, header};
-use policies::AccessPolicy;
 use rand::RngCore;
 
 use crate::access::Auditor;

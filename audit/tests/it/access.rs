@@ -239,7 +239,7 @@ async fn the_console_keeps_tenants_apart_over_http() {
         .await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
     assert!(!reply.body.contains(other.as_str()));
-    let other_token = policies::KeyRing::load(&f.keys)
+    let other_token = atdp_policies::KeyRing::load(&f.keys)
         .unwrap()
         .token("other", "EMAIL_ADDRESS", OTHER_EMAIL)
         .unwrap();

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use atdp_audit::{Auditor, Catalog, Trail};
+use atdp_policies::{Destination, KeyRing, Policy, hash_api_key};
 use atdp_schema::{
     AuditEvent, Lake, LakeWriter, Message, PiiSpan, Reward, Step, ToolCall, VaultEntry,
     WriterConfig, new_id, now_micros,
 };
-use policies::{Destination, KeyRing, Policy, hash_api_key};
 
 pub const DEMO_AUDITOR: &str = "sk-atdp-demo-auditor";
 pub const DEMO_ANALYST: &str = "sk-test-demo-analyst";
@@ -127,7 +127,7 @@ struct Masker<'a> {
 impl Masker<'_> {
     fn mask(&mut self, field: &str, text: &str) -> String {
         let spans = self.policy.scanner.scan(text);
-        let masked = policies::mask(
+        let masked = atdp_policies::mask(
             text,
             &spans,
             self.policy.masking.policy(Destination::Storage),

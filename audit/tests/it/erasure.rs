@@ -164,7 +164,7 @@ async fn reveal_then_erase_then_reveal_fails() {
     ));
     // The other tenant's keys are untouched.
     assert!(
-        policies::KeyRing::load(&f.keys)
+        atdp_policies::KeyRing::load(&f.keys)
             .unwrap()
             .has_tenant("other")
     );
@@ -217,7 +217,7 @@ async fn rotation_keeps_old_values_revealable_and_is_audited() {
         .unwrap();
     assert_eq!(report.key_id, "k2");
     // New values are sealed under k2; the old entry (k1) still opens.
-    let ring = policies::KeyRing::load(&f.keys).unwrap();
+    let ring = atdp_policies::KeyRing::load(&f.keys).unwrap();
     assert_eq!(
         ring.seal("demo", "EMAIL_ADDRESS", "x@y.example")
             .unwrap()

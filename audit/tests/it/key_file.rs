@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use atdp_audit::Error;
-use policies::KeyFile;
+use atdp_policies::KeyFile;
 
 use crate::common::*;
 

@@ -6,8 +6,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use atdp_audit::{Auditor, Search, search};
+use atdp_policies::{Policy, hash_api_key};
 use atdp_schema::{AuditEvent, LakeWriter, Message, Reward, Step, WriterConfig, now_micros};
-use policies::{Policy, hash_api_key};
 
 use crate::common::*;
 

@@ -8,7 +8,7 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use policies::{Action, JsonMasker, KeyRing, MaskPolicy, Scanner};
+use atdp_policies::{Action, JsonMasker, KeyRing, MaskPolicy, Scanner};
 use serde_json::{Value, json};
 
 static SCANNER: LazyLock<Scanner> =

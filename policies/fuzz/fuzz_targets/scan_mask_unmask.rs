@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use policies::{Action, KeyRing, MaskPolicy, Scanner, mask, unmask};
+use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, mask, unmask};
 
 static SCANNER: LazyLock<Scanner> =
     LazyLock::new(|| Scanner::new(None).unwrap_or_else(|e| panic!("scanner: {e}")));

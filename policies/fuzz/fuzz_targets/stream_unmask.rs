@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use policies::{Action, KeyRing, MaskPolicy, Scanner, StreamUnmasker, VaultItem, mask, unmask};
+use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, StreamUnmasker, VaultItem, mask, unmask};
 
 static KEYS: LazyLock<KeyRing> = LazyLock::new(|| {
     let mut keys = KeyRing::default();

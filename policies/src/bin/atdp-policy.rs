@@ -17,11 +17,11 @@ use std::process::ExitCode;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand};
-use policies::{
+use atdp_policies::{
     Action, KeyFile, KeyRing, MaskPolicy, MaskingConfig, MissingKeys, Scanner, builtin_entities,
     check_dir, json_error_kind, mask,
 };
+use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
 #[derive(Parser, Debug)]

@@ -2,7 +2,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use policies::KeyFile;
+use atdp_policies::KeyFile;
 
 fn keygen(out: &std::path::Path, tenants: &[&str]) -> std::process::Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_atdp-policy"));

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod examples;
 mod json_masking;
 mod keyfile;
 mod robustness;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use policies::*;
+use atdp_policies::*;
 use proptest::prelude::*;
 
 fn ring() -> KeyRing {

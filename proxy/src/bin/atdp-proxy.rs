@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use atdp_proxy::{RawConfig, RawUpstream, Trust};
 use clap::Parser;
-use proxy::{RawConfig, RawUpstream, Trust};
 
 /// mimalloc instead of glibc's malloc: allocation and freeing took about a tenth of the
 /// proxy's CPU time at 2,000 calls/s (docs/proxy.md, "Performance").
@@ -172,8 +172,8 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     }
     if let Some(audit) = &cli.audit {
         raw.audit = Some(match audit.as_str() {
-            "default" => proxy::AuditMode::Default,
-            "strict" => proxy::AuditMode::Strict,
+            "default" => atdp_proxy::AuditMode::Default,
+            "strict" => atdp_proxy::AuditMode::Strict,
             other => anyhow::bail!("--audit {other:?}: use default or strict"),
         });
     }
@@ -188,15 +188,15 @@ fn settings(cli: &Cli) -> anyhow::Result<RawConfig> {
     }
     if let Some(policy) = &cli.on_backpressure {
         raw.on_backpressure = match policy.as_str() {
-            "refuse" => proxy::OnBackpressure::Refuse,
-            "serve_unrecorded" => proxy::OnBackpressure::ServeUnrecorded,
+            "refuse" => atdp_proxy::OnBackpressure::Refuse,
+            "serve_unrecorded" => atdp_proxy::OnBackpressure::ServeUnrecorded,
             other => anyhow::bail!("--on-backpressure {other:?}: use refuse or serve_unrecorded"),
         };
     }
     if let Some(durability) = &cli.durability {
         raw.durability = Some(match durability.as_str() {
-            "fsync" => proxy::Durability::Fsync,
-            "buffered" => proxy::Durability::Buffered,
+            "fsync" => atdp_proxy::Durability::Fsync,
+            "buffered" => atdp_proxy::Durability::Buffered,
             other => anyhow::bail!("--durability {other:?}: use fsync or buffered"),
         });
     }
@@ -258,7 +258,7 @@ fn main() -> ExitCode {
                 // report their own failures.
                 .unwrap_or_else(|_| {
                     tracing_subscriber::EnvFilter::new(
-                        "warn,atdp_proxy=info,proxy=info,atdp_schema=info,policies=info,buoyant_kernel=off,pingora_core::connectors=off",
+                        "warn,atdp_proxy=info,atdp_schema=info,atdp_policies=info,buoyant_kernel=off,pingora_core::connectors=off",
                     )
                 }),
         )
@@ -272,11 +272,11 @@ fn main() -> ExitCode {
         .and_then(|raw| Ok(raw.validate()?))
         .and_then(|config| {
             if cli.check_config {
-                let policy = policies::Policy::load(&config.policy)?;
+                let policy = atdp_policies::Policy::load(&config.policy)?;
                 let tenants = policy.access.tenants();
                 // Checks the key file without creating or changing it.
                 let keys = if config.keys.exists() {
-                    let ring = policies::KeyRing::load(&config.keys)?;
+                    let ring = atdp_policies::KeyRing::load(&config.keys)?;
                     let missing: Vec<&String> =
                         tenants.iter().filter(|t| !ring.has_tenant(t)).collect();
                     if missing.is_empty() {
@@ -295,7 +295,7 @@ fn main() -> ExitCode {
                 };
                 let tls = match &config.tls {
                     Some(files) => {
-                        proxy::Certificates::load(files.clone())?;
+                        atdp_proxy::Certificates::load(files.clone())?;
                         format!("https, certificate {}", files.cert.display())
                     }
                     None => "plain http".to_owned(),
@@ -369,7 +369,7 @@ fn main() -> ExitCode {
                 println!("configuration is valid");
                 return Ok(());
             }
-            Ok(proxy::run(config)?)
+            Ok(atdp_proxy::run(config)?)
         });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

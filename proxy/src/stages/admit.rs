@@ -2,9 +2,9 @@
 //! (401), the tenant's and key's token and request buckets (429), the key's calls in flight
 //! (429), the lake's back-pressure (503, or served unrecorded when so configured).
 
+use atdp_policies::{AccessPolicy, KeyIdentity, hash_api_key};
 use http::HeaderMap;
 use http::header;
-use policies::{AccessPolicy, KeyIdentity, hash_api_key};
 
 use crate::config::{Limits, OnBackpressure};
 use crate::limits::{InFlightSlot, RateLimiter};

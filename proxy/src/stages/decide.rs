@@ -11,8 +11,8 @@
 //! with the request's context (entity types found, the upstream's trust, the size). One
 //! denial denies the call; an evaluation error is a denial.
 
+use atdp_policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Scanner, Verdict};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Scanner, Verdict};
 use serde_json::{Value, json};
 
 use crate::config::Trust;

@@ -1,12 +1,12 @@
 //! Mask: what the upstream is sent, by its trust level (`masking.toml`'s `external` or
 //! `internal` actions). The whole body is walked: every string, object key and number, and
-//! JSON inside strings ([`policies::JsonMasker`]). The same pass finds the entity types for
+//! JSON inside strings ([`atdp_policies::JsonMasker`]). The same pass finds the entity types for
 //! Cedar's context, whatever the action (an `allow`ed value is still found). A failure refuses
 //! the call: nothing is ever forwarded unmasked because masking went wrong.
 
 use std::collections::HashMap;
 
-use policies::{Destination, JsonMasker, KeyRing, Policy, VaultItem};
+use atdp_policies::{Destination, JsonMasker, KeyRing, Policy, VaultItem};
 use serde_json::Value;
 
 use crate::config::Trust;

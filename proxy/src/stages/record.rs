@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
+use atdp_policies::{Action, JsonMasker, KeyRing, MaskPolicy, Policy, Scanner, VaultItem};
 use atdp_schema::{AuditEvent, LakeWriter, PiiSpan, Step, VaultEntry};
-use policies::{Action, JsonMasker, KeyRing, MaskPolicy, Policy, Scanner, VaultItem};
 use serde_json::{Map, Value};
 
 use crate::metrics::Metrics;
@@ -110,8 +110,8 @@ pub fn mask_step(
     scanner: &Scanner,
     policy: &MaskPolicy,
     keys: &KeyRing,
-) -> policies::Result<Vec<VaultItem>> {
-    let encode = |e: serde_json::Error| policies::Error::Mask(format!("step encoding: {e}"));
+) -> atdp_policies::Result<Vec<VaultItem>> {
+    let encode = |e: serde_json::Error| atdp_policies::Error::Mask(format!("step encoding: {e}"));
     let texts = [
         (
             "request_messages",
@@ -127,7 +127,7 @@ pub fn mask_step(
     ]
     .into_iter()
     .map(|(name, value)| Ok((name.to_owned(), value.map_err(encode)?)))
-    .collect::<policies::Result<Map<String, Value>>>()?;
+    .collect::<atdp_policies::Result<Map<String, Value>>>()?;
     let mut texts = Value::Object(texts);
     let masker = JsonMasker {
         scanner,
@@ -137,7 +137,7 @@ pub fn mask_step(
     };
     let masked = masker.mask(&mut texts)?;
     let Value::Object(mut texts) = texts else {
-        return Err(policies::Error::Mask(
+        return Err(atdp_policies::Error::Mask(
             "masked fields are not an object".into(),
         ));
     };
@@ -216,7 +216,7 @@ pub fn masked_request(
     request: &RequestView,
     policy: &Policy,
     keys: &KeyRing,
-) -> policies::Result<(Value, Vec<VaultEntry>)> {
+) -> atdp_policies::Result<(Value, Vec<VaultEntry>)> {
     let end = StepEnd {
         status: "forwarded",
         error: None,
@@ -225,7 +225,8 @@ pub fn masked_request(
     };
     let mut step = build_step(start, request, end);
     let vault = mask_step(&mut step, &policy.scanner, &policy.masking.storage, keys)?;
-    let encode = |e: serde_json::Error| policies::Error::Mask(format!("request encoding: {e}"));
+    let encode =
+        |e: serde_json::Error| atdp_policies::Error::Mask(format!("request encoding: {e}"));
     let fields = serde_json::json!({
         "request_messages": serde_json::to_value(&step.request_messages).map_err(encode)?,
         "tools": serde_json::to_value(&step.tools).map_err(encode)?,

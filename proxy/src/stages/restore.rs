@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use atdp_policies::{KeyRing, VaultItem};
 use bytes::Bytes;
 use http::header;
 use pingora::protocols::http::HttpTask;
 use pingora::{Error, ErrorType, Result};
-use policies::{KeyRing, VaultItem};
 
 use crate::stages::record::{StepEnd, StepStart};
 use crate::wire::{

@@ -404,7 +404,7 @@ fn a_masking_failure_refuses_the_call_and_forwards_nothing() {
     let mut entities: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(quickstart().join("entities.json")).unwrap())
             .unwrap();
-    let hash = policies::hash_api_key("sk-ghost-agent");
+    let hash = atdp_policies::hash_api_key("sk-ghost-agent");
     entities.push(
         json!({"uid": {"type": "Atdp::Agent", "id": "ghost-agent"}, "attrs": {},
         "parents": [{"type": "Atdp::Tenant", "id": "ghost"}]}),

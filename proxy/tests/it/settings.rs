@@ -234,3 +234,40 @@ fn reloading_over_the_admin_port_needs_the_admin_token() {
     // Reading stays open.
     assert_eq!(http(proxy.admin, "GET", "/healthz", &[], b"").status, 200);
 }
+
+/// `examples/proxy.toml` (with its policy directory) passes `--check-config` as written, run
+/// from the repository root as its comment says; without the upstreams' key variables it is
+/// refused, naming the variable.
+#[test]
+fn the_example_configuration_checks() {
+    let root = root();
+    let check = |with_keys: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_atdp-proxy"));
+        command
+            .current_dir(&root)
+            .args(["--config", "examples/proxy.toml", "--check-config"])
+            .env("RUST_LOG", "warn")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY");
+        if with_keys {
+            command
+                .env("OPENAI_API_KEY", "sk-example")
+                .env("ANTHROPIC_API_KEY", "sk-ant-example");
+        }
+        command.output().unwrap()
+    };
+    let output = check(true);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    for line in [
+        "configuration is valid",
+        "examples/policy (tenants: research, support)",
+        "vllm → http://10.0.12.7:8000 (internal",
+        "local/* → vllm as *",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in {stdout}");
+    }
+    let output = check(false);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("OPENAI_API_KEY"));
+}

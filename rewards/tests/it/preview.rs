@@ -95,3 +95,33 @@ async fn diff_compares_two_versions_on_the_same_sample() {
     assert!(diff.to_string().contains("agreement"));
     assert_eq!(f.rewards_version().await, before);
 }
+
+/// The reward specs of `examples/rewards` load and label a sample of a lake.
+#[tokio::test]
+async fn the_example_reward_specs_label_a_sample() {
+    let f = Fixture::new().await;
+    let catalog = f.catalog().await;
+    let dir = crate::common::manifest_dir().join("../examples/rewards");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let function = atdp_rewards::RewardFn::load(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let preview = atdp_rewards::preview(&catalog, &function, &Selection::default(), 20, 0)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(preview.values > 0, "{}: no values", path.display());
+        assert!(
+            preview.mean.is_finite() && (0.0..=1.0).contains(&preview.mean),
+            "{}: mean {}",
+            path.display(),
+            preview.mean
+        );
+        names.push(function.name.clone());
+    }
+    names.sort();
+    assert_eq!(names, ["short_trajectory", "task_success"]);
+}

@@ -7,7 +7,9 @@
 //!
 //! `atdp-train run --config train.toml [--model DIR] [--lake URL] [--out DIR] [--steps N]
 //! [--seed N] [--lr X] [--accept-reward-change]` trains an adapter, printing one progress
-//! line per optimizer step. Errors are one line
+//! line per optimizer step; with `--check` it validates the configuration (flags applied),
+//! prints what it would train, and exits without reading the model or the lake. Errors are
+//! one line
 //! on stderr and exit status 2.
 
 use std::path::PathBuf;
@@ -65,6 +67,9 @@ struct RunArgs {
     /// Train on a reward name whose selected rows come from several function versions.
     #[arg(long)]
     allow_mixed_reward_versions: bool,
+    /// Validate the configuration and exit: nothing is read from the model or the lake.
+    #[arg(long)]
+    check: bool,
 }
 
 fn train(args: RunArgs) -> anyhow::Result<()> {
@@ -91,6 +96,18 @@ fn train(args: RunArgs) -> anyhow::Result<()> {
     raw.accept_reward_change |= args.accept_reward_change;
     raw.rewards.allow_mixed_versions |= args.allow_mixed_reward_versions;
     let config = raw.validate(&args.config)?;
+    if args.check {
+        println!(
+            "{} is valid: model {}, lake {}, out {}, {:?}, lr {:e}",
+            args.config.display(),
+            config.model_dir.display(),
+            config.lake,
+            config.out_dir.display(),
+            config.length,
+            config.lr
+        );
+        return Ok(());
+    }
     let report = atdp_trainer::run(&config, &TrainOptions::default(), &mut |m| {
         println!(
             "step {}/{}  reward {:+.4}  loss {:+.4}  kl {:.4}  entropy {:.3}  grad {:.3}  lr {:.2e}  {:.0} tok/s",

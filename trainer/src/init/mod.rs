@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 use serde_json::{Value, json};
 
-use crate::config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling};
 use crate::model::weights::{self, TensorKind, WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
+use crate::model_config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling};
 use crate::rng::Rng;
 use crate::{Error, Result};
 pub use tokenizer::{

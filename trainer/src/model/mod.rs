@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{D, DType, Device, Tensor, TensorId, Var};
 
-use crate::config::ModelConfig;
 use crate::lora::{Lora, TargetModule};
+use crate::model_config::ModelConfig;
 use crate::{Error, Result};
 pub use head::TokenStats;
 use layers::{Active, Attention, Block, Linear, Mlp, PassContext, RmsNorm, upcast};
@@ -81,7 +81,7 @@ impl Model {
     /// names it.
     pub fn load(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Self> {
         let dir = dir.as_ref();
-        let config = ModelConfig::from_file(dir.join(crate::config::CONFIG_FILE))?;
+        let config = ModelConfig::from_file(dir.join(crate::model_config::CONFIG_FILE))?;
         check_dtype(options.dtype, &options.device)?;
         let specs = weights::expected_tensors(&config);
         let (tensors, files) = weights::load(dir, &specs, options.dtype, &options.device)?;

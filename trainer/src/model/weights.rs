@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
 
-use crate::config::ModelConfig;
+use crate::model_config::ModelConfig;
 use crate::{Error, Result};
 
 /// The weights of an unsharded checkpoint.
@@ -290,7 +290,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::config::Arch;
+    use crate::model_config::Arch;
 
     #[test]
     fn names_follow_hugging_face() {

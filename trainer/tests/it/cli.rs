@@ -199,3 +199,35 @@ fn init_model_refuses_bad_requests() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already holds a model"));
 }
+
+#[test]
+fn run_check_validates_the_example_configuration_without_training() {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(
+            || env!("CARGO_MANIFEST_DIR").into(),
+            std::path::PathBuf::from,
+        )
+        .join("..");
+    let example = root.join("examples/train.toml");
+    let out = atdp_train(&["run", "--config", example.to_str().unwrap(), "--check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("is valid"), "{stdout}");
+    assert!(stdout.contains("runs/research-assistant-v1"), "{stdout}");
+    assert!(stdout.contains("Steps(200)"), "{stdout}");
+
+    // The same file with a setting out of range is refused, naming it.
+    let text = std::fs::read_to_string(&example)
+        .unwrap()
+        .replace("gamma = 0.9", "gamma = 1.5");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("train.toml");
+    std::fs::write(&bad, text).unwrap();
+    let out = atdp_train(&["run", "--config", bad.to_str().unwrap(), "--check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rewards.gamma"));
+}

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 
 use atdp_wire::{Added, ApiKind, SseParser, SseRestorer, SseStripper, StreamAssembler};
 use libfuzzer_sys::fuzz_target;
-use policies::{Action, KeyRing, MaskPolicy, Scanner, VaultItem, mask};
+use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, VaultItem, mask};
 
 static KEYS: LazyLock<Arc<KeyRing>> = LazyLock::new(|| {
     let mut keys = KeyRing::default();
@@ -119,6 +119,6 @@ fuzz_target!(|data: &[u8]| {
             content.push_str(chunk["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
         }
     }
-    let expected = policies::unmask(&text, "fuzz", &VAULT.1, &KEYS).unwrap_or_else(|e| panic!("{e}"));
+    let expected = atdp_policies::unmask(&text, "fuzz", &VAULT.1, &KEYS).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(content, expected, "restored text differs from unmasking it whole");
 });

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use policies::{Action, KeyRing, MaskPolicy, Scanner, VaultItem};
+use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, VaultItem};
 use serde_json::{Value, json};
 
 use crate::{ApiKind, ResponseView, SseParser, SseRestorer, StreamAssembler};
@@ -48,7 +48,8 @@ impl Vault {
         let scanner = Scanner::new(None).unwrap();
         let text = EMAIL;
         let policy = MaskPolicy::all(Action::Tokenize);
-        let masked = policies::mask(text, &scanner.scan(text), &policy, TENANT, &keys).unwrap();
+        let masked =
+            atdp_policies::mask(text, &scanner.scan(text), &policy, TENANT, &keys).unwrap();
         assert_eq!(masked.vault.len(), 1);
         let token = masked.vault[0].token.clone();
         assert_eq!(masked.text, token);

@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use policies::KeyRing;
+use atdp_policies::KeyRing;
 use serde_json::{Value, json};
 
 use super::fixtures::{EMAIL, TENANT, Vault};

@@ -399,7 +399,7 @@ mod properties {
             }
             let stream = text_stream(api, &deltas);
             let out = vault.restore(api, stream.as_bytes(), &clamp(cuts, stream.len()));
-            let expected = policies::unmask(&masked, TENANT, &vault.vault, &vault.keys).unwrap();
+            let expected = atdp_policies::unmask(&masked, TENANT, &vault.vault, &vault.keys).unwrap();
             prop_assert_eq!(delta_text(api, &out), expected);
         }
 

@@ -17,11 +17,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::batch;
-use crate::config::WriterConfig;
 use crate::error::{Error, Result};
-use crate::lake::{Committed, Committer, Lake};
+use crate::lake::config::WriterConfig;
+use crate::lake::tables::{Committed, Committer, Lake};
+use crate::lake::wal::{Damage, DamageKind, Sealed, Wal, WalConfig, scan_segment_with};
 use crate::record::{AuditEvent, Record, Reward, Step, Table, VaultEntry};
-use crate::wal::{Damage, DamageKind, Sealed, Wal, WalConfig, scan_segment_with};
 
 /// Proof that a record was appended; await [`LakeWriter::durable`] for it to be on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

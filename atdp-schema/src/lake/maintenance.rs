@@ -12,7 +12,7 @@ use serde::Serialize;
 use deltalake::operations::vacuum::VacuumMode;
 
 use crate::error::{Error, Result};
-use crate::lake::{Lake, writer_properties};
+use crate::lake::tables::{Lake, writer_properties};
 use crate::record::Table;
 
 /// Figures of one table.
