@@ -18,8 +18,8 @@ struct Args {
     #[arg(long)]
     out: String,
     /// Object-store option KEY=VALUE (repeatable).
-    #[arg(long = "storage-option", value_name = "KEY=VALUE")]
-    storage_options: Vec<String>,
+    #[arg(long = "lake-option", value_name = "KEY=VALUE")]
+    lake_options: Vec<String>,
     /// Write-ahead log directory (a temporary one by default).
     #[arg(long)]
     wal_dir: Option<PathBuf>,
@@ -47,7 +47,7 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| scratch.path().join("wal"));
     let mut config = WriterConfig::new(&args.out, wal_dir);
-    config.storage_options = parse_storage_options(&args.storage_options)?;
+    config.storage_options = parse_storage_options(&args.lake_options)?;
     config.segment_max_bytes = 256 << 20;
     config.segment_max_age = Duration::from_secs(3600);
     let writer = LakeWriter::open(config).await?;

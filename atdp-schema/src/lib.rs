@@ -38,6 +38,8 @@ mod batch;
 #[cfg(feature = "lake")]
 mod chain;
 #[cfg(feature = "lake")]
+pub mod cli;
+#[cfg(feature = "lake")]
 mod error;
 #[cfg(feature = "lake")]
 pub mod lake;

@@ -243,6 +243,21 @@ pub struct AuditEvent {
     pub hash: String,
 }
 
+impl AuditEvent {
+    /// A new event of `kind` by `actor` about `tenant`, with a fresh id and the time now; the
+    /// chain fields are set when a writer links it. The one constructor every component uses.
+    pub fn new(kind: &str, actor: &str, tenant: &str) -> AuditEvent {
+        AuditEvent {
+            event_id: new_id(),
+            tenant_id: tenant.to_owned(),
+            occurred_at: now_micros(),
+            kind: kind.to_owned(),
+            actor: actor.to_owned(),
+            ..AuditEvent::default()
+        }
+    }
+}
+
 /// Row of the `pii_vault` table: the encrypted original of one tokenized value.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct VaultEntry {

@@ -47,7 +47,9 @@ pub use error::{Error, Result};
 pub use export::{Bundle, BundleRow, FORMAT, Subject, digest, row, seal, trajectory_bundle};
 pub use keys::{RotateReport, rotate_key};
 pub use reveal::{MAX_REASON, RevealRequest, Revealed, reveal};
-pub use search::{Hit, MAX_PAGE, MAX_TEXT, Page, Search, search, steps_by_id};
+pub use search::{
+    Hit, MAX_PAGE, MAX_TEXT, Page, Search, Searcher, audited_search, search, steps_by_id,
+};
 pub use trail::{SYSTEM_TENANT, Trail, event, redact};
 pub use trajectory::{CallView, MessageView, Segment, StepView, TrajectoryView, load, view};
 pub use verify::{ChainReport, FileProblem, VerifyReport, verify};

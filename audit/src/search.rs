@@ -19,8 +19,12 @@ use deltalake::datafusion::functions::unicode::expr_fn::strpos;
 use deltalake::datafusion::prelude::{DataFrame, Expr, col, lit};
 use serde::{Deserialize, Serialize};
 
+use atdp_policies::Policy;
+
+use crate::access::Auditor;
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
+use crate::trail::{SYSTEM_TENANT, Trail, event, redact};
 
 /// Largest page.
 pub const MAX_PAGE: usize = 500;
@@ -441,4 +445,73 @@ fn hit(step: &Step) -> Hit {
         preview,
         entities,
     }
+}
+
+impl Search {
+    /// The search as it may be written down (audit events, evidence bundles): the free text
+    /// with what the detectors find redacted.
+    pub fn redacted(&self, scanner: &atdp_policies::Scanner) -> Search {
+        let mut search = self.clone();
+        search.text = search.text.map(|t| redact(scanner, &t));
+        search
+    }
+}
+
+/// Who searches, which decides the tenants searched and the hits kept.
+#[derive(Debug, Clone, Copy)]
+pub enum Searcher<'a> {
+    /// An auditor: only the tenants Cedar lets them read (a `tenant` outside them is
+    /// refused), and each hit checked with `read_trajectory`.
+    Auditor(&'a Auditor),
+    /// The operator of the command line, who holds the lake's credentials: the `tenant`
+    /// asked for, else every tenant of the policy; recorded as `actor`.
+    Operator {
+        /// The actor written in the audit event.
+        actor: &'a str,
+    },
+}
+
+/// Searches as `searcher` and records the search in the audit trail (event `query`: the
+/// filters with the free text redacted by the policy's detectors, the number of results and
+/// the table versions read), under the one tenant searched, else the system tenant. The one
+/// audited search of the console and of `atdp-audit query`.
+pub async fn audited_search(
+    catalog: &Catalog,
+    policy: &Policy,
+    trail: &Trail,
+    searcher: Searcher<'_>,
+    search: &Search,
+) -> Result<Page> {
+    let (tenants, actor) = match searcher {
+        Searcher::Auditor(auditor) => (auditor.scope(search.tenant.as_deref())?, auditor.actor()),
+        Searcher::Operator { actor } => (
+            search
+                .tenant
+                .clone()
+                .map_or_else(|| policy.access.tenants(), |t| vec![t]),
+            actor.to_owned(),
+        ),
+    };
+    let mut page = self::search(catalog, &tenants, search).await?;
+    if let Searcher::Auditor(auditor) = searcher {
+        page.hits
+            .retain(|h| auditor.may_read(&policy.access, &h.trajectory_id, &h.tenant_id));
+    }
+    let tenant = match tenants.as_slice() {
+        [one] => one.clone(),
+        _ => SYSTEM_TENANT.to_owned(),
+    };
+    let filters = search.redacted(&policy.scanner);
+    let mut record = event("query", &actor, &tenant);
+    record.decision = Some("allow".into());
+    record.detail_json = Some(
+        serde_json::json!({
+            "filters": filters,
+            "results": page.hits.len(),
+            "versions": page.versions,
+        })
+        .to_string(),
+    );
+    trail.record(record).await?;
+    Ok(page)
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use atdp_schema::{AuditEvent, LakeWriter, WriterConfig, new_id, now_micros};
+use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
 
 use crate::error::{Error, Result};
 
@@ -53,14 +53,7 @@ pub async fn record_refusal(trail: &Trail, kind: &str, actor: &str, subject: &st
 
 /// A new event of `kind` by `actor` about `tenant`; the chain fields are set on recording.
 pub fn event(kind: &str, actor: &str, tenant: &str) -> AuditEvent {
-    AuditEvent {
-        event_id: new_id(),
-        tenant_id: tenant.to_owned(),
-        occurred_at: now_micros(),
-        kind: kind.to_owned(),
-        actor: actor.to_owned(),
-        ..AuditEvent::default()
-    }
+    AuditEvent::new(kind, actor, tenant)
 }
 
 impl Trail {

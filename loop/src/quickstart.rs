@@ -4,7 +4,7 @@
 //! and after on held-out episodes.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -159,12 +159,6 @@ impl QuickstartReport {
     }
 }
 
-fn free_addr() -> Result<SocketAddr> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| Error::Io(format!("no free loopback port: {e}")))
-}
-
 fn write(path: &Path, contents: &[u8]) -> Result<()> {
     std::fs::write(path, contents).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
 }
@@ -178,10 +172,9 @@ async fn start_proxy(dir: &Path, upstream: SocketAddr) -> Result<SocketAddr> {
     for (name, text) in POLICY_FILES {
         write(&policy.join(name), text.as_bytes())?;
     }
-    let (listen, admin) = (free_addr()?, free_addr()?);
     let toml = format!(
-        r#"listen = "{listen}"
-admin_listen = "{admin}"
+        r#"listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
 policy = {policy:?}
 data = {data:?}
 lake = {lake:?}
@@ -204,13 +197,23 @@ upstream = "atdp-serve"
     let config = atdp_proxy::RawConfig::from_toml(&toml)
         .and_then(|raw| raw.validate())
         .map_err(|e| Error::Proxy(e.to_string()))?;
+    // Port 0: the proxy takes free ports and says which.
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("atdp-proxy".into())
-        .spawn(move || atdp_proxy::run(config))
+        .spawn(move || {
+            atdp_proxy::run_with(config, move |bound| {
+                let _ = bound_tx.send(bound);
+            })
+        })
         .map_err(|e| Error::Io(format!("cannot start the proxy thread: {e}")))?;
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut bound = None;
     loop {
+        if bound.is_none() {
+            bound = bound_rx.try_recv().ok();
+        }
         if thread.is_finished() {
             let why = match thread.join() {
                 Ok(Err(e)) => e.to_string(),
@@ -218,14 +221,16 @@ upstream = "atdp-serve"
             };
             return Err(Error::Proxy(format!("atdp-proxy did not start: {why}")));
         }
-        let healthy = http
-            .get(format!("http://{admin}/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        let serving = tokio::net::TcpStream::connect(listen).await.is_ok();
-        if healthy && serving {
-            return Ok(listen);
+        if let Some(atdp_proxy::Bound { listen, admin, .. }) = bound {
+            let healthy = http
+                .get(format!("http://{admin}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            let serving = tokio::net::TcpStream::connect(listen).await.is_ok();
+            if healthy && serving {
+                return Ok(listen);
+            }
         }
         if Instant::now() > deadline {
             return Err(Error::Proxy("atdp-proxy did not answer within 60 s".into()));

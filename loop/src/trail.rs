@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use atdp_deploy::{Action, Event};
-use atdp_schema::{AuditEvent, LakeWriter, WriterConfig, new_id, now_micros};
+use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
 
 use crate::{Error, Result};
 
@@ -52,11 +52,6 @@ impl Trail {
             Action::Rollback => ("adapter_rollback", "rollback"),
         };
         let record = AuditEvent {
-            event_id: new_id(),
-            tenant_id: self.tenant.clone(),
-            occurred_at: now_micros(),
-            kind: kind.to_owned(),
-            actor: event.by.clone(),
             subject: Some(format!("{policy}@v{}", event.version)),
             decision: Some(decision.to_owned()),
             reason: Some(event.reason.clone()),
@@ -70,7 +65,7 @@ impl Trail {
                 })
                 .to_string(),
             ),
-            ..AuditEvent::default()
+            ..AuditEvent::new(kind, &event.by, &self.tenant)
         };
         let audit_error = |e: atdp_schema::Error| Error::Loop(format!("audit trail: {e}"));
         let (appended, linked) = self.writer.append_audit(record).map_err(audit_error)?;

@@ -48,7 +48,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use refusal::Refusal;
-pub use server::run;
+pub use server::{Bound, run, run_with};
 pub use state::load_keys;
 pub use tls::{Certificates, TlsFiles};
 pub use wire::{

@@ -1,11 +1,13 @@
 //! Starting the proxy: the Pingora server for agents, the admin port, policy reload on
 //! SIGHUP, and a graceful shutdown that lets in-flight streams finish and flushes the lake.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pingora::apps::HttpServerOptions;
+use pingora::listeners::TcpSocketOptions;
 use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
@@ -20,8 +22,27 @@ use crate::upstream::Upstreams;
 /// How long a graceful shutdown waits for in-flight calls before closing them.
 const GRACE: Duration = Duration::from_secs(30);
 
+/// The addresses a running proxy has bound: with port 0 in `listen` or `admin_listen`, the
+/// ports the system chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// Where agents connect.
+    pub listen: SocketAddr,
+    /// The admin port (`/metrics`, `/healthz`, `/readyz`, `POST /reload`).
+    pub admin: SocketAddr,
+    /// Whether `listen` serves HTTPS.
+    pub tls: bool,
+}
+
 /// Runs the proxy until SIGTERM (graceful) or SIGINT (fast); then flushes the lake.
 pub fn run(config: Config) -> Result<()> {
+    run_with(config, |_| {})
+}
+
+/// [`run`], calling `bound` once with the addresses taken, before the agents' listener starts
+/// accepting (a client that connects at once may be refused for a moment; `/readyz` tells
+/// when the proxy serves).
+pub fn run_with(config: Config, bound: impl FnOnce(Bound)) -> Result<()> {
     // The lake writer, the admin port and reloads live on their own runtime, which outlives
     // Pingora's service runtimes.
     let background = tokio::runtime::Builder::new_multi_thread()
@@ -55,7 +76,20 @@ pub fn run(config: Config) -> Result<()> {
             what: format!("cannot listen on the admin address {admin}"),
             source,
         })?;
+    let admin = admin_listener.local_addr().map_err(|source| Error::Io {
+        what: format!("cannot read the admin address {admin}"),
+        source,
+    })?;
     background.spawn(crate::admin::serve(state.clone(), admin_listener));
+    // Port 0: a socket that never listens takes a free port for the process's lifetime, and
+    // Pingora's listener binds the same port beside it (both with SO_REUSEPORT), so no other
+    // process can take the port in between.
+    let (listen, reserved) = reserve(listen)?;
+    let socket_options = reserved.as_ref().map(|_| {
+        let mut options = TcpSocketOptions::default();
+        options.so_reuseport = Some(true);
+        options
+    });
     background.spawn(reload_on_hangup(state.clone(), certificates.clone()));
 
     // Draining happens before Pingora is told to stop (see `Drain`), so its own grace period
@@ -89,9 +123,12 @@ pub fn run(config: Config) -> Result<()> {
                 .map_err(|e| Error::Config(format!("cannot set up TLS on {listen}: {e}")))?;
             tls.set_cert_resolver(certificates.clone());
             tls.enable_h2();
-            service.add_tls_with_settings(&listen.to_string(), None, tls);
+            service.add_tls_with_settings(&listen.to_string(), socket_options, tls);
         }
-        None => service.add_tcp(&listen.to_string()),
+        None => match socket_options {
+            Some(options) => service.add_tcp_with_settings(&listen.to_string(), options),
+            None => service.add_tcp(&listen.to_string()),
+        },
     }
     server.add_service(service);
     let scheme = if certificates.is_some() {
@@ -100,6 +137,11 @@ pub fn run(config: Config) -> Result<()> {
         "http"
     };
     tracing::info!(%listen, %admin, scheme, "atdp-proxy listening.");
+    bound(Bound {
+        listen,
+        admin,
+        tls: certificates.is_some(),
+    });
     server.run(RunArgs {
         shutdown_signal: Box::new(Drain {
             state: state.clone(),
@@ -117,6 +159,29 @@ pub fn run(config: Config) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// For a listen address with port 0: the address with the port the system chose, and the
+/// socket (bound with SO_REUSEPORT, never listening) that holds it. Other addresses are
+/// returned as they are.
+fn reserve(listen: SocketAddr) -> Result<(SocketAddr, Option<tokio::net::TcpSocket>)> {
+    if listen.port() != 0 {
+        return Ok((listen, None));
+    }
+    let failed = |source| Error::Io {
+        what: format!("cannot take a free port on {}", listen.ip()),
+        source,
+    };
+    let socket = if listen.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(failed)?;
+    socket.set_reuseport(true).map_err(failed)?;
+    socket.bind(listen).map_err(failed)?;
+    let taken = socket.local_addr().map_err(failed)?;
+    Ok((taken, Some(socket)))
 }
 
 /// SIGTERM (or SIGQUIT): stop taking new calls (503, and `/readyz` fails), wait for the calls in flight

@@ -13,7 +13,7 @@ use crate::grouping::Trajectories;
 use crate::limits::{HeavyWork, InFlight, RateLimiter};
 use crate::metrics::Metrics;
 use crate::recorder::{Job, Recorder, Sink};
-use crate::stages::record::{StepEnd, StepStart, build_step, now_micros, store_step};
+use crate::stages::record::{StepEnd, StepStart, build_step, store_step};
 use crate::wire::RequestView;
 
 /// Shared state of one proxy instance.
@@ -166,16 +166,11 @@ impl State {
                 Ok(version)
             });
         let event = AuditEvent {
-            event_id: uuid::Uuid::now_v7().to_string(),
-            tenant_id: "_system".to_owned(),
-            occurred_at: now_micros(),
-            kind: "policy_reload".to_owned(),
-            actor: by.to_owned(),
             subject: Some(self.config.policy.display().to_string()),
             decision: Some(if outcome.is_ok() { "allow" } else { "deny" }.to_owned()),
             policy_id: outcome.as_ref().ok().map(u64::to_string),
             reason: outcome.as_ref().err().map(ToString::to_string),
-            ..AuditEvent::default()
+            ..AuditEvent::new("policy_reload", by, "_system")
         };
         if let Err(error) = self.writer.append_audit(event) {
             tracing::error!(error = %error, "Could not record the policy reload in the audit trail.");

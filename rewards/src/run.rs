@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use atdp_schema::{AuditEvent, Catalog, LakeWriter, new_id, now_micros};
+use atdp_schema::{AuditEvent, Catalog, LakeWriter, now_micros};
 
 use crate::compute::compute;
 use crate::error::Result;
@@ -93,11 +93,6 @@ pub async fn run(
     // are complete and committed.
     for (tenant, rows) in &by_tenant {
         writer.append_audit(AuditEvent {
-            event_id: new_id(),
-            tenant_id: tenant.clone(),
-            occurred_at: now_micros(),
-            kind: "reward_written".into(),
-            actor: "atdp-reward".into(),
             subject: Some(function.source.clone()),
             detail_json: Some(
                 serde_json::json!({
@@ -107,7 +102,7 @@ pub async fn run(
                 })
                 .to_string(),
             ),
-            ..AuditEvent::default()
+            ..AuditEvent::new("reward_written", "atdp-reward", tenant)
         })?;
     }
     // Commit what was appended, even when a batch failed: earlier batches are complete.

@@ -1,10 +1,11 @@
 //! `atdp-lake`: maintenance of the ATDP lake (statistics, compaction, vacuum).
 
-use std::collections::HashMap;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use atdp_schema::{Lake, Table, maintenance, parse_storage_options};
+use atdp_schema::cli::{LakeArgs, init_logging, run_async};
+use atdp_schema::{Table, maintenance};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -14,13 +15,8 @@ use clap::{Parser, Subcommand};
     about = "Maintain the ATDP Delta Lake tables"
 )]
 struct Cli {
-    /// The lake: a local directory or a file://, s3://, gs:// or az:// URL.
-    #[arg(long, env = "ATDP_LAKE", default_value = "./atdp-data/lake")]
-    lake: String,
-    /// Object-store option KEY=VALUE (repeatable), e.g. aws_endpoint=http://127.0.0.1:9000.
-    /// Also read from ATDP_STORAGE_OPTIONS as comma-separated KEY=VALUE pairs.
-    #[arg(long = "storage-option", value_name = "KEY=VALUE")]
-    storage_options: Vec<String>,
+    #[command(flatten)]
+    lake: LakeArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -55,15 +51,6 @@ enum Command {
     },
 }
 
-fn storage_options(cli: &Cli) -> anyhow::Result<HashMap<String, String>> {
-    let from_env = std::env::var("ATDP_STORAGE_OPTIONS").unwrap_or_default();
-    let pairs = from_env
-        .split(',')
-        .map(str::to_owned)
-        .chain(cli.storage_options.iter().cloned());
-    Ok(parse_storage_options(pairs)?)
-}
-
 fn tables(name: Option<&str>) -> anyhow::Result<Vec<Table>> {
     match name {
         None => Ok(Table::ALL.to_vec()),
@@ -73,14 +60,14 @@ fn tables(name: Option<&str>) -> anyhow::Result<Vec<Table>> {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+fn main() -> ExitCode {
+    init_logging("warn");
     let cli = Cli::parse();
-    let lake = Lake::new(&cli.lake, storage_options(&cli)?)?;
+    run_async("atdp-lake", maintain(cli))
+}
+
+async fn maintain(cli: Cli) -> anyhow::Result<ExitCode> {
+    let lake = cli.lake.open()?;
     match &cli.command {
         Command::Stats => {
             let stats = maintenance::stats(&lake).await?;
@@ -116,5 +103,5 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

@@ -99,11 +99,25 @@ async fn stats_optimize_and_vacuum_from_the_command_line() {
     .unwrap();
     assert_eq!(first["files"].as_array().map(Vec::len), Some(0));
 
-    // Bad input: one clear line, non-zero exit.
+    // Bad input: one clear line naming the command, exit status 2.
     let zero = atdp_lake(&lake, &["vacuum", "--retention-hours", "0", "--force"]);
-    assert!(!zero.status.success());
-    assert!(String::from_utf8_lossy(&zero.stderr).contains("at least 1"));
+    assert_eq!(zero.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&zero.stderr);
+    assert!(
+        stderr.starts_with("atdp-lake: ") && stderr.contains("at least 1"),
+        "{stderr}"
+    );
     let unknown = atdp_lake(&lake, &["optimize", "--table", "nope"]);
-    assert!(!unknown.status.success());
+    assert_eq!(unknown.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown table"));
+    // A malformed object-store option, from the flag or the environment.
+    let option = atdp_lake(&lake, &["--lake-option", "no-equals-sign", "stats"]);
+    assert_eq!(option.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&option.stderr).contains("not KEY=VALUE"));
+    let from_env = Command::new(env!("CARGO_BIN_EXE_atdp-lake"))
+        .args(["--lake", lake.to_str().unwrap(), "stats"])
+        .env("ATDP_LAKE_OPTIONS", "broken")
+        .output()
+        .unwrap();
+    assert_eq!(from_env.status.code(), Some(2));
 }

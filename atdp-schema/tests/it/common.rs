@@ -1,8 +1,7 @@
 //! Helpers shared by the integration tests.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use atdp_schema::{Filter, Lake, LakeReader, LakeWriter, Reward, WriterConfig, new_id, now_micros};
@@ -106,26 +105,7 @@ pub fn assert_exactly_once(found: &[String], expected: &[String]) {
     );
 }
 
-/// The Python interpreter of the test venv (set by scripts/test).
-pub fn python() -> PathBuf {
-    let path = std::env::var_os("ATDP_PYTHON").expect(
-        "ATDP_PYTHON is not set: run the tests through scripts/test, which creates the Python venv",
-    );
-    PathBuf::from(path)
-}
-
-/// This crate's directory, read when the tests run (cargo sets it then too). The value fixed at
-/// compile time can name another checkout: cargo keeps a test binary built there as fresh when
-/// the sources here are older and the target directory is shared.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-/// The repository root.
-pub fn repo_root() -> PathBuf {
-    manifest_dir().join("..")
-}
+pub use atdp_testkit::{Moto, python, repo_root};
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
@@ -135,74 +115,10 @@ pub fn free_port() -> u16 {
         .unwrap()
 }
 
-/// A moto S3 server on loopback, killed on drop.
-pub struct Moto {
-    child: Child,
-    pub port: u16,
-}
-
-impl Moto {
-    /// Starts moto's S3 server through `tests/python/moto_server.py` (which makes its
-    /// conditional writes atomic, as S3's are) with the test venv's Python, and waits until it
-    /// answers.
-    pub fn start() -> Moto {
-        let launcher = repo_root().join("tests/python/moto_server.py");
-        let port = free_port();
-        let child = Command::new(python())
-            .arg(launcher)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto_server");
-        let moto = Moto { child, port };
-        let start = Instant::now();
-        while http(port, "GET", "/", "").is_none() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "moto_server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        moto
-    }
-
-    /// Creates a bucket.
-    pub fn create_bucket(&self, bucket: &str) {
-        let status = http(self.port, "PUT", &format!("/{bucket}"), "").unwrap_or_default();
-        assert!(
-            status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200"),
-            "create bucket: {status}"
-        );
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The id on an `ACK <id>` line of a child process. The test harness may print its own
 /// `test … ` prefix on the same line as the child's first output.
 pub fn acked_id(line: &str) -> Option<&str> {
     line.find("ACK ").map(|at| line[at + 4..].trim())
-}
-
-/// Sends one plain HTTP request to loopback; returns the status line.
-pub fn http(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.lines().next().map(str::to_owned)
 }
 
 /// Storage options for an S3 endpoint on loopback.

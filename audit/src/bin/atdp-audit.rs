@@ -10,9 +10,11 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use arrow::array::RecordBatch;
 use atdp_audit::{
-    Auditor, Catalog, ConsoleConfig, Hit, MAX_PAGE, Search, Subject, Trail, event, row, seal,
+    Auditor, Catalog, ConsoleConfig, Hit, MAX_PAGE, Search, Searcher, Subject, Trail, event, row,
+    seal,
 };
-use atdp_schema::{Lake, Table, WriterConfig, parse_storage_options};
+use atdp_schema::cli::{LakeArgs, init_logging, run_async};
+use atdp_schema::{Lake, Table, WriterConfig};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -33,12 +35,9 @@ struct Common {
     /// Directory for the default lake, key file and this tool's write-ahead log.
     #[arg(long, env = "ATDP_DATA", default_value = "atdp-data", global = true)]
     data: PathBuf,
-    /// The lake: a directory or an s3://, gs://, az:// URL (default <data>/lake).
-    #[arg(long, env = "ATDP_LAKE", global = true)]
-    lake: Option<String>,
-    /// Object-store option KEY=VALUE (repeatable); see docs/lake.md.
-    #[arg(long = "lake-option", global = true)]
-    lake_options: Vec<String>,
+    /// The lake (default <data>/lake).
+    #[command(flatten)]
+    lake: LakeArgs,
     /// Policy directory (Cedar files and masking.toml).
     #[arg(
         long,
@@ -216,9 +215,8 @@ impl Env {
     fn new(common: &Common) -> Result<Env> {
         let lake_url = common
             .lake
-            .clone()
-            .unwrap_or_else(|| common.data.join("lake").to_string_lossy().into_owned());
-        let options = parse_storage_options(&common.lake_options)?;
+            .url_or(&common.data.join("lake").to_string_lossy());
+        let options = common.lake.options()?;
         let lake = Lake::new(&lake_url, options.clone())?;
         let mut pins = BTreeMap::new();
         for pin in &common.at {
@@ -389,11 +387,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 .as_deref()
                 .map(|k| env.auditor(k))
                 .transpose()?;
-            let tenants = match (&auditor, &args.tenant) {
-                (Some(auditor), tenant) => auditor.scope(tenant.as_deref())?,
-                (None, Some(t)) => vec![t.clone()],
-                (None, None) => env.policy()?.access.tenants(),
-            };
             let search = Search {
                 tenant: args.tenant.clone(),
                 agent: args.agent,
@@ -409,28 +402,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 offset: args.offset,
                 limit: args.limit,
             };
-            let mut page = atdp_audit::search(&catalog, &tenants, &search).await?;
-            if let Some(auditor) = &auditor {
-                let access = &env.policy()?.access;
-                page.hits
-                    .retain(|h| auditor.may_read(access, &h.trajectory_id, &h.tenant_id));
-            }
             let trail = env.trail().await?;
+            let operator = cli_actor(None);
+            let searcher = match &auditor {
+                Some(auditor) => Searcher::Auditor(auditor),
+                None => Searcher::Operator { actor: &operator },
+            };
+            let page =
+                atdp_audit::audited_search(&catalog, env.policy()?, &trail, searcher, &search)
+                    .await?;
+            print_hits(&page.hits, args.format)?;
             let actor = auditor
                 .as_ref()
-                .map_or_else(|| cli_actor(None), Auditor::actor);
-            let mut audited = search.clone();
-            let scanner = &env.policy()?.scanner;
-            audited.text = audited.text.map(|t| atdp_audit::redact(scanner, &t));
-            let mut record = event("query", &actor, atdp_audit::SYSTEM_TENANT);
-            record.decision = Some("allow".into());
-            record.detail_json = Some(
-                serde_json::json!({ "filters": audited, "results": page.hits.len(), "versions": page.versions })
-                    .to_string(),
-            );
-            trail.record(record).await?;
-            print_hits(&page.hits, args.format)?;
+                .map_or_else(|| operator.clone(), Auditor::actor);
+            // The hits were checked: their tenants are the ones the bundle may read.
+            let tenants: Vec<String> = page
+                .hits
+                .iter()
+                .map(|h| h.tenant_id.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
             if let Some(path) = &args.evidence {
+                let audited = search.redacted(&env.policy()?.scanner);
                 let steps = atdp_audit::steps_by_id(&catalog, &tenants, &page.hits).await?;
                 let rows = steps
                     .iter()
@@ -645,29 +639,7 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,atdp_audit=info,buoyant_kernel=off".into()),
-        )
-        .init();
+    init_logging("warn,atdp_audit=info");
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("atdp-audit: cannot start the runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("atdp-audit: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    run_async("atdp-audit", run(cli))
 }

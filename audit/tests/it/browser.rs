@@ -17,7 +17,7 @@ async fn a_reviewer_finds_reads_reveals_and_sees_the_reveal_audited() {
         None => f.dir.path().join("trajectory.png"),
     };
     let python = std::env::var("ATDP_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = crate::common::manifest_dir().join("../tests/python/console_browser.py");
+    let script = atdp_testkit::repo_root().join("tests/python/console_browser.py");
     let reason = "Subject access request #4411";
     let base = format!("http://{}", server.addr);
     let shot = screenshot.clone();

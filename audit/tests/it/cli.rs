@@ -1,6 +1,7 @@
 //! `atdp-audit` as a command: query formats, read-only SQL, export, and an evidence bundle
 //! checked by an independent script (`tests/python/check_evidence.py`), tampered and not.
 
+use atdp_testkit::python;
 use std::process::{Command, Output};
 
 use crate::common::*;
@@ -9,13 +10,9 @@ fn cli(f: &Fixture, wal: &str, args: &[&str]) -> Output {
     f.command(wal).args(args).output().unwrap()
 }
 
-fn python() -> String {
-    std::env::var("ATDP_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
 fn check_evidence(path: &std::path::Path) -> Output {
     Command::new(python())
-        .arg(crate::common::manifest_dir().join("../tests/python/check_evidence.py"))
+        .arg(atdp_testkit::repo_root().join("tests/python/check_evidence.py"))
         .arg(path)
         .output()
         .unwrap()

@@ -86,17 +86,9 @@ fn collect_parquet(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// This crate's directory, read when the tests run (cargo sets it then too). The value fixed at
-/// compile time can name another checkout: cargo keeps a test binary built there as fresh when
-/// the sources here are older and the target directory is shared.
-pub fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
 /// Copies the quickstart policy and adds an analyst auditor of `demo`.
 fn policy_dir(into: &Path) -> PathBuf {
-    let quickstart = manifest_dir().join("../policies/examples/quickstart");
+    let quickstart = atdp_testkit::repo_root().join("policies/examples/quickstart");
     let dir = into.join("policy");
     std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(&quickstart).unwrap() {

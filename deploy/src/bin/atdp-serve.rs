@@ -4,11 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use atdp_deploy::{BaseModel, EngineOptions, Registry, State, Watcher};
-use atdp_schema::parse_storage_options;
+use atdp_schema::cli::{LakeArgs, init_logging, run_async};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -25,18 +26,9 @@ struct Cli {
 
 #[derive(Args, Debug)]
 struct Common {
-    /// The lake whose `adapters/` folder is the registry: a directory or an s3://, gs://,
-    /// az:// URL.
-    #[arg(
-        long,
-        env = "ATDP_LAKE",
-        default_value = "atdp-data/lake",
-        global = true
-    )]
-    lake: String,
-    /// Object-store option KEY=VALUE (repeatable); see docs/lake.md.
-    #[arg(long = "lake-option", global = true)]
-    lake_options: Vec<String>,
+    /// The lake whose `adapters/` folder is the registry.
+    #[command(flatten)]
+    lake: LakeArgs,
     /// The policy: the registry's name for one agent's adapters.
     #[arg(long, env = "ATDP_POLICY", default_value = "default", global = true)]
     policy: String,
@@ -104,19 +96,18 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,mistralrs_core=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+fn main() -> ExitCode {
+    init_logging("info,mistralrs_core=warn");
     let cli = Cli::parse();
+    run_async("atdp-serve", async {
+        serve(cli).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn serve(cli: Cli) -> Result<()> {
     let c = &cli.common;
-    let options = parse_storage_options(&c.lake_options)?;
-    let registry = Registry::open(&c.lake, options, &c.policy)?;
+    let registry = Registry::open(&c.lake.url(), c.lake.options()?, &c.policy)?;
     match cli.command {
         Command::Run {
             base,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use atdp_loop::{Agent, Env, EvalPlan, EvalReport, compare_html, evaluate};
+use atdp_schema::cli::{EXIT_PROBLEM_FOUND, fail};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -88,10 +89,7 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("atdp-eval: cannot start a runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail("atdp-eval", format!("cannot start a runtime: {e}")),
     };
     match runtime.block_on(main_async(cli)) {
         Ok(r) => {
@@ -111,14 +109,11 @@ fn main() -> ExitCode {
                 for f in &r.failures {
                     eprintln!("failed: {f}");
                 }
-                ExitCode::FAILURE
+                ExitCode::from(EXIT_PROBLEM_FOUND)
             } else {
                 ExitCode::SUCCESS
             }
         }
-        Err(e) => {
-            eprintln!("atdp-eval: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail("atdp-eval", format!("{e:#}")),
     }
 }

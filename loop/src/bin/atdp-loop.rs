@@ -12,6 +12,7 @@ use atdp_loop::{
     Env, GateConfig, GateSetup, RollbackConfig, Trail, blocking, check_rollback, cycle, data_since,
     gate, live_rewards, record_decision, rewarded_trajectories,
 };
+use atdp_schema::cli::{LakeArgs, init_logging, run_async};
 use atdp_trainer::{RawRunConfig, RunConfig};
 use clap::{Parser, Subcommand};
 
@@ -21,12 +22,9 @@ use clap::{Parser, Subcommand};
     about = "Gate, train and promote adapters in a loop"
 )]
 struct Cli {
-    /// The lake (the registry lives under it): a local directory or a URL.
-    #[arg(long, env = "ATDP_LAKE", default_value = "atdp-data/lake")]
-    lake: String,
-    /// Object-store options of the lake (repeatable).
-    #[arg(long = "lake-option", value_name = "KEY=VALUE")]
-    lake_options: Vec<String>,
+    /// The lake (the registry lives under it).
+    #[command(flatten)]
+    lake: LakeArgs,
     /// The registry's policy name.
     #[arg(long, env = "ATDP_SERVE_POLICY")]
     policy: String,
@@ -201,7 +199,8 @@ impl Watch<'_> {
 
 async fn main_async(cli: Cli) -> anyhow::Result<()> {
     // The schema's parser: its errors name a pair's position, never its text (credentials).
-    let options = atdp_schema::parse_storage_options(&cli.lake_options)?;
+    let options = cli.lake.options()?;
+    let lake_url = cli.lake.url();
     let env = Env::from_name(&cli.env)
         .with_context(|| format!("unknown environment {:?} (routing, guess)", cli.env))?;
     let gate_config: GateConfig = match &cli.gate {
@@ -209,8 +208,8 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| format!("{}", path.display()))?,
         None => GateConfig::default(),
     };
-    let registry = Registry::open(&cli.lake, options.clone(), &cli.policy)?;
-    let trail = Trail::open(&cli.lake, options.clone(), &cli.wal, &cli.tenant).await?;
+    let registry = Registry::open(&lake_url, options.clone(), &cli.policy)?;
+    let trail = Trail::open(&lake_url, options.clone(), &cli.wal, &cli.tenant).await?;
     let setup = GateSetup {
         registry: registry.clone(),
         base: BaseModel::open(&cli.base)?,
@@ -252,7 +251,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
         Command::Live { train, window } => {
             let train = train_config(&train)?;
             let (lake, selection, reward) =
-                (cli.lake.clone(), train.selection.clone(), env.reward_name());
+                (lake_url.clone(), train.selection.clone(), env.reward_name());
             let opts = options.clone();
             let live = blocking("live", move || {
                 live_rewards(&lake, opts, &selection, reward, window)
@@ -284,7 +283,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
                 // A lake or registry that cannot be read now (storage down) is reported and
                 // tried again at the next poll; the loop does not stop.
                 let watch = Watch {
-                    lake: &cli.lake,
+                    lake: &lake_url,
                     options: &options,
                     by: &cli.by,
                     registry: &registry,
@@ -318,29 +317,10 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,buoyant_kernel=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging("info");
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("atdp-loop: cannot start a runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(main_async(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("atdp-loop: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    run_async("atdp-loop", async {
+        main_async(cli).await?;
+        Ok(ExitCode::SUCCESS)
+    })
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use atdp_loop::quickstart::{QuickstartConfig, run};
+use atdp_schema::cli::{EXIT_FAILURE, EXIT_PROBLEM_FOUND, fail, init_logging};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -38,17 +39,12 @@ struct Cli {
     rank: Option<usize>,
 }
 
-/// Warnings, less two kinds of noise: delta-rs logs an error while a table has no commit
-/// yet, and Pingora one when a pooled upstream connection was closed (it reconnects).
-const QUIET: &str = "warn,buoyant_kernel=off,pingora_core::connectors=off";
+/// Warnings, less Pingora's error when a pooled upstream connection was closed (it
+/// reconnects); `init_logging` silences delta-rs's kernel.
+const QUIET: &str = "warn,pingora_core::connectors=off";
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| QUIET.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(QUIET);
     let cli = Cli::parse();
     let mut config = QuickstartConfig::new(cli.dir);
     config.collect = cli.collect;
@@ -62,10 +58,7 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("atdp-quickstart: cannot start a runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail("atdp-quickstart", format!("cannot start a runtime: {e}")),
     };
     let started = std::time::Instant::now();
     let say = |line: &str| println!("[{:>6.1} s] {line}", started.elapsed().as_secs_f64());
@@ -98,9 +91,13 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("atdp-quickstart: {e}");
-            ExitCode::FAILURE
+            std::process::exit(EXIT_FAILURE.into())
         }
     };
     // The proxy runs until the process ends.
-    std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 })
+    std::process::exit(if code == ExitCode::SUCCESS {
+        0
+    } else {
+        EXIT_PROBLEM_FOUND.into()
+    })
 }

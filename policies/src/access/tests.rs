@@ -5,16 +5,8 @@ use serde_json::json;
 use super::*;
 use crate::store::{Policy, PolicyStore};
 
-/// This crate's directory, read when the tests run (cargo sets it then too). The value fixed at
-/// compile time can name another checkout: cargo keeps a test binary built there as fresh when
-/// the sources here are older and the target directory is shared.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
 fn quickstart() -> PathBuf {
-    manifest_dir().join("examples/quickstart")
+    atdp_testkit::repo_root().join("policies/examples/quickstart")
 }
 
 fn policy() -> AccessPolicy {

@@ -5,7 +5,7 @@ use atdp_policies::{Action, Policy, hash_api_key};
 use serde_json::json;
 
 fn example_policy() -> Policy {
-    let dir = super::manifest_dir().join("../examples/policy");
+    let dir = atdp_testkit::repo_root().join("examples/policy");
     Policy::load(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
 }
 

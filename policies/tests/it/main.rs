@@ -170,18 +170,8 @@ fn keygen_then_mask() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// This crate's directory, read when the tests run (cargo sets it then too). The value fixed at
-/// compile time can name another checkout: cargo keeps a test binary built there as fresh when
-/// the sources here are older and the target directory is shared.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
-        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")),
-        std::path::PathBuf::from,
-    )
-}
-
 fn quickstart() -> std::path::PathBuf {
-    manifest_dir().join("examples/quickstart")
+    atdp_testkit::repo_root().join("policies/examples/quickstart")
 }
 
 #[test]

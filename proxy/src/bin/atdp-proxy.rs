@@ -3,9 +3,10 @@
 //! Settings come from `--config FILE` (TOML, see `docs/proxy.md`); each can be overridden by a
 //! flag or its environment variable. `atdp-proxy --policy policies/examples/quickstart
 //! --upstream URL` starts with nothing else configured. `--check-config` validates the
-//! settings, the policy directory and the key file, prints a summary, and exits.
+//! settings, the policy directory and the key file, prints a summary, and exits. Started, it
+//! prints one JSON line on stdout with the addresses it bound (`--listen 127.0.0.1:0` and
+//! `--admin-listen 127.0.0.1:0` pick free ports).
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -246,25 +247,28 @@ fn disable_transparent_huge_pages() {
     }
 }
 
+/// One line on stdout with the addresses taken (port 0 picks a free one), for scripts and
+/// supervisors: `{"listen":"127.0.0.1:8080","admin":"127.0.0.1:9090","scheme":"http"}`.
+fn announce(bound: atdp_proxy::Bound) {
+    use std::io::Write;
+    let line = serde_json::json!({
+        "listen": bound.listen.to_string(),
+        "admin": bound.admin.to_string(),
+        "scheme": if bound.tls { "https" } else { "http" },
+    });
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout must not stop the proxy.
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // Our crates at info; the libraries (Pingora, delta-rs) only when they warn. Two
-                // kinds of library noise are silenced: delta-rs's kernel (crate `buoyant_kernel`)
-                // logs "No files in log segment" as an error each time a table with no commit yet
-                // is read, and Pingora logs an error when a pooled upstream connection is still
-                // held by its idle watcher (it then connects anew). The writer and the proxy
-                // report their own failures.
-                .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new(
-                        "warn,atdp_proxy=info,atdp_schema=info,atdp_policies=info,buoyant_kernel=off,pingora_core::connectors=off",
-                    )
-                }),
-        )
-        .with_target(false)
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
+    // Our crates at info; the libraries (Pingora, delta-rs) only when they warn. Pingora logs
+    // an error when a pooled upstream connection is still held by its idle watcher (it then
+    // connects anew): silenced, as delta-rs's kernel is by `init_logging`. Standard output
+    // carries only the line of bound addresses (`announce`).
+    atdp_schema::cli::init_logging(
+        "warn,atdp_proxy=info,atdp_schema=info,atdp_policies=info,pingora_core::connectors=off",
+    );
     // Before the runtimes and their threads start.
     disable_transparent_huge_pages();
     let cli = Cli::parse();
@@ -369,13 +373,10 @@ fn main() -> ExitCode {
                 println!("configuration is valid");
                 return Ok(());
             }
-            Ok(atdp_proxy::run(config)?)
+            Ok(atdp_proxy::run_with(config, announce)?)
         });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("atdp-proxy: {error:#}");
-            ExitCode::from(2)
-        }
+        Err(error) => atdp_schema::cli::fail("atdp-proxy", format!("{error:#}")),
     }
 }

@@ -18,10 +18,7 @@ use crate::wire::{RequestView, ResponseView};
 /// The tag that says a step's token ids were not stored, and its value.
 pub const TOKEN_IDS_TAG: (&str, &str) = ("token_ids", "dropped");
 
-/// Microseconds since the Unix epoch.
-pub fn now_micros() -> i64 {
-    chrono::Utc::now().timestamp_micros()
-}
+pub use atdp_schema::now_micros;
 
 /// What is known about a call when it starts.
 #[derive(Debug, Clone)]
@@ -264,23 +261,18 @@ pub fn decision_event(
     reason: Option<String>,
     detail: Value,
 ) -> AuditEvent {
+    let kind = if allowed {
+        "request_allowed"
+    } else {
+        "request_denied"
+    };
     AuditEvent {
-        event_id: uuid::Uuid::now_v7().to_string(),
-        tenant_id: tenant.to_owned(),
-        occurred_at: now_micros(),
-        kind: if allowed {
-            "request_allowed"
-        } else {
-            "request_denied"
-        }
-        .to_owned(),
-        actor: actor.to_owned(),
         subject: Some(subject.to_owned()),
         decision: Some(if allowed { "allow" } else { "deny" }.to_owned()),
         policy_id: (!policies.is_empty()).then(|| policies.join(",")),
         reason,
         detail_json: Some(detail.to_string()),
-        ..AuditEvent::default()
+        ..AuditEvent::new(kind, actor, tenant)
     }
 }
 

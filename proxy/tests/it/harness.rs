@@ -11,23 +11,7 @@ use std::time::{Duration, Instant};
 use atdp_schema::{AuditEvent, Filter, Lake, LakeReader, Reward, Step, VaultEntry};
 use serde_json::Value;
 
-/// This crate's directory, read when the tests run (cargo sets it then too). The value fixed at
-/// compile time can name another checkout: cargo keeps a test binary built there as fresh when
-/// the sources here are older and the target directory is shared.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-pub fn root() -> PathBuf {
-    manifest_dir().join("..")
-}
-
-pub fn python() -> String {
-    std::env::var("ATDP_PYTHON").expect(
-        "ATDP_PYTHON is not set: run the tests through scripts/test, which prepares the venv",
-    )
-}
+pub use atdp_testkit::{FakeUpstream as Upstream, python, repo_root as root};
 
 pub fn quickstart() -> PathBuf {
     root().join("policies/examples/quickstart")
@@ -42,45 +26,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// The fake provider.
-pub struct Upstream {
-    child: Child,
-    pub port: u16,
-}
-
-impl Upstream {
-    pub fn start() -> Upstream {
-        let mut child = Command::new(python())
-            .arg(root().join("tests/python/fake_upstream.py"))
-            .args(["--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = serde_json::from_str::<Value>(&line).unwrap()["port"]
-            .as_u64()
-            .unwrap() as u16;
-        Upstream { child, port }
-    }
-
-    /// Every request the fake has received: `{method, path, headers, body}`.
-    pub fn requests(&self) -> Vec<Value> {
-        let response = http(self.port, "GET", "/_requests", &[], b"");
-        serde_json::from_slice(&response.body).unwrap()
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `atdp-proxy` as a child process, with its own data directory.
@@ -135,22 +80,41 @@ impl Proxy {
         data: tempfile::TempDir,
         env: &[(&str, &str)],
     ) -> Proxy {
-        let (port, admin) = (free_port(), free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_atdp-proxy"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_atdp-proxy"))
             .envs(env.iter().copied())
             .arg("--policy")
             .arg(policy)
             .arg("--data")
             .arg(data.path())
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0"])
             .arg("--generate-keys")
             .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            .env("RUST_LOG", "warn,buoyant_kernel=off")
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
+        // The line on stdout that names the ports the proxy took; the rest is drained.
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut bound = None;
+        let mut line = String::new();
+        while bound.is_none() && stdout.read_line(&mut line).unwrap_or(0) > 0 {
+            bound = serde_json::from_str::<Value>(&line)
+                .ok()
+                .filter(|v| v["listen"].is_string());
+            line.clear();
+        }
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        let Some(bound) = bound else {
+            let status = child.wait().unwrap();
+            panic!("atdp-proxy exited at start ({status}) without announcing its addresses");
+        };
+        let port_of = |key: &str| -> u16 {
+            let address: std::net::SocketAddr = bound[key].as_str().unwrap().parse().unwrap();
+            address.port()
+        };
+        let (port, admin) = (port_of("listen"), port_of("admin"));
         let mut proxy = Proxy {
             child: Some(child),
             terminated: false,

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use atdp_rewards::{Progress, RewardFn, Selection, Target};
-use atdp_schema::{Catalog, Lake, LakeWriter, WriterConfig, parse_storage_options};
+use atdp_schema::cli::{LakeArgs, init_logging, run_async};
+use atdp_schema::{Catalog, LakeWriter, WriterConfig};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -26,17 +27,8 @@ struct Cli {
 
 #[derive(Args, Debug)]
 struct Common {
-    /// The lake: a directory or an s3://, gs://, az:// URL.
-    #[arg(
-        long,
-        env = "ATDP_LAKE",
-        default_value = "atdp-data/lake",
-        global = true
-    )]
-    lake: String,
-    /// Object-store option KEY=VALUE (repeatable); see docs/lake.md.
-    #[arg(long = "lake-option", global = true)]
-    lake_options: Vec<String>,
+    #[command(flatten)]
+    lake: LakeArgs,
     /// Only this tenant.
     #[arg(long, global = true)]
     tenant: Option<String>,
@@ -132,15 +124,15 @@ async fn main_async(cli: Cli) -> Result<()> {
             .map(|t| parse_time("until", t))
             .transpose()?,
     };
-    let options = parse_storage_options(&c.lake_options)?;
-    let lake = Lake::new(&c.lake, options.clone())?;
+    let options = c.lake.options()?;
+    let lake = c.lake.open()?;
     let catalog = Catalog::open(&lake, &BTreeMap::new())
         .await
         .context("opening the lake")?;
     match &cli.command {
         Command::Run { function, wal } => {
             let function = load(function)?;
-            let mut config = WriterConfig::new(c.lake.clone(), wal.clone());
+            let mut config = WriterConfig::new(c.lake.url(), wal.clone());
             config.storage_options = options;
             let writer = LakeWriter::open(config).await?;
             let units = unit(function.target);
@@ -198,26 +190,10 @@ async fn main_async(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging("warn");
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("atdp-reward: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(main_async(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("atdp-reward: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    run_async("atdp-reward", async {
+        main_async(cli).await?;
+        Ok(ExitCode::SUCCESS)
+    })
 }

@@ -24,7 +24,7 @@ async fn run_twice_preview_and_diff() {
     let f = Fixture::new().await;
     let spec = f.dir.path().join("stop_ok.toml");
     std::fs::copy(
-        crate::common::manifest_dir().join("examples/stop_ok.toml"),
+        atdp_testkit::repo_root().join("rewards/examples/stop_ok.toml"),
         &spec,
     )
     .unwrap();

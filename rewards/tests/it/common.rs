@@ -115,16 +115,4 @@ impl Fixture {
     }
 }
 
-/// This crate's directory, read when the tests run (cargo sets it then too). The value fixed at
-/// compile time can name another checkout: cargo keeps a test binary built there as fresh when
-/// the sources here are older and the target directory is shared.
-pub fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-/// The interpreter for Python reward programs: `ATDP_PYTHON` (set by scripts/test), else
-/// `python3`.
-pub fn python() -> String {
-    std::env::var("ATDP_PYTHON").unwrap_or_else(|_| "python3".into())
-}
+pub use atdp_testkit::python;

@@ -101,7 +101,7 @@ async fn diff_compares_two_versions_on_the_same_sample() {
 async fn the_example_reward_specs_label_a_sample() {
     let f = Fixture::new().await;
     let catalog = f.catalog().await;
-    let dir = crate::common::manifest_dir().join("../examples/rewards");
+    let dir = atdp_testkit::repo_root().join("examples/rewards");
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

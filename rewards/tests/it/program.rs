@@ -8,8 +8,8 @@ use atdp_rewards::{Error, RewardFn, Selection};
 use crate::common::{Fixture, STEPS, python};
 
 fn example_script() -> String {
-    crate::common::manifest_dir()
-        .join("examples/python/tool_use.py")
+    atdp_testkit::repo_root()
+        .join("rewards/examples/python/tool_use.py")
         .display()
         .to_string()
 }

@@ -238,9 +238,6 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("atdp-train: {e:#}");
-            ExitCode::from(2)
-        }
+        Err(e) => atdp_schema::cli::fail("atdp-train", format!("{e:#}")),
     }
 }

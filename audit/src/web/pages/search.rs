@@ -13,8 +13,7 @@ use serde::Deserialize;
 
 use super::{failure, html, posted, signed_in, text, time};
 use crate::error::{Error, Result};
-use crate::search::{Page, Search};
-use crate::trail::{SYSTEM_TENANT, event, redact};
+use crate::search::{Page, Search, Searcher};
 use crate::web::Console;
 use crate::web::throttle::client_key;
 
@@ -129,17 +128,6 @@ impl SearchForm {
 
 /// What a search records in the audit trail: its filters, with personal data in the free
 /// text replaced by its entity type (an auditor may type a customer's e-mail address).
-fn search_detail(console: &Console, search: &Search, results: usize) -> String {
-    let mut filters = serde_json::to_value(search).unwrap_or_default();
-    if let (Some(text), Some(object)) = (&search.text, filters.as_object_mut()) {
-        object.insert(
-            "text".into(),
-            serde_json::Value::String(redact(&console.policy.scanner, text)),
-        );
-    }
-    serde_json::json!({ "filters": filters, "results": results }).to_string()
-}
-
 /// The search form, filled from the URL; nothing is searched or recorded.
 pub(crate) async fn form(
     State(console): State<Arc<Console>>,
@@ -186,19 +174,14 @@ pub(crate) async fn search(
     let page_size = console.config.page_size;
     let searched = async {
         let search = form.to_search(page_size)?;
-        let tenants = auditor.scope(search.tenant.as_deref())?;
-        let mut page = crate::search::search(&catalog, &tenants, &search).await?;
-        page.hits
-            .retain(|h| auditor.may_read(&console.policy.access, &h.trajectory_id, &h.tenant_id));
-        let tenant = match tenants.as_slice() {
-            [one] => one.clone(),
-            _ => SYSTEM_TENANT.to_owned(),
-        };
-        let mut record = event("query", &auditor.actor(), &tenant);
-        record.decision = Some("allow".into());
-        record.detail_json = Some(search_detail(&console, &search, page.hits.len()));
-        console.trail.record(record).await?;
-        Ok::<Page, Error>(page)
+        crate::search::audited_search(
+            &catalog,
+            &console.policy,
+            &console.trail,
+            Searcher::Auditor(&auditor),
+            &search,
+        )
+        .await
     };
     let (page, problem, status) = match searched.await {
         Ok(page) => (Some(page), None, StatusCode::OK),
