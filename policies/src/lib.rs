@@ -24,6 +24,7 @@ mod forwarding;
 mod json;
 mod keyfile;
 mod mask;
+pub mod principals;
 mod store;
 mod vault;
 

@@ -157,10 +157,16 @@ impl State {
     pub fn reload(&self, by: &str) -> Result<u64> {
         // Everything that can fail happens before the swap: a new policy is only in force
         // with keys for all its tenants.
+        let before = self.policy.current().1;
+        let mut principals = None;
         let outcome: Result<u64> = Policy::load(&self.config.policy)
             .map_err(Error::from)
             .and_then(|policy| {
                 let keys = load_keys(&self.config, &policy.access.tenants())?;
+                principals = Some(atdp_policies::principals::changes(
+                    before.access.principals(),
+                    policy.access.principals(),
+                ));
                 let version = self.policy.replace(policy);
                 *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
                 Ok(version)
@@ -170,6 +176,9 @@ impl State {
             decision: Some(if outcome.is_ok() { "allow" } else { "deny" }.to_owned()),
             policy_id: outcome.as_ref().ok().map(u64::to_string),
             reason: outcome.as_ref().err().map(ToString::to_string),
+            // Which API keys and auditors the reload added, revoked or removed (ids only).
+            detail_json: principals
+                .map(|changes| serde_json::json!({ "principals": changes }).to_string()),
             ..AuditEvent::new("policy_reload", by, "_system")
         };
         if let Err(error) = self.writer.append_audit(event) {

@@ -5,7 +5,9 @@
 //! `atdp-policy mask` writes `{"id", "text", "spans", "vault"}` with the masked text;
 //! `atdp-policy check DIR` lists every problem of a policy directory with file, line and
 //! column (exit status 1 when there is one); `atdp-policy keygen` adds fresh keys for tenants
-//! to a key file, creating it if needed (tenants that have keys keep them). With
+//! to a key file, creating it if needed (tenants that have keys keep them); `atdp-policy key
+//! add|revoke|list --policy DIR` manages the API keys and auditors of `entities.json` (a new
+//! key is printed once; only its SHA-256 is stored). With
 //! `--policy DIR`, `scan` and `mask` use that directory's `masking.toml` (custom entities,
 //! context words, threshold; `mask` also its storage actions). A malformed input line is reported on stderr
 //! with its line number (never its content) and does not stop the rest; the exit status is
@@ -19,7 +21,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use atdp_policies::{
     Action, KeyFile, KeyRing, MaskPolicy, MaskingConfig, MissingKeys, Scanner, builtin_entities,
-    check_dir, json_error_kind, mask,
+    check_dir, json_error_kind, mask, principals,
 };
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
@@ -33,6 +35,47 @@ use serde::Deserialize;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum KeyCommand {
+    /// Add an agent's API key (`--tenant T --agent A`) or an auditor's key (`--auditor ROLE
+    /// --tenant T…`); prints the key on stdout, once.
+    Add {
+        /// The policy directory.
+        #[arg(long, env = "ATDP_POLICY_DIR")]
+        policy: PathBuf,
+        /// The tenant (repeatable for an auditor).
+        #[arg(long = "tenant", required = true)]
+        tenants: Vec<String>,
+        /// The agent the key belongs to (created under the tenant when new).
+        #[arg(long, conflicts_with = "auditor")]
+        agent: Option<String>,
+        /// An auditor's key with this role (compliance_officer, reviewer, …).
+        #[arg(long, value_name = "ROLE")]
+        auditor: Option<String>,
+        /// Add the tenant too when it is not in entities.json (it then needs vault keys).
+        #[arg(long)]
+        create_tenant: bool,
+    },
+    /// Revoke a key (kept with active = false) or remove an auditor, by id or its first 8+
+    /// characters.
+    Revoke {
+        /// The policy directory.
+        #[arg(long, env = "ATDP_POLICY_DIR")]
+        policy: PathBuf,
+        /// The id (the SHA-256 of the key), or its first characters as `list` shows them.
+        id: String,
+    },
+    /// List the API keys and auditors: kind, id, agent or role, tenants, state.
+    List {
+        /// The policy directory.
+        #[arg(long, env = "ATDP_POLICY_DIR")]
+        policy: PathBuf,
+        /// One JSON object per line instead of columns.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -70,6 +113,12 @@ enum Command {
     Check {
         /// The directory (schema.cedarschema, policies.cedar, entities.json, masking.toml).
         dir: PathBuf,
+    },
+    /// API keys and auditors of a policy directory: add (the key is printed once, only its
+    /// SHA-256 is stored), revoke, list.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
     },
     /// Add fresh random keys for the given tenants to a key file, creating it if needed;
     /// tenants that already have keys keep them.
@@ -217,6 +266,78 @@ fn check(dir: &std::path::Path) -> anyhow::Result<usize> {
     Ok(problems.len())
 }
 
+fn describe(p: &principals::Principal) -> String {
+    let who = match (&p.agent, &p.role) {
+        (Some(agent), _) => format!("agent={agent}"),
+        (None, Some(role)) => format!("role={role}"),
+        (None, None) => "-".to_owned(),
+    };
+    let kind = match p.kind {
+        principals::Kind::ApiKey => "api_key",
+        principals::Kind::Auditor => "auditor",
+    };
+    let state = if p.active { "active" } else { "revoked" };
+    format!(
+        "{kind}\t{}\t{who}\ttenants={}\t{state}",
+        p.id,
+        p.tenants.join(",")
+    )
+}
+
+fn key(command: KeyCommand) -> anyhow::Result<usize> {
+    match command {
+        KeyCommand::Add {
+            policy,
+            tenants,
+            agent,
+            auditor,
+            create_tenant,
+        } => {
+            let made = match (agent, auditor) {
+                (Some(agent), None) => {
+                    let [tenant] = &tenants[..] else {
+                        bail!("an API key belongs to one --tenant");
+                    };
+                    principals::add_api_key(&policy, tenant, &agent, create_tenant)?
+                }
+                (None, Some(role)) => principals::add_auditor(&policy, &role, &tenants)?,
+                _ => bail!("give --agent for an API key or --auditor ROLE for an auditor"),
+            };
+            eprintln!(
+                "atdp-policy: added {}; the key is printed below once and stored nowhere, only its SHA-256 (the id) is in entities.json. A running proxy takes it at its next reload (SIGHUP or POST /reload).",
+                describe(&made.principal)
+            );
+            println!("{}", made.key);
+            if create_tenant {
+                eprintln!(
+                    "atdp-policy: a new tenant needs vault keys before a proxy takes the directory: atdp-policy keygen --out <key file> --tenant {}",
+                    tenants.join(" --tenant ")
+                );
+            }
+            Ok(0)
+        }
+        KeyCommand::Revoke { policy, id } => {
+            let revoked = principals::revoke(&policy, &id)?;
+            eprintln!(
+                "atdp-policy: revoked {}; a running proxy refuses it from its next reload",
+                describe(&revoked)
+            );
+            Ok(0)
+        }
+        KeyCommand::List { policy, json } => {
+            let mut stdout = std::io::stdout().lock();
+            for principal in principals::list(&policy)? {
+                if json {
+                    writeln!(stdout, "{}", serde_json::to_string(&principal)?)?;
+                } else {
+                    writeln!(stdout, "{}", describe(&principal))?;
+                }
+            }
+            Ok(0)
+        }
+    }
+}
+
 fn keygen(out: &PathBuf, tenants: &[String]) -> anyhow::Result<usize> {
     let ensured = KeyFile::new(out).ensure_tenants(tenants, MissingKeys::Generate)?;
     let mut asked = tenants.to_vec();
@@ -249,6 +370,7 @@ fn main() -> ExitCode {
             policy.as_ref(),
         ),
         Command::Check { dir } => check(&dir),
+        Command::Key { command } => key(command),
         Command::Keygen { out, tenants } => keygen(&out, &tenants),
         Command::Entities => {
             for entity in builtin_entities() {

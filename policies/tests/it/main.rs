@@ -5,6 +5,7 @@
 mod examples;
 mod json_masking;
 mod keyfile;
+mod principals;
 mod robustness;
 
 use std::io::Write;

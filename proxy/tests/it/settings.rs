@@ -3,6 +3,7 @@
 //! of the write-ahead log in a running proxy, and the process settings it makes for itself.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use crate::harness::*;
 
@@ -270,4 +271,84 @@ fn the_example_configuration_checks() {
     let output = check(false);
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("OPENAI_API_KEY"));
+}
+
+/// A key added with `atdp_policies::principals` (what `atdp-policy key add` runs) is refused
+/// until a reload and served after it; revoked, it is refused again after the next. Each
+/// reload's audit event lists the key by id, and the key itself is stored nowhere.
+#[test]
+fn keys_added_and_revoked_take_effect_at_a_reload_and_are_audited_by_id() {
+    use atdp_policies::principals;
+    use atdp_testkit::wait_until;
+    let upstream = Upstream::start();
+    let policy = quickstart_with("", &[]);
+    let data = tempfile::tempdir().unwrap();
+    let proxy = Proxy::launch(upstream.port, policy.path(), &[], data, &[]);
+    let body = serde_json::json!({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]})
+        .to_string();
+    let call = |key: &str| {
+        let auth = format!("Bearer {key}");
+        http(
+            proxy.port,
+            "POST",
+            "/v1/chat/completions",
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
+            body.as_bytes(),
+        )
+        .status
+    };
+    let hangup = |pid: u32| {
+        let status = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let added = principals::add_api_key(policy.path(), "demo", "demo-agent", false).unwrap();
+    assert!(added.key.starts_with("sk-atdp-") && added.key.len() == 48);
+    assert_eq!(
+        call(&added.key),
+        401,
+        "a key is not in force before a reload"
+    );
+    hangup(proxy.pid());
+    wait_until(Duration::from_secs(30), "the added key works", || {
+        (call(&added.key) == 200).then_some(())
+    });
+
+    let revoked = principals::revoke(policy.path(), &added.principal.id[..12]).unwrap();
+    assert!(!revoked.active);
+    hangup(proxy.pid());
+    wait_until(
+        Duration::from_secs(30),
+        "the revoked key is refused",
+        || (call(&added.key) == 401).then_some(()),
+    );
+    assert_eq!(call(DEMO_KEY), 200, "other keys are untouched");
+
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let reloads: Vec<serde_json::Value> = lake
+        .audit
+        .iter()
+        .filter(|e| e.kind == "policy_reload" && e.decision.as_deref() == Some("allow"))
+        .map(|e| serde_json::from_str(e.detail_json.as_deref().unwrap()).unwrap())
+        .collect();
+    let entry = serde_json::json!({"kind": "api_key", "id": added.principal.id});
+    assert_eq!(reloads.len(), 2, "{reloads:?}");
+    assert_eq!(
+        reloads[0]["principals"]["added"],
+        serde_json::json!([entry])
+    );
+    assert_eq!(
+        reloads[1]["principals"]["revoked"],
+        serde_json::json!([entry])
+    );
+    assert_eq!(reloads[1]["principals"]["added"], serde_json::json!([]));
+    let stored = serde_json::to_string(&lake.audit).unwrap()
+        + &std::fs::read_to_string(policy.path().join("entities.json")).unwrap();
+    assert!(!stored.contains(&added.key), "the key itself was stored");
 }
