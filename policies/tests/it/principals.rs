@@ -231,7 +231,10 @@ fn concurrent_changes_lose_nothing() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for k in &keys {
-        assert!(may_invoke(dir.path(), k), "a key made concurrently does not invoke");
+        assert!(
+            may_invoke(dir.path(), k),
+            "a key made concurrently does not invoke"
+        );
     }
     let entities = std::fs::read_to_string(dir.path().join("entities.json")).unwrap();
     for k in &keys {

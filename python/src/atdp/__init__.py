@@ -11,6 +11,7 @@ with atdp.Rewards("http://127.0.0.1:8080", "sk-atdp-demo-agent") as rewards:
     rewards.for_trajectory(run.trajectory_id, "resolved", 1.0, terminal=True)
 ```
 
+`atdp.lake` (the ``lake`` extra) reads the lake's steps and rewards for your own trainer.
 The reference is docs/python.md.
 """
 

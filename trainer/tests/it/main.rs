@@ -11,6 +11,7 @@ mod cli;
 mod errors;
 mod gradients;
 mod learning;
+mod python_lake;
 mod reference;
 mod runs;
 mod tenants;

@@ -1,0 +1,299 @@
+"""The lake for your own trainer: a tenant's steps and rewards at pinned Delta versions, as
+Arrow tables in the shapes common trainers take.
+
+    from atdp.lake import Lake
+
+    lake = Lake("atdp-data/lake")                      # or "s3://bucket/lake", storage_options=...
+    data = lake.read("acme", weights={"task_success": 1.0}, gamma=0.9)
+    table = data.examples()                            # prompt, completion, reward (the return), logprobs
+    groups = data.grpo_groups()                        # examples grouped by prompt
+    sft = data.messages(min_reward=0.5)                # chat `messages` for supervised fine-tuning
+    table.to_pandas(); datasets.Dataset(table)         # pandas, Hugging Face datasets
+
+The returns are the Rust trainer's (`trainer/src/rewards.rs`), computed the same way from the
+same rows: rewards matched within the tenant; duplicates (same trajectory, step, name, source
+and function version) resolved to the latest; names weighted; a step reward credits its own
+step of its own trajectory; a trajectory reward attaches to the trajectory's most recent leaf
+and flows back along `parent_step_id` discounted by `gamma` per step. The table versions read
+are in :attr:`LakeData.versions` and in each table's schema metadata, so a run can be repeated
+on exactly the same data (pass them back as ``steps_version`` and ``rewards_version``).
+
+Needs the ``lake`` extra: ``pip install "./python[lake]"`` (``deltalake`` and ``pyarrow``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+__all__ = ["Lake", "LakeData", "step_returns"]
+
+StepKey = tuple[str, str, str]
+
+
+def _modules() -> tuple[Any, Any]:
+    try:
+        import deltalake
+        import pyarrow
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            'atdp.lake needs deltalake and pyarrow: pip install "atdp[lake]"'
+        ) from error
+    return deltalake, pyarrow
+
+
+def step_returns(
+    steps: Iterable[Mapping[str, Any]],
+    rewards: Iterable[Mapping[str, Any]],
+    weights: Mapping[str, float],
+    gamma: float = 1.0,
+) -> tuple[dict[StepKey, float], int]:
+    """The weighted, discounted return of every step that received some reward, by
+    (tenant, trajectory, step), and the number of step rewards that credited nothing (their
+    ``step_id`` is not a given step of their own tenant and trajectory)."""
+    steps = list(steps)
+    by_key = {(s["tenant_id"], s["trajectory_id"], s["step_id"]): s for s in steps}
+    continued = {
+        (s["tenant_id"], s["trajectory_id"], s["parent_step_id"])
+        for s in steps
+        if s.get("parent_step_id") is not None
+    }
+    last_leaf: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for s in steps:
+        if (s["tenant_id"], s["trajectory_id"], s["step_id"]) in continued:
+            continue
+        trajectory = (s["tenant_id"], s["trajectory_id"])
+        entry = last_leaf.setdefault(trajectory, s)
+        if (s["started_at"], s["step_id"]) > (entry["started_at"], entry["step_id"]):
+            last_leaf[trajectory] = s
+
+    def order(value: str | None) -> tuple[bool, str]:
+        # The Rust side sorts `Option<&str>`: None before any string.
+        return (value is not None, value or "")
+
+    latest: dict[tuple, Mapping[str, Any]] = {}
+    for r in rewards:
+        if r["name"] not in weights:
+            continue
+        value, weight = r["value"], weights[r["name"]]
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"reward {r['reward_id']} ({r['name']}): value {value} is not a finite number")
+        if weight != weight or weight in (float("inf"), float("-inf")):
+            raise ValueError(f"reward {r['reward_id']} ({r['name']}): weight {weight} is not a finite number")
+        dedup = (
+            r["tenant_id"],
+            r["trajectory_id"],
+            order(r.get("step_id")),
+            r["name"],
+            r["source"],
+            order(r.get("reward_fn_version")),
+        )
+        entry = latest.setdefault(dedup, r)
+        if r["created_at"] > entry["created_at"]:
+            latest[dedup] = r
+
+    returns: dict[StepKey, float] = {}
+
+    def credit(step: Mapping[str, Any], value: float) -> None:
+        key = (step["tenant_id"], step["trajectory_id"], step["step_id"])
+        returns[key] = returns.get(key, 0.0) + value
+
+    unmatched = 0
+    for dedup in sorted(latest):
+        r = latest[dedup]
+        value = weights[r["name"]] * r["value"]
+        step_id = r.get("step_id")
+        if step_id is not None:
+            step = by_key.get((r["tenant_id"], r["trajectory_id"], step_id))
+            if step is None:
+                unmatched += 1
+            else:
+                credit(step, value)
+            continue
+        current = last_leaf.get((r["tenant_id"], r["trajectory_id"]))
+        seen: set[str] = set()
+        discount = 1.0
+        while current is not None and current["step_id"] not in seen:
+            seen.add(current["step_id"])
+            credit(current, discount * value)
+            discount *= gamma
+            parent = current.get("parent_step_id")
+            current = (
+                by_key.get((current["tenant_id"], current["trajectory_id"], parent))
+                if parent is not None
+                else None
+            )
+    return returns, unmatched
+
+
+class Lake:
+    """An ATDP lake: a directory or an ``s3://``, ``gs://``, ``az://`` URL, with the object
+    store's options (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ... as delta-rs takes them)."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = uri.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+
+    def table(self, name: str, version: int | None = None) -> Any:
+        """The Delta table ``name`` (``steps``, ``rewards``, ``audit``, ``pii_vault``), at
+        ``version`` or the latest."""
+        deltalake, _ = _modules()
+        return deltalake.DeltaTable(
+            f"{self.uri}/atdp/v1/{name}",
+            version=version,
+            storage_options=self.storage_options or None,
+        )
+
+    def versions(self) -> dict[str, int]:
+        """The latest version of the steps and rewards tables."""
+        return {name: self.table(name).version() for name in ("steps", "rewards")}
+
+    def read(
+        self,
+        tenant: str,
+        weights: Mapping[str, float],
+        gamma: float = 1.0,
+        *,
+        agent: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        reward_versions: Mapping[str, str] | None = None,
+        steps_version: int | None = None,
+        rewards_version: int | None = None,
+    ) -> "LakeData":
+        """The steps of ``tenant`` (only ``agent``, started in [``since``, ``until``) in µs
+        since the epoch) and the rewards of their trajectories with the names of
+        ``weights`` (each pinned to a function version by ``reward_versions``), as the Rust
+        trainer selects them, with their returns."""
+        if not tenant:
+            raise ValueError("name the tenant: rewards are only matched to steps of the same tenant")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma {gamma} must be in [0, 1]")
+        partition = [("tenant_id", "=", tenant)]
+        steps_table = self.table("steps", steps_version)
+        steps = [
+            s
+            for s in steps_table.to_pyarrow_table(partitions=partition).to_pylist()
+            if s["tenant_id"] == tenant
+            and (agent is None or s["agent_id"] == agent)
+            and (since is None or s["started_at"] >= since)
+            and (until is None or s["started_at"] < until)
+        ]
+        steps.sort(key=lambda s: s["started_at"])
+        trajectories = {s["trajectory_id"] for s in steps}
+        pinned = dict(reward_versions or {})
+        rewards_table = self.table("rewards", rewards_version)
+        rewards = [
+            r
+            for r in rewards_table.to_pyarrow_table(partitions=partition).to_pylist()
+            if r["tenant_id"] == tenant
+            and r["name"] in weights
+            and r["trajectory_id"] in trajectories
+            and (r["name"] not in pinned or (r["reward_fn_version"] or "none") == pinned[r["name"]])
+        ]
+        returns, unmatched = step_returns(steps, rewards, weights, gamma)
+        return LakeData(
+            tenant=tenant,
+            steps=steps,
+            rewards=rewards,
+            returns=returns,
+            unmatched_step_rewards=unmatched,
+            versions={"steps": steps_table.version(), "rewards": rewards_table.version()},
+        )
+
+
+@dataclass
+class LakeData:
+    """What :meth:`Lake.read` selected: rows as dicts, returns by (tenant, trajectory, step),
+    and the table versions read."""
+
+    tenant: str
+    steps: list[dict[str, Any]]
+    rewards: list[dict[str, Any]]
+    returns: dict[StepKey, float]
+    unmatched_step_rewards: int
+    versions: dict[str, int] = field(default_factory=dict)
+
+    def _metadata(self) -> dict[bytes, bytes]:
+        return {
+            b"atdp.tenant": self.tenant.encode(),
+            b"atdp.steps_version": str(self.versions.get("steps")).encode(),
+            b"atdp.rewards_version": str(self.versions.get("rewards")).encode(),
+        }
+
+    def _table(self, rows: list[dict[str, Any]]) -> Any:
+        _, pyarrow = _modules()
+        table = pyarrow.Table.from_pylist(rows)
+        return table.replace_schema_metadata(self._metadata())
+
+    def example_rows(self, include_unrewarded: bool = False) -> list[dict[str, Any]]:
+        """One row per step the trainer learns from (status ``ok``, with a reply): the
+        prompt (the request's messages), the completion, its return as ``reward`` (None
+        for a step no reward reached, included only with ``include_unrewarded``), and the
+        behaviour policy's log-probs and token ids where they were recorded."""
+        rows = []
+        for s in self.steps:
+            reply = s.get("response_message")
+            if s["status"] != "ok" or reply is None:
+                continue
+            reward = self.returns.get((s["tenant_id"], s["trajectory_id"], s["step_id"]))
+            if reward is None and not include_unrewarded:
+                continue
+            rows.append(
+                {
+                    "tenant_id": s["tenant_id"],
+                    "trajectory_id": s["trajectory_id"],
+                    "step_id": s["step_id"],
+                    "parent_step_id": s.get("parent_step_id"),
+                    "turn_index": s["turn_index"],
+                    "agent_id": s["agent_id"],
+                    "prompt": s["request_messages"],
+                    "completion": reply.get("content") or "",
+                    "completion_message": reply,
+                    "reward": reward,
+                    "behaviour_logprobs": s.get("completion_logprobs"),
+                    "completion_token_ids": s.get("completion_token_ids"),
+                    "model_served": s.get("model_served"),
+                    "policy_version": s.get("policy_version"),
+                    "tags": json.dumps(dict(s.get("tags") or {}), sort_keys=True),
+                }
+            )
+        return rows
+
+    def examples(self, include_unrewarded: bool = False) -> Any:
+        """:meth:`example_rows` as a ``pyarrow.Table`` (``.to_pandas()``, or
+        ``datasets.Dataset(table)`` for Hugging Face)."""
+        return self._table(self.example_rows(include_unrewarded))
+
+    def grpo_groups(self, by: str = "prompt") -> list[list[dict[str, Any]]]:
+        """The rewarded examples grouped as GRPO compares them: by identical prompt, or by
+        the value of a tag (``by="tag:<name>"``; examples without it are left out). Groups
+        of one are left out (nothing to compare with)."""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for row in self.example_rows():
+            if by == "prompt":
+                key = json.dumps(row["prompt"], sort_keys=True)
+            elif by.startswith("tag:") and len(by) > 4:
+                key = json.loads(row["tags"]).get(by[4:])
+                if key is None:
+                    continue
+            else:
+                raise ValueError(f'by={by!r}: use "prompt" or "tag:<name>"')
+            groups.setdefault(key, []).append(row)
+        return [group for group in groups.values() if len(group) > 1]
+
+    def messages(self, min_reward: float | None = None) -> Any:
+        """Chat ``messages`` (the prompt, then the reply) for supervised fine-tuning, one row
+        per example; with ``min_reward``, only examples whose return reaches it."""
+        rows = [
+            {
+                "trajectory_id": row["trajectory_id"],
+                "step_id": row["step_id"],
+                "messages": list(row["prompt"]) + [row["completion_message"]],
+                "reward": row["reward"],
+            }
+            for row in self.example_rows(include_unrewarded=min_reward is None)
+            if min_reward is None or (row["reward"] is not None and row["reward"] >= min_reward)
+        ]
+        return self._table(rows)

@@ -1,0 +1,223 @@
+//! The Python package's `atdp.lake` (`python/src/atdp/lake.py`) and this trainer read the
+//! same lake into the same returns: trees with retries and abandoned branches, step and
+//! trajectory rewards, duplicates resolved to the latest, unknown names, a step reward naming
+//! another trajectory's step, and a second tenant using the same trajectory ids.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use atdp_schema::{Message, Record, Reward, Step};
+use atdp_trainer::{RewardSpec, Rng, Selection, read_lake, step_returns};
+use serde_json::{Value, json};
+
+use crate::learning::write_lake;
+
+const BASE: i64 = 1_795_910_400_000_000; // 2026-11-29
+
+/// A seeded lake: for each tenant the same trajectory ids, different trees and rewards.
+fn records() -> Vec<Record> {
+    let mut records = Vec::new();
+    let mut clock = BASE;
+    for tenant in ["acme", "globex"] {
+        let mut rng = Rng::stream(11, tenant);
+        for t in 0..24 {
+            let trajectory = format!("traj-{t}");
+            let n = 1 + (rng.next_u64() % 6) as usize;
+            let mut ids: Vec<String> = Vec::new();
+            for i in 0..n {
+                clock += 1_000 + (rng.next_u64() % 1_000) as i64;
+                let parent = (i > 0).then(|| ids[(rng.next_u64() % i as u64) as usize].clone());
+                let id = format!("{trajectory}-s{i}");
+                let ok = rng.uniform() < 0.85;
+                let logprobs = (rng.uniform() < 0.5).then(|| vec![-0.25_f32, -1.5, -0.125]);
+                records.push(Record::Step(Box::new(Step {
+                    step_id: id.clone(),
+                    trajectory_id: trajectory.clone(),
+                    parent_step_id: parent,
+                    turn_index: i as i32,
+                    tenant_id: tenant.into(),
+                    agent_id: "support".into(),
+                    started_at: clock,
+                    api: "openai.chat".into(),
+                    upstream: "local".into(),
+                    model_requested: "m".into(),
+                    request_messages: vec![Message {
+                        role: "user".into(),
+                        content: Some(format!("question {}", t % 5)),
+                        ..Message::default()
+                    }],
+                    response_message: ok.then(|| Message {
+                        role: "assistant".into(),
+                        content: Some(format!("answer {t}.{i}")),
+                        ..Message::default()
+                    }),
+                    status: if ok { "ok" } else { "upstream_error" }.into(),
+                    completion_logprobs: logprobs,
+                    ..Step::default()
+                })));
+                ids.push(id);
+            }
+            // Rewards: on the trajectory, on its steps, duplicates, unknown names, and a step
+            // reward naming a step of another trajectory.
+            let mut reward = |step: Option<String>, name: &str, value: f64| {
+                clock += 10;
+                records.push(Record::Reward(Reward {
+                    reward_id: format!("r-{tenant}-{clock}"),
+                    trajectory_id: trajectory.clone(),
+                    step_id: step,
+                    tenant_id: tenant.into(),
+                    name: name.into(),
+                    value,
+                    source: "api".into(),
+                    created_at: clock,
+                    ..Reward::default()
+                }));
+            };
+            let value = |rng: &mut Rng| (rng.uniform() * 4.0 - 2.0 * rng.uniform()).round() / 4.0;
+            if rng.uniform() < 0.8 {
+                let v = value(&mut rng);
+                reward(None, "task_success", v);
+            }
+            if rng.uniform() < 0.3 {
+                let v = value(&mut rng);
+                reward(None, "task_success", v); // a later duplicate: replaces the first
+            }
+            for id in &ids {
+                if rng.uniform() < 0.4 {
+                    let v = value(&mut rng);
+                    reward(Some(id.clone()), "rating", v);
+                }
+            }
+            if rng.uniform() < 0.3 {
+                reward(None, "not_weighted", 5.0);
+            }
+            if t > 0 && rng.uniform() < 0.2 {
+                reward(Some(format!("traj-{}-s0", t - 1)), "rating", 1.0);
+            }
+        }
+    }
+    records
+}
+
+#[test]
+fn python_and_rust_read_the_same_returns_from_the_same_lake() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    write_lake(&lake, records());
+    let weights = BTreeMap::from([("task_success".to_owned(), 1.0), ("rating".to_owned(), 0.5)]);
+    let spec = RewardSpec {
+        weights: weights.clone(),
+        gamma: 0.9,
+    };
+    let selection = Selection {
+        tenants: BTreeSet::from(["acme".to_owned()]),
+        reward_names: weights.keys().cloned().collect(),
+        ..Selection::default()
+    };
+    let data = read_lake(&lake.display().to_string(), Default::default(), &selection).unwrap();
+    let rust = step_returns(&data.steps, &data.rewards, &spec).unwrap();
+    assert!(rust.by_step.len() > 20, "too few rewarded steps to compare");
+    assert!(
+        rust.unmatched_step_rewards > 0,
+        "no unmatched step reward in the lake"
+    );
+
+    let output = Command::new(atdp_testkit::python())
+        .arg(atdp_testkit::repo_root().join("tests/python/lake_returns.py"))
+        .args([
+            "--lake",
+            lake.to_str().unwrap(),
+            "--tenant",
+            "acme",
+            "--gamma",
+            "0.9",
+        ])
+        .args(["--weights", &json!(weights).to_string()])
+        .env("PYTHONPATH", atdp_testkit::repo_root().join("python/src"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "lake_returns.py: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let python: Value = serde_json::from_str(stdout.trim()).unwrap();
+
+    let mut expected: Vec<(String, String, f64)> = rust
+        .by_step
+        .iter()
+        .map(|(k, v)| (k.trajectory_id.clone(), k.step_id.clone(), *v))
+        .collect();
+    expected.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let got: Vec<(String, String, f64)> = python["returns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_owned(),
+                r[1].as_str().unwrap().to_owned(),
+                r[2].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), expected.len(), "different rewarded steps");
+    for ((t, s, want), (pt, ps, value)) in expected.iter().zip(&got) {
+        assert_eq!((t, s), (pt, ps));
+        assert!(
+            (want - value).abs() <= 1e-12 * want.abs().max(1.0),
+            "{t}/{s}: {want} vs {value}"
+        );
+    }
+    assert_eq!(
+        python["unmatched"].as_u64(),
+        Some(rust.unmatched_step_rewards as u64)
+    );
+
+    // Examples: the steps the trainer learns from (ok, with a reply, rewarded), with their
+    // returns and the recorded log-probs; the versions read are in the table's metadata.
+    let mut trainable: Vec<(String, f64, usize)> = data
+        .steps
+        .iter()
+        .filter(|s| s.status == "ok" && s.response_message.is_some())
+        .filter_map(|s| {
+            let key = atdp_trainer::StepKey::of(s);
+            rust.of(&key).map(|r| {
+                let n = s.completion_logprobs.as_ref().map_or(0, Vec::len);
+                (s.step_id.clone(), r, n)
+            })
+        })
+        .collect();
+    trainable.sort_by(|a, b| a.0.cmp(&b.0));
+    let examples: Vec<(String, f64, usize)> = python["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e[0].as_str().unwrap().to_owned(),
+                e[1].as_f64().unwrap(),
+                e[2].as_u64().unwrap() as usize,
+            )
+        })
+        .collect();
+    assert_eq!(examples.len(), trainable.len());
+    for (a, b) in trainable.iter().zip(&examples) {
+        assert_eq!((&a.0, a.2), (&b.0, b.2));
+        assert!((a.1 - b.1).abs() <= 1e-12 * a.1.abs().max(1.0));
+    }
+    let versions = &python["versions"];
+    assert_eq!(versions["steps"].as_u64(), data.reads[0].version);
+    assert_eq!(versions["rewards"].as_u64(), data.reads[1].version);
+    assert_eq!(python["metadata"]["atdp.tenant"], "acme");
+    assert_eq!(
+        python["metadata"]["atdp.steps_version"],
+        versions["steps"].to_string()
+    );
+    assert!(
+        !python["groups"].as_array().unwrap().is_empty(),
+        "no GRPO group"
+    );
+    assert_eq!(python["sft_last_roles"], json!(["assistant"]));
+}
