@@ -278,6 +278,7 @@ async fn main() {
             keys: console_dir.join("keys.json"),
             secure_cookie: false,
             page_size: 50,
+            tls: None,
         },
     )
     .await

@@ -53,4 +53,5 @@ pub use search::{
 pub use trail::{SYSTEM_TENANT, Trail, event, redact};
 pub use trajectory::{CallView, MessageView, Segment, StepView, TrajectoryView, load, view};
 pub use verify::{ChainReport, FileProblem, VerifyReport, verify};
+pub use web::tls::TlsFiles as ConsoleTls;
 pub use web::{ConsoleConfig, Server, serve};

@@ -100,6 +100,13 @@ enum Command {
         /// `Secure` `__Host-` cookies and the console's origin is `https://<Host>`.
         #[arg(long, env = "ATDP_AUDIT_SECURE_COOKIE")]
         secure_cookie: bool,
+        /// PEM certificate chain: with --tls-key, the console serves HTTPS itself (cookies
+        /// are then Secure, as with --secure-cookie).
+        #[arg(long, env = "ATDP_AUDIT_TLS_CERT", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key of --tls-cert.
+        #[arg(long, env = "ATDP_AUDIT_TLS_KEY", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// Crypto-shred a subject's values (or a whole tenant's keys) so they cannot be revealed.
     Erase {
@@ -490,7 +497,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             listen,
             page_size,
             secure_cookie,
+            tls_cert,
+            tls_key,
         } => {
+            let tls = tls_cert
+                .zip(tls_key)
+                .map(|(cert, key)| atdp_audit::ConsoleTls { cert, key });
+            let scheme = if tls.is_some() { "https" } else { "http" };
             if page_size == 0 || page_size > MAX_PAGE {
                 bail!("--page-size must be between 1 and {MAX_PAGE}");
             }
@@ -504,14 +517,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     keys: env.keys.clone(),
                     secure_cookie,
                     page_size,
+                    tls,
                 },
             )
             .await?;
-            eprintln!("atdp-audit: console on http://{}", server.addr);
+            eprintln!("atdp-audit: console on {scheme}://{}", server.addr);
             // Announce the bound address for scripts and tests (port 0 picks a free one).
             println!(
                 "{}",
-                serde_json::json!({ "listen": server.addr.to_string() })
+                serde_json::json!({ "listen": server.addr.to_string(), "scheme": scheme })
             );
             std::io::stdout().flush()?;
             shutdown_signal().await;

@@ -18,6 +18,7 @@ mod headers;
 mod pages;
 mod sessions;
 mod throttle;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -56,6 +57,9 @@ pub struct ConsoleConfig {
     pub secure_cookie: bool,
     /// Rows per search or audit page.
     pub page_size: usize,
+    /// Serve HTTPS with this certificate (cookies are then `Secure`, as with
+    /// `secure_cookie`); `None`: plain HTTP, for loopback or behind a TLS-terminating proxy.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 /// Login throttling state: one bucket table per client address, one per auditor.
@@ -207,8 +211,11 @@ impl Server {
 }
 
 /// Starts the console on `config.listen`, writing its audit events through `trail`.
-pub async fn serve(lake: Lake, trail: Trail, config: ConsoleConfig) -> Result<Server> {
+pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Result<Server> {
     let policy = Policy::load(&config.policy_dir)?;
+    // A certificate that does not load stops the start.
+    let acceptor = config.tls.as_ref().map(tls::acceptor).transpose()?;
+    config.secure_cookie |= acceptor.is_some();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| crate::Error::Io {
@@ -270,16 +277,32 @@ pub async fn serve(lake: Lake, trail: Trail, config: ConsoleConfig) -> Result<Se
         .layer(axum::middleware::map_response(headers::secure))
         .with_state(console.clone());
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-    let handle = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stopped.await;
-        })
-        .await
-    });
+    let stopped = async move {
+        let _ = stopped.await;
+    };
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    let handle = match acceptor {
+        Some(acceptor) => {
+            use axum::serve::ListenerExt;
+            // `tap_io` gives the TLS listener axum's `ConnectInfo<SocketAddr>`.
+            let listener = tls::TlsListener::new(listener, acceptor)
+                .map_err(|source| crate::Error::Io {
+                    path: PathBuf::from(addr.to_string()),
+                    source,
+                })?
+                .tap_io(|_| {});
+            tokio::spawn(async move {
+                axum::serve(listener, service)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            })
+        }
+        None => tokio::spawn(async move {
+            axum::serve(listener, service)
+                .with_graceful_shutdown(stopped)
+                .await
+        }),
+    };
     let (stop_evidence, mut evidence_stopped) = tokio::sync::oneshot::channel::<()>();
     let writer = console.clone();
     let evidence_task = tokio::spawn(async move {

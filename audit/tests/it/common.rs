@@ -372,6 +372,7 @@ impl Fixture {
                 keys: self.keys.clone(),
                 secure_cookie: tls,
                 page_size: 20,
+                tls: None,
             },
         )
         .await

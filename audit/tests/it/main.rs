@@ -13,4 +13,5 @@ mod console;
 mod erasure;
 mod key_file;
 mod tenants;
+mod tls;
 mod verify;
