@@ -85,7 +85,8 @@ pub fn parse(entities: &str) -> Result<Vec<Principal>> {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(|t| t["__entity"]["id"].as_str().map(str::to_owned))
+                    .filter_map(reference)
+                    .map(|(_, id)| id.to_owned())
                     .collect();
                 tenants.sort();
                 out.push(Principal {
@@ -104,10 +105,17 @@ pub fn parse(entities: &str) -> Result<Vec<Principal>> {
     Ok(out)
 }
 
+/// An entity reference as Cedar's JSON accepts it: `{"type", "id"}` or
+/// `{"__entity": {"type", "id"}}`; the type without the namespace.
+fn reference(value: &Value) -> Option<(&str, &str)> {
+    let value = value.get("__entity").unwrap_or(value);
+    let kind = value["type"].as_str()?.strip_prefix(NAMESPACE)?;
+    Some((kind, value["id"].as_str()?))
+}
+
 /// The type (without the namespace) and id of an entity.
 fn uid(entity: &Value) -> Option<(&str, &str)> {
-    let kind = entity["uid"]["type"].as_str()?.strip_prefix(NAMESPACE)?;
-    Some((kind, entity["uid"]["id"].as_str()?))
+    reference(&entity["uid"])
 }
 
 /// The ids of an entity's parents of type `kind`.
@@ -116,8 +124,9 @@ fn parents(entity: &Value, kind: &str) -> Vec<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|p| p["type"].as_str() == Some(&format!("{NAMESPACE}{kind}")))
-        .filter_map(|p| p["id"].as_str().map(str::to_owned))
+        .filter_map(reference)
+        .filter(|(k, _)| *k == kind)
+        .map(|(_, id)| id.to_owned())
         .collect()
 }
 
@@ -129,6 +138,22 @@ pub fn changes(before: &[Principal], after: &[Principal]) -> Value {
             .map(|p| ((p.kind, p.id.clone()), p.active))
             .collect()
     };
+    let whole = |list: &[Principal]| -> BTreeMap<(Kind, String), Principal> {
+        list.iter()
+            .map(|p| ((p.kind, p.id.clone()), p.clone()))
+            .collect()
+    };
+    let (was, now) = (whole(before), whole(after));
+    // The same key or auditor with another agent, tenants or role.
+    let changed: Vec<Value> = now
+        .iter()
+        .filter(|(k, p)| {
+            was.get(*k).is_some_and(|old| {
+                (&old.agent, &old.tenants, &old.role) != (&p.agent, &p.tenants, &p.role)
+            })
+        })
+        .map(|((kind, id), _)| json!({"kind": kind, "id": id}))
+        .collect();
     let (old, new) = (index(before), index(after));
     let ids = |pick: &dyn Fn(&(Kind, String), bool) -> bool, from: &BTreeMap<_, _>| -> Vec<Value> {
         from.iter()
@@ -141,6 +166,7 @@ pub fn changes(before: &[Principal], after: &[Principal]) -> Value {
         "removed": ids(&|k, _| !new.contains_key(k), &old),
         "revoked": ids(&|k, active| !active && old.get(k) == Some(&true), &new),
         "reactivated": ids(&|k, active| active && old.get(k) == Some(&false), &new),
+        "changed": changed,
     })
 }
 
@@ -246,25 +272,35 @@ pub fn add_auditor(dir: &Path, role: &str, tenants: &[String]) -> Result<NewKey>
     Ok(NewKey { key, principal })
 }
 
-/// Revokes the API key or auditor whose id is `id` or starts with it (at least 8
-/// characters, and only one may match): a key is kept with `active: false`, so its calls are
+/// Revokes the API key or auditor whose id is `id`, or, when none has it, whose id starts
+/// with it (at least 8 characters, and only one may match): a key is kept with `active: false`, so its calls are
 /// refused and its past steps still name it; an auditor, who has no `active`, is removed.
 pub fn revoke(dir: &Path, id: &str) -> Result<Principal> {
-    if id.len() < 8 {
-        return Err(Error::Policy(
-            "give at least 8 characters of the id (atdp-policy key list shows them)".into(),
-        ));
-    }
     let mut revoked = None;
     change(dir, |entities| {
-        let matches: Vec<usize> = entities
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| {
-                matches!(uid(e), Some(("ApiKey" | "Auditor", found)) if found.starts_with(id))
+        let listed = parse(&Value::Array(entities.clone()).to_string())?;
+        let is_principal = |e: &Value| matches!(uid(e), Some(("ApiKey" | "Auditor", _)));
+        let exact: Vec<usize> = (0..entities.len())
+            .filter(|&i| {
+                is_principal(&entities[i]) && uid(&entities[i]).map(|(_, f)| f) == Some(id)
             })
-            .map(|(i, _)| i)
             .collect();
+        // An exact id wins at any length; otherwise a prefix of at least 8 characters.
+        let matches = if exact.is_empty() {
+            if id.len() < 8 {
+                return Err(Error::Policy(format!(
+                    "no key or auditor has the id {id:?}; a prefix needs at least 8 characters (atdp-policy key list shows the ids)"
+                )));
+            }
+            (0..entities.len())
+                .filter(|&i| {
+                    is_principal(&entities[i])
+                        && uid(&entities[i]).is_some_and(|(_, f)| f.starts_with(id))
+                })
+                .collect()
+        } else {
+            exact
+        };
         let [at] = matches[..] else {
             return Err(Error::Policy(format!(
                 "{} keys or auditors match {id:?}; give exactly one id",
@@ -275,19 +311,25 @@ pub fn revoke(dir: &Path, id: &str) -> Result<Principal> {
         else {
             return Err(Error::Policy("the entry has no id".into()));
         };
-        let listed = parse(&Value::Array(vec![entities[at].clone()]).to_string())?;
+        let mut principal = listed
+            .into_iter()
+            .find(|p| p.id == found && (p.kind == Kind::ApiKey) == (kind == "ApiKey"))
+            .ok_or_else(|| Error::Policy(format!("{found} is not a key or an auditor")))?;
         if kind == "ApiKey" {
-            if entities[at]["attrs"]["active"] == json!(false) {
+            let Some(attrs) = entities[at].get_mut("attrs").and_then(Value::as_object_mut) else {
+                return Err(Error::Policy(format!(
+                    "key {found} has no `attrs` object in {ENTITIES_FILE}"
+                )));
+            };
+            if attrs.get("active") == Some(&json!(false)) {
                 return Err(Error::Policy(format!("key {found} is already revoked")));
             }
-            entities[at]["attrs"]["active"] = json!(false);
+            attrs.insert("active".into(), json!(false));
         } else {
             entities.remove(at);
         }
-        revoked = listed.into_iter().next().map(|mut p| {
-            p.active = false;
-            p
-        });
+        principal.active = false;
+        revoked = Some(principal);
         Ok(())
     })?;
     revoked.ok_or_else(|| Error::Policy("nothing was revoked".into()))
@@ -366,11 +408,16 @@ fn change(dir: &Path, edit: impl FnOnce(&mut Vec<Value>) -> Result<()>) -> Resul
     .map_err(|e| Error::Policy(format!("the change would leave the directory invalid: {e}")))?;
     let temporary = sibling(&path, ".tmp");
     let _ = std::fs::remove_file(&temporary);
+    // The new file keeps the old one's permissions, so the processes that read it still can.
+    let permissions = std::fs::metadata(&path)
+        .map_err(io("read the permissions of", &path))?
+        .permissions();
     let written = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&temporary)
         .and_then(|mut file| {
+            file.set_permissions(permissions)?;
             file.write_all(text.as_bytes())?;
             file.sync_all()
         })

@@ -23,6 +23,9 @@ pub struct State {
     pub config: Config,
     /// The policy directory in force.
     pub policy: PolicyStore,
+    /// Held across a whole reload (load, check, swap, audit): two reloads at once (SIGHUP
+    /// and `POST /reload`) would otherwise let an older file replace a newer one.
+    reloading: std::sync::Mutex<()>,
     /// Vault keys per tenant.
     pub keys: RwLock<Arc<KeyRing>>,
     /// The lake writer.
@@ -101,6 +104,7 @@ impl State {
         let (recorder, jobs) = crate::recorder::channel();
         let state = Arc::new(State {
             policy: PolicyStore::new(policy),
+            reloading: std::sync::Mutex::new(()),
             keys: RwLock::new(Arc::new(keys)),
             writer,
             trajectories: Trajectories::new(1 << 20),
@@ -157,6 +161,7 @@ impl State {
     pub fn reload(&self, by: &str) -> Result<u64> {
         // Everything that can fail happens before the swap: a new policy is only in force
         // with keys for all its tenants.
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let before = self.policy.current().1;
         let mut principals = None;
         let outcome: Result<u64> = Policy::load(&self.config.policy)

@@ -71,7 +71,8 @@ struct Limits {
 
 pub(crate) struct Console {
     lake: Lake,
-    policy: Policy,
+    /// The policy in force, read again when its files change (see [`Console::policy`]).
+    policy: std::sync::RwLock<PolicyInForce>,
     config: ConsoleConfig,
     trail: Trail,
     sessions: Sessions,
@@ -86,7 +87,65 @@ pub(crate) struct Console {
 /// What a throttled login is told: wait this long.
 pub(crate) struct Throttled(pub(crate) Duration);
 
+/// The console's policy and what its files looked like when it was read.
+struct PolicyInForce {
+    stamp: Vec<(std::time::SystemTime, u64)>,
+    checked: Instant,
+    policy: Arc<Policy>,
+}
+
+/// How often the policy directory's files are looked at for a change.
+const POLICY_CHECK: Duration = Duration::from_secs(2);
+
+/// The modification time and length of each file of a policy directory.
+fn policy_stamp(dir: &std::path::Path) -> Vec<(std::time::SystemTime, u64)> {
+    [
+        "schema.cedarschema",
+        "policies.cedar",
+        "entities.json",
+        "masking.toml",
+    ]
+    .iter()
+    .map(|name| {
+        std::fs::metadata(dir.join(name)).map_or((std::time::UNIX_EPOCH, 0), |m| {
+            (m.modified().unwrap_or(std::time::UNIX_EPOCH), m.len())
+        })
+    })
+    .collect()
+}
+
 impl Console {
+    /// The policy in force. Its files are looked at every [`POLICY_CHECK`]; when they
+    /// changed, the directory is read again, so a revoked auditor (removed from
+    /// `entities.json`) loses their sessions within seconds. A directory that does not load
+    /// keeps the old policy in force, and the error is logged.
+    pub(crate) fn policy(&self) -> Arc<Policy> {
+        {
+            let current = self.policy.read().unwrap_or_else(|p| p.into_inner());
+            if current.checked.elapsed() < POLICY_CHECK {
+                return current.policy.clone();
+            }
+        }
+        let mut current = self.policy.write().unwrap_or_else(|p| p.into_inner());
+        if current.checked.elapsed() >= POLICY_CHECK {
+            current.checked = Instant::now();
+            let stamp = policy_stamp(&self.config.policy_dir);
+            if stamp != current.stamp {
+                match Policy::load(&self.config.policy_dir) {
+                    Ok(policy) => {
+                        current.policy = Arc::new(policy);
+                        current.stamp = stamp;
+                        tracing::info!("Console: the policy directory changed and was read again.");
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "Console: the changed policy directory does not load; the old policy stays in force.");
+                    }
+                }
+            }
+        }
+        current.policy.clone()
+    }
+
     /// The catalog, brought up to date (only the commits since the last load are read) when
     /// older than [`CATALOG_TTL`].
     async fn catalog(&self) -> Result<Arc<Catalog>> {
@@ -243,7 +302,11 @@ pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Resul
     };
     let console = Arc::new(Console {
         lake,
-        policy,
+        policy: std::sync::RwLock::new(PolicyInForce {
+            stamp: policy_stamp(&config.policy_dir),
+            checked: Instant::now(),
+            policy: Arc::new(policy),
+        }),
         config,
         trail,
         sessions: Sessions::default(),

@@ -51,7 +51,7 @@ impl Sessions {
     }
 
     /// The auditor of a live session; its tenants are decided again by `policy` on every
-    /// request (the policy is loaded at start: restart the console to change it).
+    /// request by the policy in force (read again when its files change).
     pub(crate) fn auditor(&self, policy: &AccessPolicy, session: &str) -> Option<Auditor> {
         // The lock is held only to read the session, not while Cedar decides.
         let auditor_id = {

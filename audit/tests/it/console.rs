@@ -533,3 +533,43 @@ async fn one_auditor_key_is_throttled_across_addresses() {
         6
     );
 }
+
+/// An auditor removed from the policy directory while signed in (`atdp-policy key revoke`)
+/// loses the session within seconds, without a restart; a new auditor can sign in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_auditor_is_signed_out_without_a_restart() {
+    let f = fixture().await;
+    let server = f.console().await;
+    let base = format!("http://{}", server.addr);
+    let mut c = Client::new(base.clone());
+    assert_eq!(c.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    assert_eq!(c.get("/search").await.status, StatusCode::OK);
+
+    let id = atdp_policies::hash_api_key(DEMO_AUDITOR);
+    let revoked = atdp_policies::principals::revoke(&f.policy_dir, &id).unwrap();
+    assert_eq!(revoked.id, id);
+    let added = atdp_policies::principals::add_auditor(
+        &f.policy_dir,
+        "compliance_officer",
+        &["demo".to_owned()],
+    )
+    .unwrap();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let page = c.get("/search").await;
+        if page.status == StatusCode::SEE_OTHER && page.header("location") == Some("/login") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the revoked auditor is still signed in"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let mut fresh = Client::new(base);
+    assert_ne!(fresh.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    let mut fresh = Client::new(format!("http://{}", server.addr));
+    assert_eq!(fresh.login(&added.key).await, StatusCode::SEE_OTHER);
+    server.stop().await.unwrap();
+}

@@ -319,7 +319,7 @@ fn key(command: KeyCommand) -> anyhow::Result<usize> {
         KeyCommand::Revoke { policy, id } => {
             let revoked = principals::revoke(&policy, &id)?;
             eprintln!(
-                "atdp-policy: revoked {}; a running proxy refuses it from its next reload",
+                "atdp-policy: revoked {}; a running proxy refuses it from its next successful reload (whose policy_reload audit event lists the id), a running console within seconds",
                 describe(&revoked)
             );
             Ok(0)

@@ -244,3 +244,65 @@ fn concurrent_changes_lose_nothing() {
         );
     }
 }
+
+#[test]
+fn short_ids_revoke_exactly_and_both_reference_forms_are_read() {
+    let dir = directory();
+    let path = dir.path().join("entities.json");
+    let mut entities: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // Written by hand: a short auditor id, and a key in Cedar's `__entity` form.
+    entities.push(json!({"uid": {"type": "Atdp::Auditor", "id": "ana"},
+        "attrs": {"role": "reviewer", "tenants": [{"__entity": {"type": "Atdp::Tenant", "id": "support"}}]},
+        "parents": []}));
+    entities.push(
+        json!({"uid": {"__entity": {"type": "Atdp::ApiKey", "id": "feedfacefeedface"}},
+        "attrs": {"active": true},
+        "parents": [{"__entity": {"type": "Atdp::Agent", "id": "support-bot"}}]}),
+    );
+    std::fs::write(&path, serde_json::to_string_pretty(&entities).unwrap()).unwrap();
+    let listed = atdp_policies::principals::list(dir.path()).unwrap();
+    let key = listed.iter().find(|p| p.id == "feedfacefeedface").unwrap();
+    assert_eq!(key.agent.as_deref(), Some("support-bot"));
+    assert_eq!(key.tenants, ["support"]);
+    let ana = listed.iter().find(|p| p.id == "ana").unwrap();
+    assert_eq!(ana.tenants, ["support"]);
+
+    let out = key_revoke(dir.path(), "ana");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = key_revoke(dir.path(), "feedface");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("tenants=support"),
+        "{}",
+        text(&out.stderr)
+    );
+    let after = atdp_policies::principals::list(dir.path()).unwrap();
+    assert!(after.iter().all(|p| p.id != "ana"));
+    assert!(
+        !after
+            .iter()
+            .find(|p| p.id == "feedfacefeedface")
+            .unwrap()
+            .active
+    );
+
+    // A reload's changes name a key moved to another agent.
+    let before = after.clone();
+    let mut moved = after;
+    moved
+        .iter_mut()
+        .find(|p| p.id == "feedfacefeedface")
+        .unwrap()
+        .agent = Some("other".into());
+    let changes = atdp_policies::principals::changes(&before, &moved);
+    assert_eq!(
+        changes["changed"],
+        json!([{"kind": "api_key", "id": "feedfacefeedface"}])
+    );
+    assert_eq!(changes["added"], json!([]));
+}
+
+fn key_revoke(dir: &Path, id: &str) -> std::process::Output {
+    key(dir, &["revoke", id])
+}

@@ -138,7 +138,7 @@ pub(crate) async fn login(
         console.note(LOGIN, client, "unknown", "throttled");
         return throttled(&console, &headers, wait);
     }
-    let Some(auditor) = Auditor::from_key(&console.policy.access, &form.key) else {
+    let Some(auditor) = Auditor::from_key(&console.policy().access, &form.key) else {
         console.note(LOGIN, client, "unknown", "wrong_key");
         return page(
             &console,

@@ -174,7 +174,7 @@ fn session(console: &Console, headers: &HeaderMap) -> Option<(String, Auditor)> 
         secure: console.config.secure_cookie,
     };
     let id = Cookies::get(headers, cookies.session_name())?;
-    let auditor = console.sessions.auditor(&console.policy.access, &id)?;
+    let auditor = console.sessions.auditor(&console.policy().access, &id)?;
     Some((id, auditor))
 }
 

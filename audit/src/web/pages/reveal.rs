@@ -85,7 +85,7 @@ pub(crate) async fn reveal(
     let tenant = text(&form.tenant);
     let revealed = crate::reveal::reveal(
         &catalog,
-        &console.policy,
+        &console.policy(),
         &console.config.keys,
         &console.trail,
         &auditor,

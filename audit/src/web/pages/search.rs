@@ -176,7 +176,7 @@ pub(crate) async fn search(
         let search = form.to_search(page_size)?;
         crate::search::audited_search(
             &catalog,
-            &console.policy,
+            &console.policy(),
             &console.trail,
             Searcher::Auditor(&auditor),
             &search,

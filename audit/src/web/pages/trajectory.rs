@@ -94,7 +94,7 @@ pub(crate) async fn read(
     let tenant = text(&hint.tenant);
     let loaded = crate::trajectory::load(
         &catalog,
-        &console.policy.access,
+        &console.policy().access,
         &auditor,
         &id,
         tenant.as_deref(),
@@ -154,7 +154,7 @@ pub(crate) async fn export(
     let tenant = text(&hint.tenant);
     let exported = crate::export::trajectory_bundle(
         &catalog,
-        &console.policy.access,
+        &console.policy().access,
         &console.trail,
         &auditor,
         &id,
