@@ -24,7 +24,7 @@ pub const EXIT_FAILURE: u8 = 2;
 pub const EXIT_PROBLEM_FOUND: u8 = 1;
 
 /// `--lake` and `--lake-option`, for a command's `#[command(flatten)]`.
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(clap::Args, Clone, Default)]
 pub struct LakeArgs {
     /// The lake: a directory or a file://, s3://, gs://, az:// URL (default
     /// atdp-data/lake, or the command's own).
@@ -39,6 +39,21 @@ pub struct LakeArgs {
         global = true
     )]
     pub lake_options: Vec<String>,
+}
+
+impl std::fmt::Debug for LakeArgs {
+    /// The options' keys only: their values can be credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<&str> = self
+            .lake_options
+            .iter()
+            .map(|pair| pair.split_once('=').map_or("?", |(key, _)| key))
+            .collect();
+        f.debug_struct("LakeArgs")
+            .field("lake", &self.lake)
+            .field("lake_option_keys", &keys)
+            .finish()
+    }
 }
 
 impl LakeArgs {
@@ -58,7 +73,16 @@ impl LakeArgs {
     /// The object-store options: `ATDP_LAKE_OPTIONS` first, then each `--lake-option`
     /// (a later one replaces an earlier one's key).
     pub fn options(&self) -> Result<HashMap<String, String>> {
-        let from_env = std::env::var("ATDP_LAKE_OPTIONS").unwrap_or_default();
+        let from_env = match std::env::var("ATDP_LAKE_OPTIONS") {
+            Ok(value) => value,
+            Err(std::env::VarError::NotPresent) => String::new(),
+            // Ignoring it would fall back to default credentials without a word.
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(crate::error::Error::Config(
+                    "ATDP_LAKE_OPTIONS is not valid UTF-8".into(),
+                ));
+            }
+        };
         parse_storage_options(
             from_env
                 .split(',')

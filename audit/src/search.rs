@@ -24,12 +24,16 @@ use atdp_policies::Policy;
 use crate::access::Auditor;
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
-use crate::trail::{SYSTEM_TENANT, Trail, event, redact};
+use crate::trail::{SYSTEM_TENANT, Trail, event, record_refusal, redact};
 
 /// Largest page.
 pub const MAX_PAGE: usize = 500;
 /// Longest free-text query, in bytes.
 pub const MAX_TEXT: usize = 1_000;
+/// Longest value of another filter (tenant, agent, trajectory, model, status, entity).
+pub const MAX_FIELD: usize = 200;
+/// The step statuses a search can ask for.
+pub const STATUSES: [&str; 4] = ["ok", "upstream_error", "interrupted", "denied"];
 
 /// What to look for. Unset fields do not filter.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -131,6 +135,39 @@ impl Search {
             return Err(Error::Invalid(format!(
                 "the search text is longer than {MAX_TEXT} bytes"
             )));
+        }
+        let fields = [
+            ("tenant", &self.tenant),
+            ("agent", &self.agent),
+            ("trajectory", &self.trajectory),
+            ("model", &self.model),
+            ("status", &self.status),
+            ("entity", &self.entity),
+        ];
+        if let Some((name, _)) = fields
+            .iter()
+            .find(|(_, v)| v.as_ref().is_some_and(|v| v.len() > MAX_FIELD))
+        {
+            return Err(Error::Invalid(format!(
+                "the {name} filter is longer than {MAX_FIELD} bytes"
+            )));
+        }
+        if let Some(status) = &self.status
+            && !STATUSES.contains(&status.as_str())
+        {
+            return Err(Error::Invalid(format!(
+                "status {status:?}: use one of {}",
+                STATUSES.join(", ")
+            )));
+        }
+        if let Some(entity) = &self.entity
+            && !entity
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(Error::Invalid(
+                "an entity type is upper-case letters, digits and '_' (EMAIL_ADDRESS)".into(),
+            ));
         }
         Ok(())
     }
@@ -448,11 +485,19 @@ fn hit(step: &Step) -> Hit {
 }
 
 impl Search {
-    /// The search as it may be written down (audit events, evidence bundles): the free text
-    /// with what the detectors find redacted.
+    /// The search as it may be written down (audit events, evidence bundles): every string
+    /// filter (the free text, and the agent, trajectory and model a user typed) with what the
+    /// detectors find redacted.
     pub fn redacted(&self, scanner: &atdp_policies::Scanner) -> Search {
         let mut search = self.clone();
-        search.text = search.text.map(|t| redact(scanner, &t));
+        for field in [
+            &mut search.text,
+            &mut search.agent,
+            &mut search.trajectory,
+            &mut search.model,
+        ] {
+            *field = field.take().map(|t| redact(scanner, &t));
+        }
         search
     }
 }
@@ -483,7 +528,19 @@ pub async fn audited_search(
     search: &Search,
 ) -> Result<Page> {
     let (tenants, actor) = match searcher {
-        Searcher::Auditor(auditor) => (auditor.scope(search.tenant.as_deref())?, auditor.actor()),
+        Searcher::Auditor(auditor) => match auditor.scope(search.tenant.as_deref()) {
+            Ok(tenants) => (tenants, auditor.actor()),
+            Err(error) => {
+                // A search outside the auditor's tenants is refused, and the refusal recorded.
+                let asked = redact(
+                    &policy.scanner,
+                    search.tenant.as_deref().unwrap_or_default(),
+                );
+                let subject = format!("tenant:{asked}");
+                record_refusal(trail, "query", &auditor.actor(), &subject, &error).await;
+                return Err(error);
+            }
+        },
         Searcher::Operator { actor } => (
             search
                 .tenant

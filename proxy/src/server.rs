@@ -39,10 +39,9 @@ pub fn run(config: Config) -> Result<()> {
     run_with(config, |_| {})
 }
 
-/// [`run`], calling `bound` once with the addresses taken, before the agents' listener starts
-/// accepting (a client that connects at once may be refused for a moment; `/readyz` tells
-/// when the proxy serves).
-pub fn run_with(config: Config, bound: impl FnOnce(Bound)) -> Result<()> {
+/// [`run`], calling `bound` once, from another thread, with the addresses taken, as soon as
+/// the agents' listener accepts connections.
+pub fn run_with(config: Config, bound: impl FnOnce(Bound) + Send + 'static) -> Result<()> {
     // The lake writer, the admin port and reloads live on their own runtime, which outlives
     // Pingora's service runtimes.
     let background = tokio::runtime::Builder::new_multi_thread()
@@ -137,11 +136,28 @@ pub fn run_with(config: Config, bound: impl FnOnce(Bound)) -> Result<()> {
         "http"
     };
     tracing::info!(%listen, %admin, scheme, "atdp-proxy listening.");
-    bound(Bound {
+    let taken = Bound {
         listen,
         admin,
         tls: certificates.is_some(),
-    });
+    };
+    let announced = std::thread::Builder::new()
+        .name("atdp-announce".into())
+        .spawn(move || {
+            // Pingora binds in its own threads once `run` starts: wait until it listens.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !listening(taken.listen.port()) {
+                if std::time::Instant::now() > deadline {
+                    tracing::error!(listen = %taken.listen, "The agents' listener did not start.");
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            bound(taken);
+        });
+    if let Err(error) = announced {
+        tracing::error!(%error, "Cannot start the thread that announces the addresses.");
+    }
     server.run(RunArgs {
         shutdown_signal: Box::new(Drain {
             state: state.clone(),
@@ -159,6 +175,24 @@ pub fn run_with(config: Config, bound: impl FnOnce(Bound)) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether a TCP socket of this process listens on `port` (Linux: the kernel's socket
+/// tables, so no connection is opened to find out). Elsewhere, true at once.
+fn listening(port: u16) -> bool {
+    let suffix = format!(":{port:04X}");
+    let tables = ["/proc/self/net/tcp", "/proc/self/net/tcp6"].map(std::fs::read_to_string);
+    if tables.iter().all(std::result::Result::is_err) {
+        return true;
+    }
+    tables.iter().flatten().any(|table| {
+        table.lines().skip(1).any(|line| {
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(1).unwrap_or_default();
+            let state = fields.nth(1).unwrap_or_default();
+            local.ends_with(&suffix) && state == "0A"
+        })
+    })
 }
 
 /// For a listen address with port 0: the address with the port the system chose, and the

@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--tenant", required=True)
     parser.add_argument("--weights", required=True)
     parser.add_argument("--gamma", type=float, default=1.0)
+    parser.add_argument("--since", type=int)
     parser.add_argument("--steps-version", type=int)
     parser.add_argument("--rewards-version", type=int)
     args = parser.parse_args()
@@ -27,6 +28,7 @@ def main() -> None:
         args.tenant,
         json.loads(args.weights),
         args.gamma,
+        since=args.since,
         steps_version=args.steps_version,
         rewards_version=args.rewards_version,
     )

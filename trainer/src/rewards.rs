@@ -7,7 +7,7 @@
 //! another tenant's step.
 //!
 //! - Duplicates (same tenant, trajectory, step, name, source and `reward_fn_version`): the
-//!   latest `created_at` wins.
+//!   latest `created_at` wins, the greater `reward_id` among equal times.
 //! - Several names combine by their configured weights.
 //! - A step reward (`step_id` set) applies to that step of its own trajectory. One whose
 //!   `step_id` is not a selected step of that trajectory (a step of another trajectory, or
@@ -158,7 +158,9 @@ pub fn step_returns(steps: &[Step], rewards: &[Reward], spec: &RewardSpec) -> Re
             r.reward_fn_version.as_deref(),
         );
         let entry = latest.entry(dedup).or_insert(r);
-        if r.created_at > entry.created_at {
+        // The latest wins; at the same time, the greater reward_id, so that the choice does
+        // not depend on the order the rows were read in.
+        if (r.created_at, r.reward_id.as_str()) > (entry.created_at, entry.reward_id.as_str()) {
             *entry = r;
         }
     }

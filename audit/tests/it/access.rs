@@ -324,3 +324,61 @@ async fn the_console_keeps_tenants_apart_over_http() {
     assert!(reply.body.contains("curious"));
     server.stop().await.unwrap();
 }
+
+/// What a searcher types into any filter is written to the audit trail with the personal data
+/// the detectors find redacted; a status that is not one is refused; a search outside an
+/// auditor's tenants is refused and recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audited_search_redacts_every_filter_and_records_refusals() {
+    let f = fixture().await;
+    let catalog = f.catalog().await;
+    let trail = f.trail("audited-search").await;
+    let search = Search {
+        agent: Some("jane.doe@example.com".into()),
+        model: Some("call +44 20 7946 0958".into()),
+        limit: 10,
+        ..Search::default()
+    };
+    let operator = atdp_audit::Searcher::Operator { actor: "cli:test" };
+    atdp_audit::audited_search(&catalog, &f.policy, &trail, operator, &search)
+        .await
+        .unwrap();
+    let bogus = Search {
+        status: Some("ok' OR 1=1".into()),
+        limit: 10,
+        ..Search::default()
+    };
+    let refused = atdp_audit::audited_search(&catalog, &f.policy, &trail, operator, &bogus).await;
+    assert!(matches!(refused, Err(Error::Invalid(_))), "{refused:?}");
+    let auditor = f.auditor(DEMO_AUDITOR);
+    let outside = Search {
+        tenant: Some("globex".into()),
+        limit: 10,
+        ..Search::default()
+    };
+    let denied = atdp_audit::audited_search(
+        &catalog,
+        &f.policy,
+        &trail,
+        atdp_audit::Searcher::Auditor(&auditor),
+        &outside,
+    )
+    .await;
+    assert!(matches!(denied, Err(Error::Denied(_))), "{denied:?}");
+    trail.close().await.unwrap();
+
+    let details = f
+        .audit_details("kind = 'query' AND decision = 'allow'")
+        .await;
+    let written = serde_json::to_string(&details).unwrap();
+    assert!(
+        !written.contains("jane.doe@example.com") && !written.contains("7946"),
+        "{written}"
+    );
+    assert!(written.contains("[EMAIL_ADDRESS]"), "{written}");
+    assert_eq!(
+        f.audit_rows("kind = 'query' AND decision = 'deny' AND subject = 'tenant:globex'")
+            .await,
+        1
+    );
+}

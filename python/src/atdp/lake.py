@@ -90,7 +90,8 @@ def step_returns(
             order(r.get("reward_fn_version")),
         )
         entry = latest.setdefault(dedup, r)
-        if r["created_at"] > entry["created_at"]:
+        # The latest wins; at the same time, the greater reward_id (as the Rust trainer).
+        if (r["created_at"], r["reward_id"]) > (entry["created_at"], entry["reward_id"]):
             latest[dedup] = r
 
     returns: dict[StepKey, float] = {}
@@ -125,6 +126,18 @@ def step_returns(
                 else None
             )
     return returns, unmatched
+
+
+def _rows(table: Any, partition: list) -> list[dict[str, Any]]:
+    """The rows of a Delta table's partition as dicts, times as µs since the epoch (integers,
+    as the protocol writes them and the Rust trainer compares them)."""
+    _, pyarrow = _modules()
+    data = table.to_pyarrow_table(partitions=partition)
+    for index, column in enumerate(data.schema):
+        if pyarrow.types.is_timestamp(column.type):
+            micros = data.column(index).cast(pyarrow.timestamp("us", tz=column.type.tz)).cast(pyarrow.int64())
+            data = data.set_column(index, column.name, micros)
+    return data.to_pylist()
 
 
 class Lake:
@@ -174,7 +187,7 @@ class Lake:
         steps_table = self.table("steps", steps_version)
         steps = [
             s
-            for s in steps_table.to_pyarrow_table(partitions=partition).to_pylist()
+            for s in _rows(steps_table, partition)
             if s["tenant_id"] == tenant
             and (agent is None or s["agent_id"] == agent)
             and (since is None or s["started_at"] >= since)
@@ -186,11 +199,15 @@ class Lake:
         rewards_table = self.table("rewards", rewards_version)
         rewards = [
             r
-            for r in rewards_table.to_pyarrow_table(partitions=partition).to_pylist()
+            for r in _rows(rewards_table, partition)
             if r["tenant_id"] == tenant
             and r["name"] in weights
             and r["trajectory_id"] in trajectories
-            and (r["name"] not in pinned or (r["reward_fn_version"] or "none") == pinned[r["name"]])
+            and (
+                r["name"] not in pinned
+                or ("none" if r["reward_fn_version"] is None else r["reward_fn_version"])
+                == pinned[r["name"]]
+            )
         ]
         returns, unmatched = step_returns(steps, rewards, weights, gamma)
         return LakeData(

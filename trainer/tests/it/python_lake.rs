@@ -96,6 +96,20 @@ fn records() -> Vec<Record> {
             }
         }
     }
+    // Two duplicates at the same time: the greater reward_id wins on both sides, whatever the
+    // order the rows are read in.
+    for (id, value) in [("r-tie-b", -1.0), ("r-tie-a", 1.0)] {
+        records.push(Record::Reward(Reward {
+            reward_id: id.into(),
+            trajectory_id: "traj-0".into(),
+            tenant_id: "acme".into(),
+            name: "task_success".into(),
+            value,
+            source: "api".into(),
+            created_at: clock + 1,
+            ..Reward::default()
+        }));
+    }
     records
 }
 
@@ -104,6 +118,12 @@ fn python_and_rust_read_the_same_returns_from_the_same_lake() {
     let dir = tempfile::tempdir().unwrap();
     let lake = dir.path().join("lake");
     write_lake(&lake, records());
+    compare(&lake, None);
+    // A time window: steps started from a point on (µs since the epoch on both sides).
+    compare(&lake, Some(BASE + 40_000));
+}
+
+fn compare(lake: &std::path::Path, since: Option<i64>) {
     let weights = BTreeMap::from([("task_success".to_owned(), 1.0), ("rating".to_owned(), 0.5)]);
     let spec = RewardSpec {
         weights: weights.clone(),
@@ -112,6 +132,7 @@ fn python_and_rust_read_the_same_returns_from_the_same_lake() {
     let selection = Selection {
         tenants: BTreeSet::from(["acme".to_owned()]),
         reward_names: weights.keys().cloned().collect(),
+        since,
         ..Selection::default()
     };
     let data = read_lake(&lake.display().to_string(), Default::default(), &selection).unwrap();
@@ -122,7 +143,8 @@ fn python_and_rust_read_the_same_returns_from_the_same_lake() {
         "no unmatched step reward in the lake"
     );
 
-    let output = Command::new(atdp_testkit::python())
+    let mut command = Command::new(atdp_testkit::python());
+    command
         .arg(atdp_testkit::repo_root().join("tests/python/lake_returns.py"))
         .args([
             "--lake",
@@ -133,9 +155,11 @@ fn python_and_rust_read_the_same_returns_from_the_same_lake() {
             "0.9",
         ])
         .args(["--weights", &json!(weights).to_string()])
-        .env("PYTHONPATH", atdp_testkit::repo_root().join("python/src"))
-        .output()
-        .unwrap();
+        .env("PYTHONPATH", atdp_testkit::repo_root().join("python/src"));
+    if let Some(since) = since {
+        command.args(["--since", &since.to_string()]);
+    }
+    let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -162,7 +186,11 @@ fn python_and_rust_read_the_same_returns_from_the_same_lake() {
             )
         })
         .collect();
-    assert_eq!(got.len(), expected.len(), "different rewarded steps");
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "different rewarded steps (since {since:?})"
+    );
     for ((t, s, want), (pt, ps, value)) in expected.iter().zip(&got) {
         assert_eq!((t, s), (pt, ps));
         assert!(
