@@ -1,8 +1,11 @@
 //! Benchmark of the lake writer: append (write-ahead log, group-commit fsync) and then
-//! roll + Parquet + commit of realistic steps. Prints figures; see docs/benchmarks.md.
+//! roll + Parquet + commit of realistic steps, and the resident memory the writing adds
+//! (sampled every 5 ms). Prints figures; see docs/benchmarks.md.
 //!
 //! `cargo run --release -p atdp-schema --example bench-writer -- --steps 50000`
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use atdp_schema::synth::{SynthConfig, generate};
@@ -20,6 +23,32 @@ struct Args {
     /// Segment size in MiB.
     #[arg(long, default_value_t = 64)]
     segment_mib: u64,
+    /// Records converted and written at a time (`WriterConfig::chunk_rows`).
+    #[arg(long, default_value_t = 4096)]
+    chunk_rows: usize,
+    /// Data files open at once per table (`WriterConfig::open_files`).
+    #[arg(long, default_value_t = 8)]
+    open_files: usize,
+}
+
+/// The process's resident memory, in bytes (Linux; 0 elsewhere).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Samples resident memory every 5 ms until stopped; returns the peak.
+fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !stop.load(Ordering::Relaxed) {
+            peak = peak.max(resident_bytes());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        peak.max(resident_bytes())
+    })
 }
 
 #[tokio::main]
@@ -55,8 +84,15 @@ async fn main() -> anyhow::Result<()> {
     config.fsync = !args.no_fsync;
     config.segment_max_bytes = args.segment_mib << 20;
     config.segment_max_age = Duration::from_secs(3600);
+    config.chunk_rows = args.chunk_rows;
+    config.open_files = args.open_files;
     let writer = LakeWriter::open(config).await?;
 
+    // What the generated steps hold is there before timing starts; the writer's memory is
+    // what comes on top of it.
+    let baseline = resident_bytes();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = sample_peak(stop.clone());
     let started = Instant::now();
     let mut last = None;
     let mut waits = 0u64;
@@ -84,6 +120,8 @@ async fn main() -> anyhow::Result<()> {
     let appended = started.elapsed();
     writer.flush().await?;
     let total = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap_or(0);
     writer.shutdown(Duration::from_secs(60)).await?;
 
     let stats = maintenance::stats(writer.lake()).await?;
@@ -116,6 +154,16 @@ async fn main() -> anyhow::Result<()> {
         total.as_secs_f64(),
         n as f64 / total.as_secs_f64(),
         mb / total.as_secs_f64()
+    );
+    println!(
+        "chunk rows, open files     {}, {}",
+        args.chunk_rows, args.open_files
+    );
+    println!(
+        "resident before / peak     {:.0} MB / {:.0} MB (+{:.0} MB while writing)",
+        baseline as f64 / 1e6,
+        peak as f64 / 1e6,
+        peak.saturating_sub(baseline) as f64 / 1e6
     );
     println!("parquet files              {files}");
     println!(

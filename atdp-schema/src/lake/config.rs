@@ -34,6 +34,17 @@ pub struct WriterConfig {
     pub retry_initial: Duration,
     /// Longest pause between upload retries.
     pub retry_max: Duration,
+    /// Records of a segment converted to Arrow and written to the data files at a time
+    /// (default 4,096). With [`open_files`](Self::open_files) it bounds the uploader's
+    /// memory, whatever the segment's size.
+    pub chunk_rows: usize,
+    /// Data files open at once per table while a segment is written (default 8): one per
+    /// partition (tenant, day) the segment holds. Past it the file written least recently is
+    /// finished, and a partition written again gets another file.
+    pub open_files: usize,
+    /// A data file is finished and another started once it holds about this many bytes
+    /// (default 128 MiB).
+    pub target_file_bytes: u64,
 }
 
 impl std::fmt::Debug for WriterConfig {
@@ -51,13 +62,17 @@ impl std::fmt::Debug for WriterConfig {
             .field("commit_interval", &self.commit_interval)
             .field("retry_initial", &self.retry_initial)
             .field("retry_max", &self.retry_max)
+            .field("chunk_rows", &self.chunk_rows)
+            .field("open_files", &self.open_files)
+            .field("target_file_bytes", &self.target_file_bytes)
             .finish()
     }
 }
 
 impl WriterConfig {
     /// Defaults: 64 MiB or 10 s segments, an 8 GiB disk budget, fsync on at most every 2 ms,
-    /// retries from 200 ms up to 30 s.
+    /// retries from 200 ms up to 30 s, segments written 4,096 records at a time into at most
+    /// 8 open files per table of up to 128 MiB.
     pub fn new(lake: impl Into<String>, wal_dir: impl Into<PathBuf>) -> Self {
         WriterConfig {
             lake: lake.into(),
@@ -70,6 +85,9 @@ impl WriterConfig {
             commit_interval: Duration::from_millis(2),
             retry_initial: Duration::from_millis(200),
             retry_max: Duration::from_secs(30),
+            chunk_rows: 4096,
+            open_files: 8,
+            target_file_bytes: 128 << 20,
         }
     }
 
@@ -91,6 +109,16 @@ impl WriterConfig {
         if self.commit_interval > Duration::from_secs(1) {
             return Err(Error::Config(
                 "`commit_interval` must be at most 1 s".into(),
+            ));
+        }
+        if self.chunk_rows == 0 || self.open_files == 0 {
+            return Err(Error::Config(
+                "`chunk_rows` and `open_files` must be above zero".into(),
+            ));
+        }
+        if self.target_file_bytes < 1 << 20 {
+            return Err(Error::Config(
+                "`target_file_bytes` must be at least 1 MiB".into(),
             ));
         }
         if self.segment_max_age.is_zero() {

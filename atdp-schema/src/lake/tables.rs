@@ -4,14 +4,15 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Once;
 
-use arrow::array::RecordBatch;
-use deltalake::kernel::Transaction;
-use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TableReference};
+use deltalake::kernel::{Action, Transaction};
+use deltalake::logstore::{LogStoreRef, ObjectStoreRef};
 use deltalake::parquet::basic::{Compression, ZstdLevel};
 use deltalake::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use deltalake::parquet::schema::types::ColumnPath;
-use deltalake::protocol::SaveMode;
-use deltalake::{DeltaTable, DeltaTableError};
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::table::state::DeltaTableState;
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 
 use deltalake::kernel::StructType;
@@ -19,6 +20,7 @@ use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 
 use crate::batch::{PARTITION_COLUMNS, arrow_schema};
 use crate::error::{Error, Result};
+use crate::lake::files::TableOutput;
 use crate::record::{PROTOCOL_VERSION, Table};
 
 /// The table configuration key holding the ATDP protocol version.
@@ -29,7 +31,7 @@ const TABLES_PREFIX: &str = "atdp/v1";
 
 /// Columns whose min/max statistics Delta keeps in its log, for file skipping (the
 /// message text columns would only bloat the log).
-fn stats_columns(table: Table) -> &'static str {
+pub(crate) fn stats_columns(table: Table) -> &'static str {
     match table {
         Table::Steps => {
             "step_id,trajectory_id,parent_step_id,turn_index,agent_id,started_at,ended_at,api,upstream,model_requested,model_served,policy_version,finish_reason,status,prompt_tokens,completion_tokens"
@@ -145,6 +147,17 @@ impl Lake {
         Ok(())
     }
 
+    /// The object store of a table's files (paths relative to the table), without reading
+    /// its log; creates a local table's directory.
+    pub(crate) fn table_store(&self, table: Table) -> Result<ObjectStoreRef> {
+        self.prepare(table)?;
+        let url = self.table_url(table)?;
+        let handle = DeltaTableBuilder::from_url(url)
+            .and_then(|builder| builder.with_storage_options(self.options.clone()).build())
+            .map_err(|e| Error::delta(table.name(), e))?;
+        Ok(handle.object_store())
+    }
+
     /// The table handle, loaded when the table exists (a write creates it otherwise).
     pub(crate) async fn load(&self, table: Table) -> Result<DeltaTable> {
         let url = self.table_url(table)?;
@@ -214,22 +227,31 @@ pub(crate) fn writer_properties(table: Table) -> WriterProperties {
 /// What a commit attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Committed {
-    /// This call committed the batch at the given table version.
+    /// This call committed the files at the given table version.
     Now(u64),
-    /// The table already holds this transaction (a replay): nothing was written.
+    /// The table already holds this transaction (a replay): nothing was committed.
     Already,
 }
 
-/// Commits batches of one table, each under a Delta application transaction
+/// A table as the committer last read or wrote it.
+#[derive(Debug)]
+struct Known {
+    /// The table's handle: its log store, and the builder of its creation.
+    handle: DeltaTable,
+    /// The state after the last commit read or made; `None` while the table does not exist.
+    state: Option<DeltaTableState>,
+    /// The last sequence number committed under the committer's app id.
+    committed_seq: Option<i64>,
+}
+
+/// Commits data files of one table, each segment's under a Delta application transaction
 /// `(app_id, seq)`, so that a replayed sequence number is never committed twice.
 #[derive(Debug)]
 pub(crate) struct Committer {
     table: Table,
     lake: Lake,
     app_id: String,
-    delta: Option<DeltaTable>,
-    /// The last sequence number known committed for `app_id`, valid while `delta` is.
-    committed_seq: Option<i64>,
+    known: Option<Known>,
 }
 
 /// How many times a commit is retried at once after a conflict, before the error goes to the
@@ -242,80 +264,113 @@ impl Committer {
             table,
             lake,
             app_id: app_id.into(),
-            delta: None,
-            committed_seq: None,
+            known: None,
         }
     }
 
-    async fn fresh(&mut self) -> Result<&DeltaTable> {
-        self.lake.prepare(self.table)?;
-        let delta = self.lake.load(self.table).await?;
-        self.committed_seq = match delta.version() {
-            Some(_) => delta
-                .snapshot()
-                .map_err(|e| Error::delta(self.table.name(), e))?
-                .transaction_version(delta.log_store().as_ref(), &self.app_id)
-                .await
-                .map_err(|e| Error::delta(self.table.name(), e))?,
-            None => None,
-        };
-        Ok(self.delta.insert(delta))
+    fn delta_error(&self, error: DeltaTableError) -> Error {
+        Error::delta(self.table.name(), error)
     }
 
-    /// Commits `batches` as transaction `seq` (one Delta commit), unless the table already
-    /// has it.
-    pub(crate) async fn commit(
-        &mut self,
-        seq: i64,
-        batches: Vec<RecordBatch>,
-    ) -> Result<Committed> {
+    /// Reads the table's log again (after a start, or a commit whose outcome is unknown).
+    async fn fresh(&mut self) -> Result<&Known> {
+        self.lake.prepare(self.table)?;
+        let handle = self.lake.load(self.table).await?;
+        let (state, committed_seq) = match handle.version() {
+            Some(_) => {
+                let state = handle.snapshot().map_err(|e| self.delta_error(e))?.clone();
+                let seq = state
+                    .transaction_version(handle.log_store().as_ref(), &self.app_id)
+                    .await
+                    .map_err(|e| self.delta_error(e))?;
+                (Some(state), seq)
+            }
+            None => (None, None),
+        };
+        Ok(self.known.insert(Known {
+            handle,
+            state,
+            committed_seq,
+        }))
+    }
+
+    /// Whether the table holds transaction `seq` already. A local table that does not
+    /// exist holds nothing, and is not created by asking.
+    pub(crate) async fn holds(&mut self, seq: i64) -> Result<bool> {
+        if self.known.is_none()
+            && let Ok(path) = self.lake.table_url(self.table)?.to_file_path()
+            && !path.exists()
+        {
+            return Ok(false);
+        }
+        let known = match &self.known {
+            Some(known) => known,
+            None => self.fresh().await?,
+        };
+        Ok(known.committed_seq.is_some_and(|done| done >= seq))
+    }
+
+    /// Commits the data files of `output` as transaction `seq` (one Delta commit), unless
+    /// the table already has it; creates the table first if needed.
+    pub(crate) async fn commit(&mut self, seq: i64, output: &TableOutput) -> Result<Committed> {
         let mut last_error = None;
         for attempt in 0..CONFLICT_RETRIES {
-            if self.delta.is_none() {
-                self.fresh().await?;
-            }
-            if self.committed_seq.is_some_and(|done| done >= seq) {
+            let known = match self.known.take() {
+                Some(known) => known,
+                None => {
+                    self.fresh().await?;
+                    match self.known.take() {
+                        Some(known) => known,
+                        None => continue,
+                    }
+                }
+            };
+            if known.committed_seq.is_some_and(|done| done >= seq) {
+                self.known = Some(known);
+                tracing::debug!(table = %self.table, seq, files = output.adds.len(), "The table already holds this segment; the files written again are left for vacuum.");
                 return Ok(Committed::Already);
             }
-            let Some(delta) = self.delta.clone() else {
-                continue;
+            let created = match known.state {
+                Some(state) => Ok((known.handle, state)),
+                None => self.create(known.handle).await,
             };
-            let delta = match delta.version() {
-                Some(_) => Ok(delta),
-                None => self.create(delta).await,
-            };
-            let written = match delta {
-                Ok(delta) => self.write(delta, seq, batches.clone()).await,
+            let committed = match created {
+                Ok((handle, state)) => self
+                    .append(&state, handle.log_store(), seq, output)
+                    .await
+                    .map(|(version, state)| (handle, version, state)),
                 Err(error) => Err(error),
             };
-            match written {
-                Ok(delta) => {
-                    let version = delta.version().unwrap_or_default();
-                    self.delta = Some(delta);
-                    self.committed_seq = Some(seq);
+            match committed {
+                Ok((handle, version, state)) => {
+                    self.known = Some(Known {
+                        handle,
+                        state: Some(state),
+                        committed_seq: Some(seq),
+                    });
                     return Ok(Committed::Now(version));
                 }
                 Err(error) => {
                     // The commit may or may not have landed (a timeout after the put, a
                     // conflict): forget what we knew and read the table again.
                     tracing::debug!(table = %self.table, seq, attempt, error = %error, "Commit attempt failed; reloading the table.");
-                    self.delta = None;
-                    self.committed_seq = None;
                     last_error = Some(error);
                 }
             }
         }
-        Err(Error::delta(
-            self.table.name(),
+        Err(self.delta_error(
             last_error.unwrap_or_else(|| DeltaTableError::Generic("commit not attempted".into())),
         ))
     }
 
     /// Creates the table with the protocol's schema, partitioning and metadata (a writer
     /// that races another to create it finds the table there and reloads).
-    async fn create(&self, delta: DeltaTable) -> std::result::Result<DeltaTable, DeltaTableError> {
+    async fn create(
+        &self,
+        delta: DeltaTable,
+    ) -> std::result::Result<(DeltaTable, DeltaTableState), DeltaTableError> {
         let schema: StructType = arrow_schema(self.table).as_ref().try_into_kernel()?;
-        delta
+        let created = delta
             .create()
             .with_columns(schema.fields().cloned())
             .with_partition_columns(PARTITION_COLUMNS)
@@ -334,24 +389,84 @@ impl Committer {
                 self.table.name()
             ))
             .with_save_mode(SaveMode::ErrorIfExists)
-            .await
+            .await?;
+        let state = created.snapshot()?.clone();
+        Ok((created, state))
     }
 
-    async fn write(
+    /// One append commit of the files, as delta-rs's write operation makes it: the `Add`
+    /// actions, the application transaction, and the operation's metrics.
+    async fn append(
         &self,
-        delta: DeltaTable,
+        state: &DeltaTableState,
+        log_store: LogStoreRef,
         seq: i64,
-        batches: Vec<RecordBatch>,
-    ) -> std::result::Result<DeltaTable, DeltaTableError> {
-        let commit = CommitProperties::default()
-            .with_application_transaction(Transaction::new(&self.app_id, seq));
-        delta
+        output: &TableOutput,
+    ) -> std::result::Result<(u64, DeltaTableState), DeltaTableError> {
+        let metrics = serde_json::json!({
+            "num_added_files": output.adds.len(),
+            "num_removed_files": 0,
+            "num_partitions": output.partitions,
+            "num_added_rows": output.rows,
+            "execution_time_ms": 0,
+            "num_retries": 0,
+        });
+        let properties = CommitProperties::default()
+            .with_application_transaction(Transaction::new(&self.app_id, seq))
+            .with_metadata([("operationMetrics".to_owned(), metrics)]);
+        let actions = output.adds.iter().cloned().map(Action::Add).collect();
+        let operation = DeltaOperation::Write {
+            mode: SaveMode::Append,
+            partition_by: Some(PARTITION_COLUMNS.map(str::to_owned).to_vec()),
+            predicate: None,
+        };
+        let finalized = CommitBuilder::from(properties)
+            .with_actions(actions)
+            .build(Some(state as &dyn TableReference), log_store, operation)
+            .await?;
+        Ok((finalized.version(), finalized.snapshot))
+    }
+}
+
+/// delta-rs's own write of the same batches, for the tests that compare the files and the log
+/// of both.
+#[cfg(test)]
+impl Committer {
+    pub(crate) async fn commit_with_delta_rs(
+        &mut self,
+        seq: i64,
+        batches: Vec<arrow::array::RecordBatch>,
+    ) -> Result<u64> {
+        let known = match self.known.take() {
+            Some(known) => known,
+            None => {
+                self.fresh().await?;
+                self.known
+                    .take()
+                    .ok_or_else(|| Error::Config("the table was not read".into()))?
+            }
+        };
+        let delta = match known.state {
+            Some(_) => known.handle,
+            None => {
+                self.create(known.handle)
+                    .await
+                    .map_err(|e| self.delta_error(e))?
+                    .0
+            }
+        };
+        let written = delta
             .write(batches)
             .with_save_mode(SaveMode::Append)
             .with_partition_columns(PARTITION_COLUMNS)
             .with_writer_properties(writer_properties(self.table))
-            .with_commit_properties(commit)
+            .with_commit_properties(
+                CommitProperties::default()
+                    .with_application_transaction(Transaction::new(&self.app_id, seq)),
+            )
             .await
+            .map_err(|e| self.delta_error(e))?;
+        Ok(written.version().unwrap_or_default())
     }
 }
 

@@ -13,12 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::lake::config::WriterConfig;
+use crate::lake::files::{FileLimits, SegmentFiles, TABLE_ORDER, TableOutput, table_index};
 use crate::lake::tables::{Committed, Committer, Lake};
 use crate::lake::wal::{Damage, DamageKind, Sealed, Wal, WalConfig, scan_segment_with};
 use crate::record::{AuditEvent, Record, Reward, Step, Table, VaultEntry};
@@ -166,6 +168,11 @@ impl LakeWriter {
             Retry {
                 initial: config.retry_initial,
                 max: config.retry_max,
+            },
+            FileLimits {
+                chunk_rows: config.chunk_rows,
+                open_files: config.open_files,
+                target_file_bytes: config.target_file_bytes,
             },
             torn_allowed,
         ));
@@ -352,6 +359,7 @@ async fn upload_loop(
     mut sealed_rx: mpsc::UnboundedReceiver<Sealed>,
     shared: Arc<Shared>,
     retry: Retry,
+    limits: FileLimits,
     torn_allowed: Option<u64>,
 ) {
     let mut committers: BTreeMap<Table, Committer> = BTreeMap::new();
@@ -361,8 +369,14 @@ async fn upload_loop(
         let mut backoff = retry.initial;
         let torn_ok = torn_allowed == Some(sealed.seq);
         loop {
-            match upload_segment(&wal, &lake, &mut committers, &sealed, torn_ok, &mut buffer).await
-            {
+            let upload = Upload {
+                wal: &wal,
+                lake: &lake,
+                limits,
+                sealed: &sealed,
+                torn_ok,
+            };
+            match upload.run(&mut committers, &mut buffer).await {
                 Ok((rows, damage)) => {
                     let mut stats = shared.stats();
                     stats.damage.extend(damage);
@@ -422,87 +436,146 @@ async fn upload_loop(
     }
 }
 
-/// Commits one segment's records, one Delta commit per table, then releases the segment.
-/// Returns the rows committed by this call and the damage found in the segment, if any.
-/// `torn_ok`: the segment may end inside a record (it was being written when a run stopped).
-async fn upload_segment(
-    wal: &Arc<Wal>,
-    lake: &Lake,
-    committers: &mut BTreeMap<Table, Committer>,
-    sealed: &Sealed,
+/// One attempt at committing a sealed segment.
+struct Upload<'a> {
+    wal: &'a Arc<Wal>,
+    lake: &'a Lake,
+    limits: FileLimits,
+    sealed: &'a Sealed,
+    /// The segment may end inside a record (it was being written when a run stopped).
     torn_ok: bool,
-    buffer: &mut Vec<u8>,
-) -> Result<(u64, Option<Damage>)> {
-    let path = sealed.path.clone();
-    // Reading and converting up to a segment of records is CPU work: keep it off the
-    // runtime's workers, which serve the proxy. The read buffer comes back for the next
-    // segment, also when reading failed (a task that panicked loses it; the next read
-    // allocates anew).
-    let mut buf = std::mem::take(buffer);
-    let (read, buf) = tokio::task::spawn_blocking(move || {
-        let mut tables = ByTable::default();
-        let read = scan_segment_with(&path, &mut buf, |record| tables.push(record))
-            .and_then(|damage| Ok((tables.into_batches()?, damage)));
-        (read, buf)
-    })
-    .await
-    .map_err(|e| Error::Config(format!("segment read task failed: {e}")))?;
-    *buffer = buf;
-    let (batches, damage) = read?;
-    let damage = damage.map(|mut damage| {
-        if !torn_ok {
-            damage.kind = DamageKind::Corrupt;
+}
+
+impl Upload<'_> {
+    /// Writes the segment's records to data files and commits them, one Delta commit per
+    /// table, then releases the segment. Returns the rows committed by this call and the
+    /// damage found in the segment, if any.
+    async fn run(
+        &self,
+        committers: &mut BTreeMap<Table, Committer>,
+        buffer: &mut Vec<u8>,
+    ) -> Result<(u64, Option<Damage>)> {
+        let seq = i64::try_from(self.sealed.seq).map_err(|_| {
+            Error::Config(format!(
+                "segment number {} is out of range",
+                self.sealed.seq
+            ))
+        })?;
+        // A replay finds some tables, or all, holding the segment already: their records
+        // are not written again.
+        let mut wanted = [false; 4];
+        for table in TABLE_ORDER {
+            let committer = committers
+                .entry(table)
+                .or_insert_with(|| Committer::new(self.lake.clone(), table, self.wal.writer_id()));
+            wanted[table_index(table)] = !committer.holds(seq).await?;
         }
-        damage
-    });
-    let mut rows = 0;
-    let seq = i64::try_from(sealed.seq)
-        .map_err(|_| Error::Config(format!("segment number {} is out of range", sealed.seq)))?;
-    for (table, batches) in batches {
-        let count: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let committer = committers
-            .entry(table)
-            .or_insert_with(|| Committer::new(lake.clone(), table, wal.writer_id()));
-        if let Committed::Now(version) = committer.commit(seq, batches).await? {
-            tracing::debug!(table = %table, segment = sealed.seq, version, rows = count, "Committed segment.");
-            rows += count;
+        let (outputs, damage) = self.write_files(wanted, buffer).await?;
+        let damage = damage.map(|mut damage| {
+            if !self.torn_ok {
+                damage.kind = DamageKind::Corrupt;
+            }
+            damage
+        });
+        let mut rows = 0;
+        for (table, output) in outputs {
+            let committer = committers
+                .entry(table)
+                .or_insert_with(|| Committer::new(self.lake.clone(), table, self.wal.writer_id()));
+            if let Committed::Now(version) = committer.commit(seq, &output).await? {
+                tracing::debug!(table = %table, segment = self.sealed.seq, version, rows = output.rows, files = output.adds.len(), "Committed segment.");
+                rows += output.rows;
+            }
+        }
+        let sealed = self.sealed;
+        match damage {
+            Some(damage) if damage.kind == DamageKind::Corrupt => {
+                let kept = self.wal.quarantine(sealed)?;
+                tracing::error!(
+                    damage = %damage,
+                    kept = %kept.display(),
+                    "Write-ahead log segment is corrupt: its intact records were committed, the rest is lost; the file is kept for inspection."
+                );
+                Ok((rows, Some(damage)))
+            }
+            Some(damage) => {
+                tracing::warn!(damage = %damage, "Write-ahead log segment ends inside a record (a write cut by a crash); the intact records were committed.");
+                self.wal.release(sealed)?;
+                Ok((rows, Some(damage)))
+            }
+            None => {
+                self.wal.release(sealed)?;
+                Ok((rows, None))
+            }
         }
     }
-    match damage {
-        Some(damage) if damage.kind == DamageKind::Corrupt => {
-            let kept = wal.quarantine(sealed)?;
-            tracing::error!(
-                damage = %damage,
-                kept = %kept.display(),
-                "Write-ahead log segment is corrupt: its intact records were committed, the rest is lost; the file is kept for inspection."
-            );
-            Ok((rows, Some(damage)))
-        }
-        Some(damage) => {
-            tracing::warn!(damage = %damage, "Write-ahead log segment ends inside a record (a write cut by a crash); the intact records were committed.");
-            wal.release(sealed)?;
-            Ok((rows, Some(damage)))
-        }
-        None => {
-            wal.release(sealed)?;
-            Ok((rows, None))
+
+    /// Reads the segment and streams the records of the `wanted` tables into data files.
+    /// Reading and converting, and encoding, are CPU work: they run on two blocking threads,
+    /// a pipeline with one batch between them, off the runtime's workers, which serve the
+    /// proxy. The read buffer comes back for the next segment, also when reading failed (a
+    /// task that panicked loses it; the next read allocates anew).
+    async fn write_files(
+        &self,
+        wanted: [bool; 4],
+        buffer: &mut Vec<u8>,
+    ) -> Result<(Vec<(Table, TableOutput)>, Option<Damage>)> {
+        let path = self.sealed.path.clone();
+        let mut buf = std::mem::take(buffer);
+        let files = SegmentFiles::new(self.lake.clone(), self.limits, Handle::current());
+        let chunk_rows = self.limits.chunk_rows;
+        let (batches, received) = std::sync::mpsc::sync_channel::<(Table, RecordBatch)>(1);
+        let encoder = tokio::task::spawn_blocking(move || {
+            let mut files = files;
+            for (table, batch) in received {
+                if let Err(error) = files.write(table, &batch) {
+                    files.abort();
+                    return Err(error);
+                }
+            }
+            Ok(files)
+        });
+        let reader = tokio::task::spawn_blocking(move || {
+            let mut tables = ByTable::new(chunk_rows, wanted, |table, batch: &RecordBatch| {
+                // The encoder stopped on an error of its own, which it reports.
+                batches
+                    .send((table, batch.clone()))
+                    .map_err(|_| Error::Closed)
+            });
+            let scanned = scan_segment_with(&path, &mut buf, |record| tables.push(record));
+            let converted = tables.finish();
+            (scanned.and_then(|damage| converted.map(|()| damage)), buf)
+        });
+        let failed =
+            |e: tokio::task::JoinError| Error::Config(format!("segment write task failed: {e}"));
+        let (read, buf) = reader.await.map_err(failed)?;
+        *buffer = buf;
+        let files = encoder.await.map_err(failed)?;
+        match (read, files) {
+            (Ok(damage), Ok(files)) => {
+                let outputs = tokio::task::spawn_blocking(move || files.close())
+                    .await
+                    .map_err(failed)??;
+                Ok((outputs, damage))
+            }
+            (Err(error), Ok(files)) => {
+                tokio::task::spawn_blocking(move || files.abort())
+                    .await
+                    .map_err(failed)?;
+                Err(error)
+            }
+            (_, Err(error)) => Err(error),
         }
     }
 }
 
-/// Records converted to Arrow at a time while a segment is read. A segment holds up to
-/// `segment_max_bytes` of records, or `segment_max_age` of them (80,000 calls in 10 s at
-/// 8,000 calls/s); decoding it whole before converting would hold every decoded record at
-/// once. Converting in chunks keeps one chunk of decoded records per table, whose memory the
-/// next chunk reuses: the proxy's peak resident memory at 8,000 calls/s is 406–416 MB, against
-/// 547–551 MB when the segment is decoded whole (docs/benchmarks.md, "Proxy overhead").
-const CHUNK_ROWS: usize = 4096;
-
-/// A segment's records by table, as they are read, converted to Arrow every [`CHUNK_ROWS`]
-/// rows. Steps stay boxed as they are decoded, so that the vector moves pointers rather than
-/// whole steps when it grows.
-#[derive(Default)]
-pub(crate) struct ByTable {
+/// A segment's records by table, as they are read, converted to Arrow a chunk at a time
+/// (`chunk_rows` records of a table) and handed to `sink`: at most one chunk per table is
+/// held decoded, whatever the segment's size. A segment holds up to `segment_max_bytes` of
+/// records, or `segment_max_age` of them (80,000 calls in 10 s at 8,000 calls/s). Steps stay
+/// boxed as they are decoded, so that the vector moves pointers rather than whole steps when
+/// it grows.
+pub(crate) struct ByTable<F> {
     // Boxed on purpose: a record decodes a step into a box, and a Vec of whole steps would
     // copy each one.
     #[allow(clippy::vec_box)]
@@ -510,14 +583,13 @@ pub(crate) struct ByTable {
     rewards: Vec<Reward>,
     audit: Vec<AuditEvent>,
     vault: Vec<VaultEntry>,
-    /// Converted chunks, in [`TABLE_ORDER`].
-    batches: [Vec<RecordBatch>; 4],
-    /// The first conversion error; the records after it are not converted.
+    /// Tables whose records are converted, in [`TABLE_ORDER`]; the others' are dropped.
+    wanted: [bool; 4],
+    chunk_rows: usize,
+    sink: F,
+    /// The first error converting or writing; the records after it are dropped.
     error: Option<Error>,
 }
-
-/// The order in which a segment's tables are committed.
-const TABLE_ORDER: [Table; 4] = [Table::Steps, Table::Rewards, Table::Audit, Table::PiiVault];
 
 /// `rows` as a batch, and emptied; `None` when there are none.
 fn drain_into_batch<T>(
@@ -532,19 +604,22 @@ fn drain_into_batch<T>(
     Some(converted)
 }
 
-/// The position of `table` in [`TABLE_ORDER`].
-fn table_index(table: Table) -> usize {
-    match table {
-        Table::Steps => 0,
-        Table::Rewards => 1,
-        Table::Audit => 2,
-        Table::PiiVault => 3,
+impl<F: FnMut(Table, &RecordBatch) -> Result<()>> ByTable<F> {
+    pub(crate) fn new(chunk_rows: usize, wanted: [bool; 4], sink: F) -> Self {
+        ByTable {
+            steps: Vec::new(),
+            rewards: Vec::new(),
+            audit: Vec::new(),
+            vault: Vec::new(),
+            wanted,
+            chunk_rows: chunk_rows.max(1),
+            sink,
+            error: None,
+        }
     }
-}
 
-impl ByTable {
     pub(crate) fn push(&mut self, record: Record) {
-        if self.error.is_some() {
+        if self.error.is_some() || !self.wanted[table_index(record.table())] {
             return;
         }
         let (table, pending) = match record {
@@ -565,12 +640,12 @@ impl ByTable {
                 (Table::PiiVault, self.vault.len())
             }
         };
-        if pending >= CHUNK_ROWS {
+        if pending >= self.chunk_rows {
             self.convert(table);
         }
     }
 
-    /// Converts the pending records of `table` to a batch and drops them.
+    /// Converts the pending records of `table` to a batch, drops them and hands the batch on.
     fn convert(&mut self, table: Table) {
         let converted = match table {
             Table::Steps => drain_into_batch(&mut self.steps, batch::steps_to_batch),
@@ -578,28 +653,27 @@ impl ByTable {
             Table::Audit => drain_into_batch(&mut self.audit, batch::audit_to_batch),
             Table::PiiVault => drain_into_batch(&mut self.vault, batch::vault_to_batch),
         };
-        match converted {
-            Some(Ok(batch)) => self.batches[table_index(table)].push(batch),
-            Some(Err(error)) => self.error = Some(error),
-            None => {}
+        let handed = match converted {
+            Some(Ok(batch)) => (self.sink)(table, &batch),
+            Some(Err(error)) => Err(error),
+            None => Ok(()),
+        };
+        if let Err(error) = handed {
+            self.error = Some(error);
         }
     }
 
-    /// The batches of each table that has records, tables in [`TABLE_ORDER`].
-    pub(crate) fn into_batches(mut self) -> Result<Vec<(Table, Vec<RecordBatch>)>> {
+    /// Converts and hands on what is pending, tables in [`TABLE_ORDER`]; the first error.
+    pub(crate) fn finish(mut self) -> Result<()> {
         for table in TABLE_ORDER {
             if self.error.is_none() {
                 self.convert(table);
             }
         }
-        if let Some(error) = self.error {
-            return Err(error);
+        match self.error {
+            Some(error) => Err(error),
+            None => Ok(()),
         }
-        Ok(TABLE_ORDER
-            .into_iter()
-            .zip(self.batches)
-            .filter(|(_, batches)| !batches.is_empty())
-            .collect())
     }
 }
 
@@ -608,33 +682,61 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_convert_in_chunks_and_tables_keep_their_order() {
-        let mut tables = ByTable::default();
-        for i in 0..2 * CHUNK_ROWS + 1 {
+    fn records_convert_in_chunks_and_unwanted_tables_are_dropped() {
+        const CHUNK: usize = 16;
+        let mut shape: Vec<(Table, usize)> = Vec::new();
+        let mut first_ids: Vec<String> = Vec::new();
+        let mut tables = ByTable::new(CHUNK, [true, true, false, true], |table, batch| {
+            shape.push((table, batch.num_rows()));
+            if table == Table::Rewards {
+                first_ids.push(batch::rewards_from_batch(batch)?[0].reward_id.clone());
+            }
+            Ok(())
+        });
+        for i in 0..2 * CHUNK + 1 {
             tables.push(Record::Reward(Reward {
                 reward_id: format!("r{i}"),
                 ..Reward::default()
             }));
-            if i == CHUNK_ROWS - 1 {
+            tables.push(Record::Audit(AuditEvent::default()));
+            if i == CHUNK - 1 {
                 // The rewards were converted as the chunk filled; the step is not yet.
                 assert!(tables.rewards.is_empty());
                 tables.push(Record::Step(Box::default()));
             }
         }
         tables.push(Record::Step(Box::default()));
-        let batches = tables.into_batches().unwrap();
-        let shape: Vec<(Table, Vec<usize>)> = batches
-            .iter()
-            .map(|(table, batches)| (*table, batches.iter().map(|b| b.num_rows()).collect()))
-            .collect();
+        assert!(tables.audit.is_empty(), "audit is not wanted");
+        tables.finish().unwrap();
         assert_eq!(
             shape,
             vec![
-                (Table::Steps, vec![2]),
-                (Table::Rewards, vec![CHUNK_ROWS, CHUNK_ROWS, 1]),
+                (Table::Rewards, CHUNK),
+                (Table::Rewards, CHUNK),
+                (Table::Steps, 2),
+                (Table::Rewards, 1),
             ]
         );
-        let rewards = batch::rewards_from_batch(&batches[1].1[1]).unwrap();
-        assert_eq!(rewards[0].reward_id, format!("r{CHUNK_ROWS}"));
+        assert_eq!(
+            first_ids,
+            [
+                "r0",
+                format!("r{CHUNK}").as_str(),
+                format!("r{}", 2 * CHUNK).as_str()
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_error_stops_the_conversion() {
+        let mut calls = 0;
+        let mut tables = ByTable::new(1, [true; 4], |_, _| {
+            calls += 1;
+            Err(Error::Closed)
+        });
+        tables.push(Record::Reward(Reward::default()));
+        tables.push(Record::Reward(Reward::default()));
+        assert!(matches!(tables.finish(), Err(Error::Closed)));
+        assert_eq!(calls, 1);
     }
 }
