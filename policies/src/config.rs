@@ -84,7 +84,16 @@ pub struct DetectionConfig {
     pub context: HashMap<String, ContextWords>,
     /// Custom entity types.
     pub custom: Vec<CustomEntity>,
+    /// Most bytes of recently scanned texts (and what they hold) kept, by tenant, so that a
+    /// text scanned again is not scanned twice (`cache_mib`, default 16 MiB; 0: none).
+    pub cache_bytes: usize,
 }
+
+/// The default of `[detection] cache_mib`.
+pub const DEFAULT_CACHE_MIB: u32 = 16;
+
+/// The largest `[detection] cache_mib`.
+const MAX_CACHE_MIB: u32 = 4096;
 
 impl Default for DetectionConfig {
     fn default() -> Self {
@@ -94,6 +103,7 @@ impl Default for DetectionConfig {
             disabled: Vec::new(),
             context: HashMap::new(),
             custom: Vec::new(),
+            cache_bytes: (DEFAULT_CACHE_MIB as usize) << 20,
         }
     }
 }
@@ -151,6 +161,8 @@ struct RawDetection {
     /// Custom entities.
     #[serde(default)]
     entity: Vec<RawEntity>,
+    /// MiB of recently scanned texts kept by tenant (default 16; 0: none).
+    cache_mib: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -321,6 +333,19 @@ fn validate(raw: RawFile, problems: &mut Problems<'_>) -> MaskingConfig {
         .map_or(defaults.threshold, |t| {
             score_in_range(problems, t, "threshold")
         });
+    let cache_bytes = match &raw.detection.cache_mib {
+        None => defaults.cache_bytes,
+        Some(mib) => match u32::try_from(*mib.get_ref()) {
+            Ok(value) if value <= MAX_CACHE_MIB => (value as usize) << 20,
+            _ => {
+                problems.at(
+                    mib.span().start,
+                    format!("cache_mib must be 0 to {MAX_CACHE_MIB}"),
+                );
+                defaults.cache_bytes
+            }
+        },
+    };
     let mut custom: Vec<CustomEntity> = Vec::new();
     let builtin = builtin_entities();
     for entity in raw.detection.entity {
@@ -451,6 +476,7 @@ fn validate(raw: RawFile, problems: &mut Problems<'_>) -> MaskingConfig {
             disabled,
             context,
             custom,
+            cache_bytes,
         },
         storage,
         external,
@@ -528,6 +554,26 @@ entities = { US_SSN = "tokenize", CUSTOMER_ID = "hash" }
             problems[3].starts_with("masking.toml:10:14: action for unknown entity type US_SNN"),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn the_scan_cache_is_sized_in_mib_and_can_be_off() {
+        let config = MaskingConfig::from_toml("[detection]\ncache_mib = 0\n").unwrap();
+        assert_eq!(config.detection.cache_bytes, 0);
+        let config = MaskingConfig::from_toml("[detection]\ncache_mib = 64\n").unwrap();
+        assert_eq!(config.detection.cache_bytes, 64 << 20);
+        assert_eq!(
+            MaskingConfig::from_toml("").unwrap().detection.cache_bytes,
+            16 << 20
+        );
+        for bad in ["-1", "5000"] {
+            let problems =
+                MaskingConfig::from_toml(&format!("[detection]\ncache_mib = {bad}\n")).unwrap_err();
+            assert!(
+                problems[0].starts_with("masking.toml:2:13: cache_mib must be 0 to 4096"),
+                "{problems:?}"
+            );
+        }
     }
 
     #[test]

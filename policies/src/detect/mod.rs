@@ -6,6 +6,7 @@
 //! not to sit inside a longer token (an id, a hash, a longer number), scored with context
 //! words, and overlapping spans resolved in favour of the higher score, then the longer span.
 
+mod cache;
 mod names;
 mod patterns;
 mod validate;
@@ -67,6 +68,8 @@ pub struct Scanner {
     name_context: [(Vec<String>, Vec<String>); 3],
     /// Their lists and patterns, when one of them is looked for.
     lexicon: Option<&'static names::Lexicon>,
+    /// What recent texts were found to hold, by tenant (`None`: off).
+    cache: Option<cache::ScanCache>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -241,6 +244,7 @@ impl Scanner {
                 None
             },
             name_context: names::ENTITIES.map(|entity| context(entity, &[], &[])),
+            cache: cache::ScanCache::new(config.cache_bytes),
         })
     }
 
@@ -250,6 +254,24 @@ impl Scanner {
             .iter()
             .find(|(name, _)| *name == entity)
             .map_or(self.threshold, |(_, score)| *score)
+    }
+
+    /// [`Scanner::scan`] of a text of `tenant`, answered from what recent scans of the same
+    /// text for the same tenant found when it can be (`[detection] cache_mib`).
+    pub fn scan_for(&self, tenant: &str, text: &str) -> Vec<Span> {
+        let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| text.len() >= cache::MIN_BYTES)
+        else {
+            return self.scan(text);
+        };
+        if let Some(spans) = cache.get(tenant, text) {
+            return spans;
+        }
+        let spans = self.scan(text);
+        cache.put(tenant, text, &spans);
+        spans
     }
 
     /// The spans of personal data and secrets in `text`, ordered by start, never overlapping.

@@ -227,7 +227,7 @@ impl JsonMasker<'_> {
         if short && pass.clean.contains(text) {
             return Ok(None);
         }
-        let mut spans = self.scanner.scan(text);
+        let mut spans = self.scanner.scan_for(self.tenant, text);
         if let Some(from) = seen_from {
             spans = outside_placeholders(
                 text,

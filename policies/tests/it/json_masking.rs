@@ -232,3 +232,57 @@ proptest! {
         prop_assert!(decoded(&restored).contains(value), "{} not restored in {}", value, restored);
     }
 }
+
+/// A document scanned again, by the same tenant or another, is masked exactly as a scanner
+/// without the cache masks it: the cache answers only for the same tenant and the same text.
+#[test]
+fn a_text_scanned_again_is_masked_as_the_first_time() {
+    let long = |value: &str| {
+        format!(
+            "Customer writes: please update my record, my details are {value} and nothing else changed since last week."
+        )
+    };
+    let source = serde_json::json!({
+        "messages": [
+            {"role": "user", "content": long("jane.doe@example.com")},
+            {"role": "tool", "content": format!("{{\"note\": \"{}\"}}", long("4111 1111 1111 1111"))},
+            {"role": "user", "content": long("no value at all")},
+        ]
+    });
+    let uncached = Scanner::with_config(
+        &DetectionConfig {
+            cache_bytes: 0,
+            ..DetectionConfig::default()
+        },
+        None,
+    )
+    .unwrap();
+    let cached = Scanner::new(None).unwrap();
+    let mut keys = KeyRing::default();
+    keys.generate("acme");
+    keys.generate("globex");
+    let policy = MaskPolicy::all(Action::Redact);
+    let masked = |scanner: &Scanner, tenant: &str| {
+        let mut document = source.clone();
+        let found = JsonMasker {
+            scanner,
+            policy: &policy,
+            tenant,
+            keys: &keys,
+        }
+        .mask(&mut document)
+        .unwrap();
+        let spans: Vec<(String, String)> = found
+            .spans
+            .iter()
+            .map(|(path, span)| (path.clone(), span.entity.to_owned()))
+            .collect();
+        (document, spans)
+    };
+    let expected = masked(&uncached, "acme");
+    assert_eq!(expected.1.len(), 2, "{:?}", expected.1);
+    assert!(!expected.0.to_string().contains("jane.doe"));
+    for tenant in ["acme", "acme", "globex", "acme"] {
+        assert_eq!(masked(&cached, tenant), expected, "{tenant}");
+    }
+}
