@@ -5,7 +5,7 @@
 //! `cargo run --release -p atdp-schema --example bench-writer -- --steps 50000`
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use atdp_schema::synth::{SynthConfig, generate};
@@ -23,11 +23,14 @@ struct Args {
     /// Segment size in MiB.
     #[arg(long, default_value_t = 64)]
     segment_mib: u64,
-    /// Records converted and written at a time (`WriterConfig::chunk_rows`).
+    /// Records converted and written at a time, at most (`WriterConfig::chunk_rows`).
     #[arg(long, default_value_t = 4096)]
     chunk_rows: usize,
+    /// … and fewer when they take this many KiB in the log (`WriterConfig::chunk_bytes`).
+    #[arg(long, default_value_t = 4096)]
+    chunk_kib: usize,
     /// Data files open at once per table (`WriterConfig::open_files`).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 32)]
     open_files: usize,
 }
 
@@ -39,15 +42,13 @@ fn resident_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Samples resident memory every 5 ms until stopped; returns the peak.
-fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+/// Samples resident memory every 5 ms into `peak` until stopped.
+fn sample_peak(stop: Arc<AtomicBool>, peak: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let mut peak = 0;
         while !stop.load(Ordering::Relaxed) {
-            peak = peak.max(resident_bytes());
+            peak.fetch_max(resident_bytes(), Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(5));
         }
-        peak.max(resident_bytes())
     })
 }
 
@@ -85,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
     config.segment_max_bytes = args.segment_mib << 20;
     config.segment_max_age = Duration::from_secs(3600);
     config.chunk_rows = args.chunk_rows;
+    config.chunk_bytes = args.chunk_kib << 10;
     config.open_files = args.open_files;
     let writer = LakeWriter::open(config).await?;
 
@@ -92,7 +94,8 @@ async fn main() -> anyhow::Result<()> {
     // what comes on top of it.
     let baseline = resident_bytes();
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = sample_peak(stop.clone());
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampler = sample_peak(stop.clone(), peak.clone());
     let started = Instant::now();
     let mut last = None;
     let mut waits = 0u64;
@@ -118,10 +121,13 @@ async fn main() -> anyhow::Result<()> {
         writer.durable(last).await?;
     }
     let appended = started.elapsed();
+    let peak_appending = peak.swap(resident_bytes(), Ordering::Relaxed);
+    let before_flush = resident_bytes();
     writer.flush().await?;
     let total = started.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let peak = sampler.join().unwrap_or(0);
+    let _ = sampler.join();
+    let peak_flushing = peak.load(Ordering::Relaxed).max(resident_bytes());
     writer.shutdown(Duration::from_secs(60)).await?;
 
     let stats = maintenance::stats(writer.lake()).await?;
@@ -156,14 +162,15 @@ async fn main() -> anyhow::Result<()> {
         mb / total.as_secs_f64()
     );
     println!(
-        "chunk rows, open files     {}, {}",
-        args.chunk_rows, args.open_files
+        "chunk rows, KiB, files     {}, {}, {}",
+        args.chunk_rows, args.chunk_kib, args.open_files
     );
+    let mb = |bytes: u64| bytes as f64 / 1e6;
     println!(
-        "resident before / peak     {:.0} MB / {:.0} MB (+{:.0} MB while writing)",
-        baseline as f64 / 1e6,
-        peak as f64 / 1e6,
-        peak.saturating_sub(baseline) as f64 / 1e6
+        "resident memory            {:.0} MB before; peak +{:.0} MB while appending, +{:.0} MB over the last flush's start while it committed",
+        mb(baseline),
+        mb(peak_appending.saturating_sub(baseline)),
+        mb(peak_flushing.saturating_sub(before_flush))
     );
     println!("parquet files              {files}");
     println!(

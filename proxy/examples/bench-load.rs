@@ -9,6 +9,11 @@
 //! `--realistic` sends a support conversation carrying personal data (an e-mail address, a
 //! phone number, a card number, in the user's message and in a tool result holding JSON) and
 //! a tool, instead of a short request without any: the path masking and restoring work on.
+//! Each request's user message and tool result carry a case reference of their own (six
+//! letters from the request's number), so that no two requests are the same text, as in
+//! real traffic; the system prompt and the tool are the same in every request.
+//! `--print-body` prints the body and exits (for other load generators), with `@@@@@@` where
+//! each request's case reference goes.
 //!
 //! `--slow MS` also prints to stderr, by 100 ms window of scheduled time, how many requests
 //! took MS or longer (to find stalls).
@@ -29,6 +34,21 @@ struct Plan {
     interval: Duration,
     total: u64,
     next: AtomicU64,
+    /// Where in `request` each request writes its case reference.
+    stamps: Vec<usize>,
+}
+
+/// The placeholder of the case reference in a realistic body.
+const STAMP: &str = "@@@@@@";
+
+/// The case reference of request `ticket`: six lower-case letters.
+fn reference(mut ticket: u64) -> [u8; 6] {
+    let mut out = [b'a'; 6];
+    for byte in out.iter_mut().rev() {
+        *byte = b'a' + (ticket % 26) as u8;
+        ticket /= 26;
+    }
+    out
 }
 
 /// Reads one response; returns false on a non-200 status.
@@ -98,6 +118,7 @@ async fn worker(plan: Arc<Plan>) -> (Vec<(Duration, Duration)>, u64) {
     let mut errors = 0;
     let mut connection: Option<TcpStream> = None;
     let mut buf = Vec::new();
+    let mut request = plan.request.clone();
     loop {
         let ticket = plan.next.fetch_add(1, Ordering::Relaxed);
         if ticket >= plan.total {
@@ -121,8 +142,12 @@ async fn worker(plan: Arc<Plan>) -> (Vec<(Duration, Duration)>, u64) {
         let Some(stream) = connection.as_mut() else {
             continue;
         };
+        let stamp = reference(ticket);
+        for at in &plan.stamps {
+            request[*at..*at + stamp.len()].copy_from_slice(&stamp);
+        }
         let outcome = async {
-            stream.write_all(&plan.request).await?;
+            stream.write_all(&request).await?;
             read_response(stream, &mut buf).await
         }
         .await;
@@ -166,18 +191,28 @@ fn main() -> anyhow::Result<()> {
     let realistic = args.iter().any(|a| a == "--realistic");
     let body = if realistic {
         format!(
-            r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly. Use lookup_order for order questions."}},{{"role":"user","content":"Hi, I am Jane. Where is my order? It was placed last week and the tracking page shows nothing since Monday. You can mail me at jane.doe@example.com or call +44 20 7946 0958. I paid with 4111 1111 1111 1111."}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"lookup_order","arguments":"{{\"email\":\"jane.doe@example.com\"}}"}}}}]}},{{"role":"tool","tool_call_id":"call_1","content":"{{\"order\":\"A-1042\",\"status\":\"shipped\",\"carrier\":\"DHL\",\"customer\":{{\"email\":\"jane.doe@example.com\",\"phone\":\"+44 20 7946 0958\"}}}}"}}],"tools":[{{"type":"function","function":{{"name":"lookup_order","description":"Looks up an order by the customer's e-mail.","parameters":{{"type":"object","properties":{{"email":{{"type":"string"}}}},"required":["email"]}}}}}}]}}"#
+            r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly. Use lookup_order for order questions."}},{{"role":"user","content":"Hi, I am Jane, case {STAMP}. Where is my order? It was placed last week and the tracking page shows nothing since Monday. You can mail me at jane.doe@example.com or call +44 20 7946 0958. I paid with 4111 1111 1111 1111."}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"lookup_order","arguments":"{{\"email\":\"jane.doe@example.com\"}}"}}}}]}},{{"role":"tool","tool_call_id":"call_1","content":"{{\"order\":\"A-1042\",\"status\":\"shipped\",\"case\":\"{STAMP}\",\"carrier\":\"DHL\",\"customer\":{{\"email\":\"jane.doe@example.com\",\"phone\":\"+44 20 7946 0958\"}}}}"}}],"tools":[{{"type":"function","function":{{"name":"lookup_order","description":"Looks up an order by the customer's e-mail.","parameters":{{"type":"object","properties":{{"email":{{"type":"string"}}}},"required":["email"]}}}}}}]}}"#
         )
     } else {
         format!(
             r#"{{"model":"gpt-4.1-mini","stream":{stream},"messages":[{{"role":"system","content":"You are a support agent for an online shop. Answer briefly."}},{{"role":"user","content":"Where is my order? It was placed last week and the tracking page shows nothing since Monday."}}]}}"#
         )
     };
+    if args.iter().any(|a| a == "--print-body") {
+        println!("{body}");
+        return Ok(());
+    }
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes();
+    let stamps: Vec<usize> = request
+        .windows(STAMP.len())
+        .enumerate()
+        .filter(|(_, window)| *window == STAMP.as_bytes())
+        .map(|(at, _)| at)
+        .collect();
     let total = (rate * duration) as u64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -191,6 +226,7 @@ fn main() -> anyhow::Result<()> {
             interval: Duration::from_secs_f64(1.0 / rate),
             total,
             next: AtomicU64::new(0),
+            stamps,
         });
         let started = plan.start;
         let handles: Vec<_> = (0..connections)

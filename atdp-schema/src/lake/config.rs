@@ -34,11 +34,14 @@ pub struct WriterConfig {
     pub retry_initial: Duration,
     /// Longest pause between upload retries.
     pub retry_max: Duration,
-    /// Records of a segment converted to Arrow and written to the data files at a time
-    /// (default 4,096). With [`open_files`](Self::open_files) it bounds the uploader's
-    /// memory, whatever the segment's size.
+    /// Records of a table converted to Arrow and written to the data files at a time, at
+    /// most (default 4,096) …
     pub chunk_rows: usize,
-    /// Data files open at once per table while a segment is written (default 8): one per
+    /// … and fewer when they take this many bytes in the log (default 4 MiB). With
+    /// [`open_files`](Self::open_files) they bound the uploader's memory, whatever the
+    /// segment's size.
+    pub chunk_bytes: usize,
+    /// Data files open at once per table while a segment is written (default 32): one per
     /// partition (tenant, day) the segment holds. Past it the file written least recently is
     /// finished, and a partition written again gets another file.
     pub open_files: usize,
@@ -63,6 +66,7 @@ impl std::fmt::Debug for WriterConfig {
             .field("retry_initial", &self.retry_initial)
             .field("retry_max", &self.retry_max)
             .field("chunk_rows", &self.chunk_rows)
+            .field("chunk_bytes", &self.chunk_bytes)
             .field("open_files", &self.open_files)
             .field("target_file_bytes", &self.target_file_bytes)
             .finish()
@@ -71,8 +75,8 @@ impl std::fmt::Debug for WriterConfig {
 
 impl WriterConfig {
     /// Defaults: 64 MiB or 10 s segments, an 8 GiB disk budget, fsync on at most every 2 ms,
-    /// retries from 200 ms up to 30 s, segments written 4,096 records at a time into at most
-    /// 8 open files per table of up to 128 MiB.
+    /// retries from 200 ms up to 30 s, segments written 4,096 records or 4 MiB at a time
+    /// into at most 32 open files per table of up to 128 MiB.
     pub fn new(lake: impl Into<String>, wal_dir: impl Into<PathBuf>) -> Self {
         WriterConfig {
             lake: lake.into(),
@@ -86,7 +90,8 @@ impl WriterConfig {
             retry_initial: Duration::from_millis(200),
             retry_max: Duration::from_secs(30),
             chunk_rows: 4096,
-            open_files: 8,
+            chunk_bytes: 4 << 20,
+            open_files: 32,
             target_file_bytes: 128 << 20,
         }
     }
@@ -111,9 +116,9 @@ impl WriterConfig {
                 "`commit_interval` must be at most 1 s".into(),
             ));
         }
-        if self.chunk_rows == 0 || self.open_files == 0 {
+        if self.chunk_rows == 0 || self.chunk_bytes == 0 || self.open_files == 0 {
             return Err(Error::Config(
-                "`chunk_rows` and `open_files` must be above zero".into(),
+                "`chunk_rows`, `chunk_bytes` and `open_files` must be above zero".into(),
             ));
         }
         if self.target_file_bytes < 1 << 20 {

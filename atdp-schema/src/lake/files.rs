@@ -36,8 +36,10 @@ use crate::record::Table;
 /// How the data files of a segment are cut; see [`WriterConfig`](crate::WriterConfig).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileLimits {
-    /// Records converted to Arrow and written at a time.
+    /// Records converted to Arrow and written at a time, at most …
     pub chunk_rows: usize,
+    /// … and fewer when they take this many bytes in the write-ahead log.
+    pub chunk_bytes: usize,
     /// Data files open at once per table; past it, the one written least recently is
     /// finished (a partition written again later gets another file).
     pub open_files: usize,
@@ -406,12 +408,18 @@ mod tests {
         .unwrap();
         let mut out: Vec<(Table, Vec<RecordBatch>)> =
             TABLE_ORDER.iter().map(|t| (*t, Vec::new())).collect();
-        let mut tables = crate::lake::writer::ByTable::new(chunk, [true; 4], |table, batch| {
+        let limits = FileLimits {
+            chunk_rows: chunk,
+            chunk_bytes: usize::MAX,
+            open_files: 1,
+            target_file_bytes: 1 << 20,
+        };
+        let mut tables = crate::lake::writer::ByTable::new(limits, [true; 4], |table, batch| {
             out[table_index(table)].1.push(batch.clone());
             Ok(())
         });
         for record in records {
-            tables.push(record);
+            tables.push(record, 0);
         }
         tables.finish().unwrap();
         out
@@ -498,6 +506,7 @@ mod tests {
         // opened again within the segment, as a busy segment of many tenants would be.
         let limits = FileLimits {
             chunk_rows: 64,
+            chunk_bytes: usize::MAX,
             open_files: 2,
             target_file_bytes: 128 << 20,
         };
@@ -603,6 +612,7 @@ mod tests {
         .unwrap();
         let limits = FileLimits {
             chunk_rows: 4096,
+            chunk_bytes: usize::MAX,
             open_files: 16,
             target_file_bytes: 128 << 20,
         };

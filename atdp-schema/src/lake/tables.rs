@@ -197,6 +197,10 @@ pub fn parse_storage_options<S: AsRef<str>>(
     Ok(options)
 }
 
+/// Encoded bytes of a row group, at most (the row counts of [`writer_properties`] bound it
+/// too, whichever comes first).
+const ROW_GROUP_BYTES: usize = 1 << 20;
+
 /// Parquet settings of the lake's data files.
 pub(crate) fn writer_properties(table: Table) -> WriterProperties {
     let mut builder = WriterProperties::builder()
@@ -208,7 +212,10 @@ pub(crate) fn writer_properties(table: Table) -> WriterProperties {
         .set_max_row_group_row_count(Some(match table {
             Table::Steps => 16_384,
             _ => 131_072,
-        }));
+        }))
+        // A data file holds its row group in progress in memory, several times its encoded
+        // size: bounding the row group bounds what each open file holds.
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES));
     // Ids are looked up one at a time: a Bloom filter lets readers skip row groups.
     let lookups: &[&str] = match table {
         Table::Steps => &["step_id", "trajectory_id"],

@@ -171,6 +171,7 @@ impl LakeWriter {
             },
             FileLimits {
                 chunk_rows: config.chunk_rows,
+                chunk_bytes: config.chunk_bytes,
                 open_files: config.open_files,
                 target_file_bytes: config.target_file_bytes,
             },
@@ -363,7 +364,7 @@ async fn upload_loop(
     torn_allowed: Option<u64>,
 ) {
     let mut committers: BTreeMap<Table, Committer> = BTreeMap::new();
-    // The segment read buffer, kept between segments (at most a segment's size).
+    // The buffer of one record read from a segment, kept between segments.
     let mut buffer = Vec::new();
     while let Some(sealed) = sealed_rx.recv().await {
         let mut backoff = retry.initial;
@@ -513,7 +514,7 @@ impl Upload<'_> {
     /// Reads the segment and streams the records of the `wanted` tables into data files.
     /// Reading and converting, and encoding, are CPU work: they run on two blocking threads,
     /// a pipeline with one batch between them, off the runtime's workers, which serve the
-    /// proxy. The read buffer comes back for the next segment, also when reading failed (a
+    /// proxy. The record buffer comes back for the next segment, also when reading failed (a
     /// task that panicked loses it; the next read allocates anew).
     async fn write_files(
         &self,
@@ -523,7 +524,7 @@ impl Upload<'_> {
         let path = self.sealed.path.clone();
         let mut buf = std::mem::take(buffer);
         let files = SegmentFiles::new(self.lake.clone(), self.limits, Handle::current());
-        let chunk_rows = self.limits.chunk_rows;
+        let limits = self.limits;
         let (batches, received) = std::sync::mpsc::sync_channel::<(Table, RecordBatch)>(1);
         let encoder = tokio::task::spawn_blocking(move || {
             let mut files = files;
@@ -536,13 +537,14 @@ impl Upload<'_> {
             Ok(files)
         });
         let reader = tokio::task::spawn_blocking(move || {
-            let mut tables = ByTable::new(chunk_rows, wanted, |table, batch: &RecordBatch| {
+            let mut tables = ByTable::new(limits, wanted, |table, batch: &RecordBatch| {
                 // The encoder stopped on an error of its own, which it reports.
                 batches
                     .send((table, batch.clone()))
                     .map_err(|_| Error::Closed)
             });
-            let scanned = scan_segment_with(&path, &mut buf, |record| tables.push(record));
+            let scanned =
+                scan_segment_with(&path, &mut buf, |record, size| tables.push(record, size));
             let converted = tables.finish();
             (scanned.and_then(|damage| converted.map(|()| damage)), buf)
         });
@@ -570,8 +572,8 @@ impl Upload<'_> {
 }
 
 /// A segment's records by table, as they are read, converted to Arrow a chunk at a time
-/// (`chunk_rows` records of a table) and handed to `sink`: at most one chunk per table is
-/// held decoded, whatever the segment's size. A segment holds up to `segment_max_bytes` of
+/// (`chunk_rows` records of a table, or fewer that take `chunk_bytes` encoded) and handed to
+/// `sink`: at most one chunk per table is held decoded, whatever the segment's size. A segment holds up to `segment_max_bytes` of
 /// records, or `segment_max_age` of them (80,000 calls in 10 s at 8,000 calls/s). Steps stay
 /// boxed as they are decoded, so that the vector moves pointers rather than whole steps when
 /// it grows.
@@ -585,7 +587,10 @@ pub(crate) struct ByTable<F> {
     vault: Vec<VaultEntry>,
     /// Tables whose records are converted, in [`TABLE_ORDER`]; the others' are dropped.
     wanted: [bool; 4],
+    /// Encoded bytes of each table's pending records, in [`TABLE_ORDER`].
+    pending_bytes: [usize; 4],
     chunk_rows: usize,
+    chunk_bytes: usize,
     sink: F,
     /// The first error converting or writing; the records after it are dropped.
     error: Option<Error>,
@@ -605,23 +610,28 @@ fn drain_into_batch<T>(
 }
 
 impl<F: FnMut(Table, &RecordBatch) -> Result<()>> ByTable<F> {
-    pub(crate) fn new(chunk_rows: usize, wanted: [bool; 4], sink: F) -> Self {
+    pub(crate) fn new(limits: FileLimits, wanted: [bool; 4], sink: F) -> Self {
         ByTable {
             steps: Vec::new(),
             rewards: Vec::new(),
             audit: Vec::new(),
             vault: Vec::new(),
             wanted,
-            chunk_rows: chunk_rows.max(1),
+            pending_bytes: [0; 4],
+            chunk_rows: limits.chunk_rows.max(1),
+            chunk_bytes: limits.chunk_bytes.max(1),
             sink,
             error: None,
         }
     }
 
-    pub(crate) fn push(&mut self, record: Record) {
-        if self.error.is_some() || !self.wanted[table_index(record.table())] {
+    /// Takes a record, `size` bytes encoded.
+    pub(crate) fn push(&mut self, record: Record, size: usize) {
+        let index = table_index(record.table());
+        if self.error.is_some() || !self.wanted[index] {
             return;
         }
+        self.pending_bytes[index] += size;
         let (table, pending) = match record {
             Record::Step(step) => {
                 self.steps.push(step);
@@ -640,13 +650,14 @@ impl<F: FnMut(Table, &RecordBatch) -> Result<()>> ByTable<F> {
                 (Table::PiiVault, self.vault.len())
             }
         };
-        if pending >= self.chunk_rows {
+        if pending >= self.chunk_rows || self.pending_bytes[index] >= self.chunk_bytes {
             self.convert(table);
         }
     }
 
     /// Converts the pending records of `table` to a batch, drops them and hands the batch on.
     fn convert(&mut self, table: Table) {
+        self.pending_bytes[table_index(table)] = 0;
         let converted = match table {
             Table::Steps => drain_into_batch(&mut self.steps, batch::steps_to_batch),
             Table::Rewards => drain_into_batch(&mut self.rewards, batch::rewards_to_batch),
@@ -686,7 +697,13 @@ mod tests {
         const CHUNK: usize = 16;
         let mut shape: Vec<(Table, usize)> = Vec::new();
         let mut first_ids: Vec<String> = Vec::new();
-        let mut tables = ByTable::new(CHUNK, [true, true, false, true], |table, batch| {
+        let limits = FileLimits {
+            chunk_rows: CHUNK,
+            chunk_bytes: 1 << 20,
+            open_files: 1,
+            target_file_bytes: 1 << 20,
+        };
+        let mut tables = ByTable::new(limits, [true, true, false, true], |table, batch| {
             shape.push((table, batch.num_rows()));
             if table == Table::Rewards {
                 first_ids.push(batch::rewards_from_batch(batch)?[0].reward_id.clone());
@@ -694,18 +711,21 @@ mod tests {
             Ok(())
         });
         for i in 0..2 * CHUNK + 1 {
-            tables.push(Record::Reward(Reward {
-                reward_id: format!("r{i}"),
-                ..Reward::default()
-            }));
-            tables.push(Record::Audit(AuditEvent::default()));
+            tables.push(
+                Record::Reward(Reward {
+                    reward_id: format!("r{i}"),
+                    ..Reward::default()
+                }),
+                10,
+            );
+            tables.push(Record::Audit(AuditEvent::default()), 10);
             if i == CHUNK - 1 {
                 // The rewards were converted as the chunk filled; the step is not yet.
                 assert!(tables.rewards.is_empty());
-                tables.push(Record::Step(Box::default()));
+                tables.push(Record::Step(Box::default()), 10);
             }
         }
-        tables.push(Record::Step(Box::default()));
+        tables.push(Record::Step(Box::default()), 10);
         assert!(tables.audit.is_empty(), "audit is not wanted");
         tables.finish().unwrap();
         assert_eq!(
@@ -728,14 +748,40 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_ends_at_its_bytes_before_its_rows() {
+        let limits = FileLimits {
+            chunk_rows: 1000,
+            chunk_bytes: 100,
+            open_files: 1,
+            target_file_bytes: 1 << 20,
+        };
+        let mut sizes = Vec::new();
+        let mut tables = ByTable::new(limits, [true; 4], |_, batch| {
+            sizes.push(batch.num_rows());
+            Ok(())
+        });
+        for size in [40, 40, 40, 150, 10] {
+            tables.push(Record::Reward(Reward::default()), size);
+        }
+        tables.finish().unwrap();
+        assert_eq!(sizes, [3, 1, 1]);
+    }
+
+    #[test]
     fn the_first_error_stops_the_conversion() {
         let mut calls = 0;
-        let mut tables = ByTable::new(1, [true; 4], |_, _| {
+        let limits = FileLimits {
+            chunk_rows: 1,
+            chunk_bytes: 1 << 20,
+            open_files: 1,
+            target_file_bytes: 1 << 20,
+        };
+        let mut tables = ByTable::new(limits, [true; 4], |_, _| {
             calls += 1;
             Err(Error::Closed)
         });
-        tables.push(Record::Reward(Reward::default()));
-        tables.push(Record::Reward(Reward::default()));
+        tables.push(Record::Reward(Reward::default()), 10);
+        tables.push(Record::Reward(Reward::default()), 10);
         assert!(matches!(tables.finish(), Err(Error::Closed)));
         assert_eq!(calls, 1);
     }

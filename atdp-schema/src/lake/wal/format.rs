@@ -2,6 +2,7 @@
 //! damage.
 
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -86,87 +87,139 @@ pub(super) fn frame_into(record: &Record, mut buf: Vec<u8>) -> Result<Vec<u8>> {
     Ok(framed)
 }
 
-/// Reads a segment into `buf` (cleared first; its allocation is reused, so a writer that
-/// scans segment after segment does not fault in fresh memory for each) and hands each
-/// record to `each`, up to the first damage, which it returns.
+/// Reads a segment and hands each record, with the size of its encoding, to `each`, up to the
+/// first damage, which it returns.
+/// The file is read through a small buffer, a record at a time: memory is one record (in
+/// `payload`, whose allocation is reused from segment to segment), not the segment.
 pub(crate) fn scan_segment_with(
     path: &Path,
-    buf: &mut Vec<u8>,
-    each: impl FnMut(Record),
+    payload: &mut Vec<u8>,
+    each: impl FnMut(Record, usize),
 ) -> Result<Option<Damage>> {
-    use std::io::Read;
-    buf.clear();
-    File::open(path)
-        .and_then(|mut file| file.read_to_end(buf))
-        .map_err(|e| Error::io(path, e))?;
-    Ok(scan_bytes_with(path, buf, each))
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let reader = std::io::BufReader::with_capacity(READ_BUFFER, file);
+    scan_reader(path, reader, len, payload, each).map_err(|e| Error::io(path, e))
 }
+
+/// Bytes of a segment read from the file at a time.
+const READ_BUFFER: usize = 1 << 20;
 
 #[cfg(test)]
 pub(super) fn scan_bytes(path: &Path, data: &[u8]) -> SegmentScan {
     let mut records = Vec::new();
-    let damage = scan_bytes_with(path, data, |record| records.push(record));
+    let damage = scan_reader(
+        path,
+        data,
+        data.len() as u64,
+        &mut Vec::new(),
+        |record, _| records.push(record),
+    )
+    .unwrap_or_else(|e| panic!("reading from memory cannot fail: {e}"));
     SegmentScan { records, damage }
 }
 
-/// Hands each intact record of a segment's bytes to `each`, up to the first damage, which it
-/// returns.
-fn scan_bytes_with(path: &Path, data: &[u8], mut each: impl FnMut(Record)) -> Option<Damage> {
-    let damage = |offset: usize, kind, intact| Damage {
+/// Reads into `buf` until it is full or the input ends; the bytes read.
+fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Whether the rest of the input is zeros (a crashed write's tail that a file system left
+/// zero-filled).
+fn rest_is_zero(reader: &mut impl Read) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = read_up_to(reader, &mut chunk)?;
+        if chunk[..n].iter().any(|b| *b != 0) {
+            return Ok(false);
+        }
+        if n < chunk.len() {
+            return Ok(true);
+        }
+    }
+}
+
+/// Hands each intact record of a segment of `len` bytes, read from `reader`, to `each`, up
+/// to the first damage, which it returns.
+fn scan_reader(
+    path: &Path,
+    mut reader: impl Read,
+    len: u64,
+    payload: &mut Vec<u8>,
+    mut each: impl FnMut(Record, usize),
+) -> std::io::Result<Option<Damage>> {
+    let damage = |offset: u64, kind, intact| Damage {
         path: path.to_owned(),
-        offset: offset as u64,
+        offset,
         kind,
         intact_records: intact,
-        lost_bytes: (data.len() - offset) as u64,
+        lost_bytes: len.saturating_sub(offset),
     };
-    if data.len() < MAGIC.len() {
+    let mut magic = [0u8; MAGIC.len()];
+    let read = read_up_to(&mut reader, &mut magic)?;
+    if read < MAGIC.len() {
         // A segment created but cut before its magic was written holds nothing.
-        let kind = if MAGIC.starts_with(data) {
+        let kind = if MAGIC.starts_with(&magic[..read]) {
             DamageKind::TornTail
         } else {
             DamageKind::Corrupt
         };
-        return (!data.is_empty()).then(|| damage(0, kind, 0));
+        return Ok((read > 0).then(|| damage(0, kind, 0)));
     }
-    if &data[..MAGIC.len()] != MAGIC {
-        return Some(damage(0, DamageKind::Corrupt, 0));
+    if &magic != MAGIC {
+        return Ok(Some(damage(0, DamageKind::Corrupt, 0)));
     }
-    let mut offset = MAGIC.len();
+    let mut offset = MAGIC.len() as u64;
     let mut intact = 0;
-    while offset < data.len() {
-        let rest = &data[offset..];
-        if rest.len() < FRAME_HEADER {
-            return Some(damage(offset, DamageKind::TornTail, intact));
+    loop {
+        let mut header = [0u8; FRAME_HEADER];
+        match read_up_to(&mut reader, &mut header)? {
+            0 => return Ok(None),
+            n if n < FRAME_HEADER => {
+                return Ok(Some(damage(offset, DamageKind::TornTail, intact)));
+            }
+            _ => {}
         }
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        if len > MAX_RECORD_BYTES {
-            return Some(damage(offset, DamageKind::Corrupt, intact));
+        let size = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        if size > MAX_RECORD_BYTES {
+            return Ok(Some(damage(offset, DamageKind::Corrupt, intact)));
         }
-        if rest.len() - FRAME_HEADER < len {
-            return Some(damage(offset, DamageKind::TornTail, intact));
+        payload.clear();
+        let read = (&mut reader).take(size as u64).read_to_end(payload)?;
+        if read < size {
+            return Ok(Some(damage(offset, DamageKind::TornTail, intact)));
         }
-        let payload = &rest[FRAME_HEADER..FRAME_HEADER + len];
         let decoded = (crc32fast::hash(payload) == crc)
             .then(|| postcard::from_bytes::<Record>(payload).ok())
             .flatten();
         match decoded {
             Some(record) => {
-                each(record);
+                each(record, size);
                 intact += 1;
             }
             None => {
                 // File systems may leave a crashed write's tail zero-filled: a torn write,
                 // not corruption.
-                let kind = if rest.iter().all(|b| *b == 0) {
+                let zeros = header.iter().chain(payload.iter()).all(|b| *b == 0)
+                    && rest_is_zero(&mut reader)?;
+                let kind = if zeros {
                     DamageKind::TornTail
                 } else {
                     DamageKind::Corrupt
                 };
-                return Some(damage(offset, kind, intact));
+                return Ok(Some(damage(offset, kind, intact)));
             }
         }
-        offset += FRAME_HEADER + len;
+        offset += (FRAME_HEADER + size) as u64;
     }
-    None
 }

@@ -71,7 +71,7 @@ fn recover_chain(dir: &Path, writer_id: &str, newest: Option<&Path>) -> Result<C
     };
     if let Some(newest) = newest {
         let from_file = head.seq;
-        scan_segment_with(newest, &mut Vec::new(), |record| {
+        scan_segment_with(newest, &mut Vec::new(), |record, _| {
             if let Record::Audit(event) = record
                 && event.chain_id == head.chain_id
                 && event.chain_seq > head.seq
