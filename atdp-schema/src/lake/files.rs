@@ -177,15 +177,17 @@ impl TableFiles {
         Ok(())
     }
 
-    /// Finishes every open file; the table's files and rows. On an error the files not
-    /// finished yet are abandoned.
+    /// Finishes every open file; the table's files and rows. On an error the files that were
+    /// finished stay in storage unreferenced, for `vacuum`.
+    /// The files are finished together, their last parts uploading at once.
     pub(crate) fn close(mut self) -> Result<TableOutput> {
-        let mut open = std::mem::take(&mut self.open).into_iter();
-        while let Some(file) = open.next() {
-            if let Err(error) = self.finish(file) {
-                open.for_each(|rest| self.abandon(rest));
-                return Err(error);
-            }
+        let closing = std::mem::take(&mut self.open)
+            .into_iter()
+            .map(|file| file.writer.close());
+        let closed = self.handle.block_on(futures::future::join_all(closing));
+        for result in closed {
+            let adds = result.map_err(|e| Error::delta(self.table.name(), e))?;
+            self.output.adds.extend(adds);
         }
         self.output.partitions = self.partitions.len();
         Ok(self.output)
