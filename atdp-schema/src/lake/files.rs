@@ -5,10 +5,11 @@
 //! own file writer: the Parquet settings of [`writer_properties`], and the statistics,
 //! partition values and paths of a delta-rs write, without DataFusion's write plan (whose
 //! repartitioning copies, validation and buffers cost most of the writer's CPU and memory).
-//! Memory is bounded by the settings, not by the segment: one chunk of decoded records and
-//! its Arrow batch, plus at most `open_files` data files per table, each holding its row group
-//! in progress and the part of the file not yet uploaded. What comes out is each table's
-//! `Add` actions, which [`Committer`](super::tables::Committer) commits in one transaction.
+//! The segment is never held decoded whole: memory is a chunk of decoded records and its Arrow
+//! batch, plus at most `open_files` data files per table, each holding its row group in
+//! progress and the part of the file not yet uploaded (`docs/lake.md` §4). What comes out is
+//! each table's `Add` actions, which [`Committer`](super::tables::Committer) commits in one
+//! transaction.
 //!
 //! Everything here runs on a blocking thread: encoding is CPU work, kept off the async
 //! runtime's workers. The writer's futures are driven with [`Handle::block_on`]; its uploads
