@@ -496,15 +496,40 @@ mod tests {
         (adds, commits)
     }
 
+    /// A lake for our write path and one for delta-rs's, under `dir`.
+    fn two_lakes(dir: &tempfile::TempDir) -> (Lake, Lake) {
+        let lake = |name: &str| {
+            Lake::new(dir.path().join(name).to_str().unwrap(), HashMap::new()).unwrap()
+        };
+        (lake("ours"), lake("delta-rs"))
+    }
+
+    /// `batches` of `table` written as one segment's files, as the uploader's encoder does.
+    async fn write_segment(
+        lake: &Lake,
+        limits: FileLimits,
+        table: Table,
+        batches: &[RecordBatch],
+    ) -> Vec<(Table, TableOutput)> {
+        let lake = lake.clone();
+        let batches = batches.to_vec();
+        let handle = Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let mut files = SegmentFiles::new(lake, limits, handle);
+            for batch in &batches {
+                files.write(table, batch)?;
+            }
+            files.close()
+        })
+        .await
+        .unwrap()
+        .unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn files_and_log_read_back_as_a_delta_rs_write_of_the_same_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let ours = Lake::new(dir.path().join("ours").to_str().unwrap(), HashMap::new()).unwrap();
-        let theirs = Lake::new(
-            dir.path().join("delta-rs").to_str().unwrap(),
-            HashMap::new(),
-        )
-        .unwrap();
+        let (ours, theirs) = two_lakes(&dir);
         // Small chunks and two open files per table: partitions are written, finished and
         // opened again within the segment, as a busy segment of many tenants would be.
         let limits = FileLimits {
@@ -516,19 +541,7 @@ mod tests {
         let batches = synthetic_batches(limits.chunk_rows);
         for (table, table_batches) in batches {
             assert!(!table_batches.is_empty(), "{table} has rows");
-            let lake = ours.clone();
-            let handle = Handle::current();
-            let written = table_batches.clone();
-            let output = tokio::task::spawn_blocking(move || {
-                let mut files = SegmentFiles::new(lake, limits, handle);
-                for batch in &written {
-                    files.write(table, batch)?;
-                }
-                files.close()
-            })
-            .await
-            .unwrap()
-            .unwrap();
+            let output = write_segment(&ours, limits, table, &table_batches).await;
             assert_eq!(output.len(), 1);
             let (_, output) = &output[0];
             let rows: usize = table_batches.iter().map(RecordBatch::num_rows).sum();
@@ -607,12 +620,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_file_per_partition_has_the_statistics_of_a_delta_rs_write() {
         let dir = tempfile::tempdir().unwrap();
-        let ours = Lake::new(dir.path().join("ours").to_str().unwrap(), HashMap::new()).unwrap();
-        let theirs = Lake::new(
-            dir.path().join("delta-rs").to_str().unwrap(),
-            HashMap::new(),
-        )
-        .unwrap();
+        let (ours, theirs) = two_lakes(&dir);
         let limits = FileLimits {
             chunk_rows: 4096,
             chunk_bytes: usize::MAX,
@@ -620,19 +628,7 @@ mod tests {
             target_file_bytes: 128 << 20,
         };
         for (table, table_batches) in synthetic_batches(limits.chunk_rows) {
-            let lake = ours.clone();
-            let handle = Handle::current();
-            let written = table_batches.clone();
-            let outputs = tokio::task::spawn_blocking(move || {
-                let mut files = SegmentFiles::new(lake, limits, handle);
-                for batch in &written {
-                    files.write(table, batch)?;
-                }
-                files.close()
-            })
-            .await
-            .unwrap()
-            .unwrap();
+            let outputs = write_segment(&ours, limits, table, &table_batches).await;
             let mut committer = Committer::new(ours.clone(), table, "writer-1");
             committer.commit(1, &outputs[0].1).await.unwrap();
             Committer::new(theirs.clone(), table, "writer-1")
