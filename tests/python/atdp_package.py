@@ -13,6 +13,13 @@ Run by proxy/tests/it/python_package.rs with `PYTHONPATH=<repo>/python/src`:
         `recording_unavailable`, Retry-After: 5): the client retries as configured, then raises
         UnavailableError. Prints {"attempts": N, "waited_s": S} for sync and async.
 
+    atdp_package.py --base-url ... --api-key KEY episodes
+        Episodes of a Gymnasium-style environment through `atdp.env.TrajectoryEnv`, with
+        per-step rewards: one that terminates, one truncated by `run_episode`'s `max_steps`;
+        then rewards the proxy refuses, raised and kept for `flush()`.
+        Prints {"episodes": [{"trajectory_id", "step_ids", "return", "terminated",
+        "truncated", "seed", "reward_ids"}]}.
+
 Every check is an assert: a failure exits 1 with the assertion on stderr.
 """
 
@@ -299,13 +306,124 @@ def unavailable(base_url: str, key: str) -> dict[str, Any]:
     return report
 
 
+class Countdown:
+    """A Gymnasium-style environment: the observation is a number counting down from the
+    seed's value; each step that answers with the right number scores 1, another answer -1;
+    the episode terminates at zero."""
+
+    def __init__(self) -> None:
+        self.left = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        self.left = 3 if seed is None else 2 + seed % 3
+        return self.left, {"start": self.left}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        reward = 1.0 if action == str(self.left) else -1.0
+        self.left -= 1
+        return self.left, reward, self.left == 0, False, {}
+
+
+def act(client: openai.OpenAI, observation: Any, info: dict[str, Any]) -> str:
+    """The agent: one model call per action (the fake provider echoes the prompt, so the
+    number comes back after "Echo: ")."""
+    reply = client.chat.completions.create(model=OPENAI_MODEL, messages=user(str(observation)))
+    text = reply.choices[0].message.content or ""
+    return text.removeprefix("Echo: ")
+
+
+def episodes(base_url: str, key: str) -> dict[str, Any]:
+    client = openai.OpenAI(
+        base_url=f"{base_url}/v1", api_key=key, max_retries=0, http_client=openai.DefaultHttpxClient(trust_env=False)
+    )
+    played = []
+    with atdp.Rewards(base_url, key, http_client=http_client()) as rewards:
+        env = atdp.TrajectoryEnv(
+            Countdown(), client, rewards, reward="countdown", step_reward="countdown_step", tags={"suite": "test"}
+        )
+        try:
+            _ = env.client
+            raise AssertionError("no client before reset(): its calls would join no episode")
+        except RuntimeError:
+            pass
+        # Played by hand, as an RL framework drives a Gymnasium environment; the first action
+        # takes two calls, and its step reward goes on the second.
+        observation, info = env.reset(seed=4)
+        assert (observation, info) == (3, {"start": 3})
+        first = env.trajectory.trajectory_id
+        act(env.client, "thinking", info)
+        done = False
+        while not done:
+            observation, reward, terminated, truncated, info = env.step(act(env.client, observation, info))
+            done = terminated or truncated
+        episode = info["atdp"]
+        assert isinstance(episode, atdp.Episode) and env.episode is episode
+        assert (episode.trajectory_id, episode.env_steps, episode.episode_return) == (first, 3, 3.0)
+        assert (episode.terminated, episode.truncated) == (True, False)
+        assert len(episode.step_ids) == 4 and len(set(episode.step_ids)) == 4, episode
+        assert len(episode.rewards) == 4, "the return and one reward per step, in one batch"
+        try:
+            env.step("1")
+            raise AssertionError("an ended episode takes no step: its return would be posted again")
+        except RuntimeError:
+            pass
+        played.append(episode)
+
+        # run_episode, truncated after two of its four steps: a right answer (+1), then a
+        # wrong one (-1) chosen without a model call, which carries no step reward.
+        answers = iter([True, False])
+
+        def right_then_wrong(c: openai.OpenAI, observation: Any, info: dict[str, Any]) -> str:
+            return act(c, observation, info) if next(answers) else "wrong"
+
+        second = atdp.run_episode(env, right_then_wrong, seed=5, max_steps=2)
+        assert second.trajectory_id != first
+        assert (second.env_steps, second.episode_return, len(second.step_ids)) == (2, 0.0, 1), second
+        assert (second.terminated, second.truncated) == (False, True)
+        assert len(second.rewards) == 2, second.rewards
+        played.append(second)
+
+    # Rewards that cannot be recorded raise at the episode's end and are kept for flush().
+    with atdp.Rewards(base_url, "sk-atdp-not-a-key", http_client=http_client()) as refused:
+        env = atdp.TrajectoryEnv(Countdown(), client, refused, reward="countdown")
+        try:
+            atdp.run_episode(env, act, seed=0, max_steps=1)
+            raise AssertionError("a refused reward is raised")
+        except atdp.AuthenticationError:
+            pass
+        try:
+            env.reset(seed=1)
+            raise AssertionError("no new episode while the last one's rewards are unsent")
+        except RuntimeError:
+            pass
+        try:
+            env.flush()
+            raise AssertionError("flush() sends again, and is refused again")
+        except atdp.AuthenticationError:
+            pass
+    return {
+        "episodes": [
+            {
+                "trajectory_id": e.trajectory_id,
+                "step_ids": e.step_ids,
+                "return": e.episode_return,
+                "terminated": e.terminated,
+                "truncated": e.truncated,
+                "seed": e.seed,
+                "reward_ids": [r.reward_id for r in e.rewards],
+            }
+            for e in played
+        ]
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--api-key", required=True)
-    parser.add_argument("scenario", choices=["calls", "unavailable"])
+    parser.add_argument("scenario", choices=["calls", "unavailable", "episodes"])
     args = parser.parse_args()
-    scenario = calls if args.scenario == "calls" else unavailable
+    scenario = {"calls": calls, "unavailable": unavailable, "episodes": episodes}[args.scenario]
     print(json.dumps(scenario(args.base_url, args.api_key)))
 
 

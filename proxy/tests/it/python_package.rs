@@ -142,6 +142,96 @@ fn the_python_package_places_sdk_calls_in_trajectories_and_records_their_rewards
 }
 
 #[test]
+fn a_gymnasium_style_environment_s_episodes_are_trajectories_with_their_rewards() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let out = package_script(&proxy.base_url(), "episodes");
+    let lake = read_lake(proxy.stop().path());
+    let episodes = out["episodes"].as_array().unwrap();
+    assert_eq!(episodes.len(), 2, "{out}");
+    // Per episode: how it ended, its return, its model calls, and the step rewards by the
+    // index of the call they sit on. The first action took two calls (its reward on the
+    // second); the second episode's last action took none (no step reward).
+    let expected = [
+        (true, 3.0, 4, vec![(1, 1.0), (2, 1.0), (3, 1.0)]),
+        (false, 0.0, 1, vec![(0, 1.0)]),
+    ];
+    for (episode, (terminated, env_return, calls, step_rewards)) in episodes.iter().zip(expected) {
+        let trajectory = episode["trajectory_id"].as_str().unwrap();
+        let step_ids: Vec<&str> = episode["step_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        // One model call per environment step, each a step of the episode's trajectory.
+        let mut stored: Vec<&atdp_schema::Step> = lake
+            .steps
+            .iter()
+            .filter(|s| s.trajectory_id == trajectory)
+            .collect();
+        stored.sort_by_key(|s| s.started_at);
+        let stored_ids: Vec<&str> = stored.iter().map(|s| s.step_id.as_str()).collect();
+        assert_eq!(stored_ids, step_ids, "episode {episode}");
+        assert_eq!(step_ids.len(), calls);
+
+        let rewards: Vec<&atdp_schema::Reward> = lake
+            .rewards
+            .iter()
+            .filter(|r| r.trajectory_id == trajectory)
+            .collect();
+        let sent: Vec<&str> = episode["reward_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        let mut ids: Vec<&str> = rewards.iter().map(|r| r.reward_id.as_str()).collect();
+        ids.sort_unstable();
+        let mut want = sent.clone();
+        want.sort_unstable();
+        assert_eq!(ids, want, "each reward stored once");
+        assert_eq!(ids.len(), 1 + step_rewards.len());
+        // The return on the trajectory, terminal only when the environment ended it.
+        let whole: Vec<_> = rewards.iter().filter(|r| r.step_id.is_none()).collect();
+        assert_eq!(whole.len(), 1);
+        assert_eq!(
+            (whole[0].name.as_str(), whole[0].value, whole[0].terminal),
+            ("countdown", env_return, terminated)
+        );
+        let tag = |name: &str| whole[0].tags.get(name).map(String::as_str);
+        assert_eq!(tag("env"), Some("Countdown"));
+        assert_eq!(tag("suite"), Some("test"));
+        assert_eq!(
+            tag("ended"),
+            Some(if terminated {
+                "terminated"
+            } else {
+                "truncated"
+            })
+        );
+        assert_eq!(
+            tag("seed").map(str::to_owned),
+            Some(episode["seed"].to_string())
+        );
+        // Each environment step's reward on the call that chose its action.
+        for (index, step_id) in step_ids.iter().enumerate() {
+            let on_step: Vec<_> = rewards
+                .iter()
+                .filter(|r| r.step_id.as_deref() == Some(*step_id))
+                .map(|r| (r.name.as_str(), r.value, r.terminal))
+                .collect();
+            let want: Vec<_> = step_rewards
+                .iter()
+                .filter(|(at, _)| *at == index)
+                .map(|(_, value)| ("countdown_step", *value, false))
+                .collect();
+            assert_eq!(on_step, want, "step {index} of episode {episode}");
+        }
+    }
+}
+
+#[test]
 fn the_python_package_retries_rewards_the_proxy_cannot_record_then_raises_unavailable() {
     let upstream = Upstream::start();
     let proxy = Proxy::start(upstream.port, &[]);

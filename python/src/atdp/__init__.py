@@ -11,11 +11,13 @@ with atdp.Rewards("http://127.0.0.1:8080", "sk-atdp-demo-agent") as rewards:
     rewards.for_trajectory(run.trajectory_id, "resolved", 1.0, terminal=True)
 ```
 
-`atdp.lake` (the ``lake`` extra) reads the lake's steps and rewards for your own trainer.
-The reference is docs/python.md.
+`atdp.TrajectoryEnv` makes each episode of a Gymnasium-style environment a trajectory whose
+return is posted as a reward. `atdp.lake` (the ``lake`` extra) reads the lake's steps and
+rewards for your own trainer. The reference is docs/python.md.
 """
 
 from atdp import errors
+from atdp.env import Episode, TrajectoryEnv, run_episode
 from atdp.errors import (
     AtdpError,
     AuthenticationError,
@@ -34,6 +36,7 @@ __all__ = [
     "AtdpError",
     "AuthenticationError",
     "Backoff",
+    "Episode",
     "InvalidRequestError",
     "PolicyDeniedError",
     "RateLimitedError",
@@ -42,8 +45,10 @@ __all__ = [
     "Rewards",
     "ServerError",
     "Trajectory",
+    "TrajectoryEnv",
     "UnavailableError",
     "UnreachableError",
     "errors",
+    "run_episode",
     "trajectory",
 ]
