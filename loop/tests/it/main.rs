@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The closed loop in a reduced form: the quickstart end to end (proxy, serve, lake,
-//! trainer, gate, swap under load), the multi-turn environment through the proxy, and
-//! automatic rollback on live reward.
+//! trainer, gate, swap under load), the multi-turn environment through the proxy,
+//! automatic rollback on live reward, and an adapter trained with PyTorch on the same lake.
 
+mod pytorch;
 mod quickstart;

@@ -35,7 +35,7 @@ fn from_lake<T: Send + 'static>(
 }
 
 /// The lake's steps.
-fn steps_of(lake: &str) -> Vec<atdp_schema::Step> {
+pub(crate) fn steps_of(lake: &str) -> Vec<atdp_schema::Step> {
     from_lake(lake, async |r: &LakeReader| {
         r.steps(&Filter::default()).await.unwrap().rows
     })
@@ -49,7 +49,7 @@ fn audit_of(lake: &str) -> Vec<atdp_schema::AuditEvent> {
 }
 
 /// The audit event of `kind` about `subject`, its hash chain intact.
-fn audited(lake: &str, kind: &str, subject: &str) -> atdp_schema::AuditEvent {
+pub(crate) fn audited(lake: &str, kind: &str, subject: &str) -> atdp_schema::AuditEvent {
     let events = audit_of(lake);
     let event = events
         .iter()
@@ -75,7 +75,7 @@ async fn serving(serve_url: &str) -> String {
     status["serving"].as_str().unwrap().to_owned()
 }
 
-async fn wait_serving(serve_url: &str, want: &str) {
+pub(crate) async fn wait_serving(serve_url: &str, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while serving(serve_url).await != want {
         assert!(Instant::now() < deadline, "never served {want}");
@@ -125,7 +125,7 @@ async fn live_when(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_loop_learns_swaps_under_load_and_rolls_back_on_live_reward() {
+async fn the_loop_learns_swaps_under_load_rolls_back_and_gates_a_pytorch_adapter() {
     let work = tempfile::tempdir().unwrap();
     let mut config = QuickstartConfig::new(work.path().join("qs"));
     config.collect = 320;
@@ -320,6 +320,14 @@ async fn the_loop_learns_swaps_under_load_and_rolls_back_on_live_reward() {
             .unwrap()
             .is_none()
     );
+
+    crate::pytorch::a_pytorch_adapter_from_the_lake_is_gated_and_served(
+        work.path(),
+        &lake,
+        &registry,
+        &report.serve_url,
+    )
+    .await;
 }
 
 /// The lake's steps once every turn of `games` is there.

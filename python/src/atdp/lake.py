@@ -266,6 +266,7 @@ class LakeData:
                     "turn_index": s["turn_index"],
                     "agent_id": s["agent_id"],
                     "prompt": s["request_messages"],
+                    "tools": s.get("tools") or [],
                     "completion": reply.get("content") or "",
                     "completion_message": reply,
                     "reward": reward,
