@@ -176,9 +176,10 @@ def main() -> int:
     )
     device = torch.device(args.device)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device)
+    base: Any = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    base = base.to(device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    vocab = min(len(tokenizer), model.config.vocab_size)
+    vocab = min(len(tokenizer), base.config.vocab_size)
     examples, skipped = [], 0
     for row in data.example_rows():
         tokens = tokenize(tokenizer, row, args.max_len, vocab)
@@ -203,11 +204,11 @@ def main() -> int:
         bias="none",
         task_type="CAUSAL_LM",
     )
-    model = get_peft_model(model, config)
+    model: Any = get_peft_model(base, config)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0)
     order = random.Random(args.seed)
 
-    history = []
+    history: list[dict[str, Any]] = []
     model.train()
     for epoch in range(args.epochs):
         batches = list(range(len(examples)))
@@ -219,8 +220,8 @@ def main() -> int:
             rewards = torch.tensor([r for _, _, r in chosen], device=device)
             advantages = rewards - rewards.mean()
             log_probs = completion_log_probs(model, [t for _, t, _ in chosen], pad, device)
-            tokens = sum(len(lp) for lp in log_probs)
-            loss = -sum(a * lp.sum() for a, lp in zip(advantages, log_probs)) / tokens
+            n_tokens = sum(len(lp) for lp in log_probs)
+            loss = -sum(a * lp.sum() for a, lp in zip(advantages, log_probs)) / n_tokens
             optimizer.zero_grad()
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], args.clip)
@@ -232,7 +233,7 @@ def main() -> int:
                     "loss": loss.item(),
                     "mean_reward": rewards.mean().item(),
                     "grad_norm": norm.item(),
-                    "tokens": tokens,
+                    "tokens": n_tokens,
                 }
             )
             print(json.dumps(history[-1]), flush=True)
@@ -242,7 +243,7 @@ def main() -> int:
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(str(out), safe_serialization=True)
     run = {
         "trainer": "examples/pytorch/train_lora.py",
         "torch": torch.__version__,

@@ -72,7 +72,7 @@ def step_returns(
         # The Rust side sorts `Option<&str>`: None before any string.
         return (value is not None, value or "")
 
-    latest: dict[tuple, Mapping[str, Any]] = {}
+    latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
     for r in rewards:
         if r["name"] not in weights:
             continue
@@ -128,7 +128,7 @@ def step_returns(
     return returns, unmatched
 
 
-def _rows(table: Any, partition: list) -> list[dict[str, Any]]:
+def _rows(table: Any, partition: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
     """The rows of a Delta table's partition as dicts, times as µs since the epoch (integers,
     as the protocol writes them and the Rust trainer compares them)."""
     _, pyarrow = _modules()
@@ -137,7 +137,8 @@ def _rows(table: Any, partition: list) -> list[dict[str, Any]]:
         if pyarrow.types.is_timestamp(column.type):
             micros = data.column(index).cast(pyarrow.timestamp("us", tz=column.type.tz)).cast(pyarrow.int64())
             data = data.set_column(index, column.name, micros)
-    return data.to_pylist()
+    rows: list[dict[str, Any]] = data.to_pylist()
+    return rows
 
 
 class Lake:
