@@ -142,6 +142,34 @@ fn the_python_package_places_sdk_calls_in_trajectories_and_records_their_rewards
 }
 
 #[test]
+fn the_python_package_and_the_pytorch_example_type_check() {
+    let cache = tempfile::tempdir().unwrap();
+    // The package ships `py.typed`, so it is checked strictly; the example against the
+    // annotations of torch, transformers and peft. pyarrow and deltalake have none.
+    for (strict, path) in [
+        (true, "python/src/atdp"),
+        (false, "examples/pytorch/train_lora.py"),
+    ] {
+        let mut command = Command::new(python());
+        command
+            .args(["-m", "mypy", "--ignore-missing-imports", "--cache-dir"])
+            .arg(cache.path())
+            .env("MYPYPATH", root().join("python/src"))
+            .current_dir(root());
+        if strict {
+            command.arg("--strict");
+        }
+        let output = command.arg(path).output().unwrap();
+        assert!(
+            output.status.success(),
+            "mypy {path}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
 fn a_gymnasium_style_environment_s_episodes_are_trajectories_with_their_rewards() {
     let upstream = Upstream::start();
     let proxy = Proxy::start(upstream.port, &[]);
