@@ -157,11 +157,24 @@ def main() -> int:
     weights = {}
     for item in args.reward:
         name, _, weight = item.partition("=")
-        weights[name] = float(weight or 1.0)
-    options = dict(o.split("=", 1) for o in args.storage_option)
+        try:
+            weights[name] = float(weight or 1.0)
+        except ValueError:
+            parser.error(f"--reward {item!r}: the weight after '=' is not a number")
+        if not name or not math.isfinite(weights[name]):
+            parser.error(f"--reward {item!r}: expected NAME=WEIGHT with a finite weight")
+    options = {}
+    for item in args.storage_option:
+        key, sep, value = item.partition("=")
+        if not key or not sep:
+            parser.error("--storage-option: expected KEY=VALUE")  # the value may be a secret: not echoed
+        options[key] = value
     since = None
     if args.since:
-        since = int(dt.datetime.fromisoformat(args.since).timestamp() * 1_000_000)
+        try:
+            since = int(dt.datetime.fromisoformat(args.since).timestamp() * 1_000_000)
+        except ValueError:
+            parser.error(f"--since {args.since!r} is not an RFC 3339 time")
 
     torch.manual_seed(args.seed)
     lake = Lake(args.lake, storage_options=options)
