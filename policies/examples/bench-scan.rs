@@ -1,5 +1,6 @@
 //! Scan and scan+mask throughput of the built-in detectors on generated agent traffic,
-//! latency for a 2 KB and a 200 KB message, and the time of one Cedar decision.
+//! latency for a 2 KB and a 200 KB message, the cost of one support message with names (what
+//! the recording thread does to each call's new text), and the time of one Cedar decision.
 //!
 //! `cargo run --release -p atdp-policies --example bench-scan` (every built-in detector), or with
 //! `-- --without-names` (the shaped detectors only: `PERSON`, `LOCATION` and `ORGANIZATION`
@@ -79,6 +80,93 @@ fn corpus(bytes: usize, pii_per_kb: usize, seed: &mut u64) -> String {
     out
 }
 
+const GIVEN: &[&str] = &[
+    "Jane",
+    "Wojtek",
+    "Marta",
+    "Sören",
+    "Aoife",
+    "Luca",
+    "Inès",
+    "Pieter",
+    "Kaja",
+    "Tomás",
+    "Brigitte",
+    "Oluwaseun",
+    "Henrik",
+    "Giulia",
+    "Ruairí",
+    "Zofia",
+];
+const FAMILY: &[&str] = &[
+    "Doe",
+    "Kowalczyk",
+    "van der Berg",
+    "Lindqvist",
+    "O'Sullivan",
+    "Ferrari",
+    "Dubois",
+    "Mironiuk",
+    "Sandoval",
+    "Nørgaard",
+    "Brennan",
+    "Esposito",
+    "Adeyemi",
+    "Hartmann",
+];
+const COMPANIES: &[&str] = &[
+    "Brightwave Analytics",
+    "Müller & Söhne GmbH",
+    "Rossi e figli S.r.l.",
+    "Acme Ltd",
+    "Nordlys AS",
+    "Grupa Berdzik i syn s.c.",
+    "Harbour Freight Partners",
+];
+const ADDRESSES: &[&str] = &[
+    "Hauptstraße 12a, 10115 Berlin",
+    "221B Baker Street, London NW1 6XE",
+    "ul. Wąska 8, 92-170 Łódź",
+    "12, rue de la Paix, 75002 Paris",
+    "Keizersgracht 123, 1015 CJ Amsterdam",
+];
+const CITIES: &[&str] = &[
+    "Galway", "Tampere", "Brno", "Porto", "Leeds", "Graz", "Sevilla",
+];
+
+/// A support message of a few hundred bytes, in one of the shapes agents see: a chat turn,
+/// a CRM note, a tool result as JSON; each with a person, and most with a company, a place
+/// or an address, and now and then an e-mail or a phone number.
+fn support_message(next: &mut impl FnMut() -> u64) -> String {
+    let mut pick = |list: &[&'static str]| list[(next() % list.len() as u64) as usize];
+    let (given, family, company) = (pick(GIVEN), pick(FAMILY), pick(COMPANIES));
+    let (address, city) = (pick(ADDRESSES), pick(CITIES));
+    let order = 10_000 + next() % 90_000;
+    match next() % 4 {
+        0 => format!(
+            "Hi, I'm {given} {family} from {company}. My order SO-{order} was supposed to arrive \
+             on Tuesday at {address} but the tracking page still says it is in {city}. Could you \
+             check what happened and let me know? You can reach me at {}.{}@example.com.",
+            given.to_lowercase(),
+            family.to_lowercase().replace(' ', ""),
+        ),
+        1 => format!(
+            "Call notes: spoke with {given} ({company}) about the renewal of contract C-{order}. \
+             They want the invoice sent to the office in {city} instead of {address}. \
+             {given} will confirm the PO number by Friday; follow up if nothing arrives."
+        ),
+        2 => format!(
+            r#"{{"customer":{{"name":"{given} {family}","company":"{company}","phone":"+44 20 7946 0958"}},"shipping_address":"{address}","open_orders":["SO-{order}"],"status":"delayed","notes":"customer asked for a callback before noon"}}"#
+        ),
+        _ => format!(
+            "hey, {} here. the parcel for order {order} never came, i moved to {} last month. \
+             can you resend it? thanks",
+            given.to_lowercase(),
+            city.to_lowercase(),
+        ),
+    }
+}
+
 /// MB/s of `work` over `text`, `rounds` times; and what `work` returned on the last round.
 fn throughput(text: &str, rounds: usize, work: impl Fn(&str) -> usize) -> (f64, usize) {
     let started = Instant::now();
@@ -143,6 +231,46 @@ fn main() -> anyhow::Result<()> {
             latency(&text, scan_mask).as_secs_f64() * 1e6
         );
     }
+    // Support messages: the cost per message, as the recording thread pays it for each
+    // call's new text, and the share of one core that 1,000 such calls a second take.
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let messages: Vec<String> = (0..4000).map(|_| support_message(&mut next)).collect();
+    let bytes: usize = messages.iter().map(String::len).sum();
+    for (name, work) in [
+        ("scan", &scan as &dyn Fn(&str) -> usize),
+        ("scan+mask", &scan_mask),
+    ] {
+        let mut samples: Vec<Duration> = messages
+            .iter()
+            .map(|m| {
+                let started = Instant::now();
+                std::hint::black_box(work(m));
+                started.elapsed()
+            })
+            .collect();
+        let total: Duration = samples.iter().sum();
+        samples.sort();
+        println!(
+            "support messages ({} of {} bytes on average), {name:<9}  {:>6.1} µs mean, {:>6.1} µs p99, {:>6.0} messages/s, {:.1} MB/s (one core)",
+            messages.len(),
+            bytes / messages.len(),
+            total.as_secs_f64() * 1e6 / messages.len() as f64,
+            samples[samples.len() * 99 / 100].as_secs_f64() * 1e6,
+            messages.len() as f64 / total.as_secs_f64(),
+            bytes as f64 / 1e6 / total.as_secs_f64(),
+        );
+    }
+    let with_names = scanner
+        .scan(&messages[0])
+        .iter()
+        .filter(|s| matches!(s.entity, "PERSON" | "LOCATION" | "ORGANIZATION"))
+        .count();
+    println!("  (the first message holds {with_names} name, place or organisation spans)");
     let policy = AccessPolicy::load(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
     )?;

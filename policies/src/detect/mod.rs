@@ -110,6 +110,30 @@ pub fn builtin_entities() -> Vec<&'static str> {
     entities
 }
 
+/// The names tagger's input for `text`, as its training reads it: each token's byte range and
+/// its [`NAME_FEATURES`] feature ids, hashed into `buckets`. Not part of the stable API: it
+/// exists so that `policies/train/names/train.py` learns from exactly what the scanner gives
+/// the network.
+#[doc(hidden)]
+pub fn name_tagger_input(text: &str, buckets: usize) -> std::result::Result<TaggerInput, String> {
+    let lexicon = names::lexicon()?;
+    let rules = names::rules(lexicon, text);
+    let tokens = names::tagger::tokens(text);
+    let input = names::tagger::features(lexicon, text, &tokens, &rules, buckets);
+    Ok((
+        tokens.iter().map(|t| (t.start, t.end)).collect(),
+        input.features,
+    ))
+}
+
+/// What [`name_tagger_input`] gives: the tokens' byte ranges and their feature ids.
+#[doc(hidden)]
+pub type TaggerInput = (Vec<(usize, usize)>, Vec<u32>);
+
+/// Feature slots per token of [`name_tagger_input`].
+#[doc(hidden)]
+pub const NAME_FEATURES: usize = names::tagger::FEATURES;
+
 /// A `'static` copy of a custom entity name. Each distinct name is leaked once, so reloading
 /// a policy many times does not grow memory.
 fn intern(name: &str) -> &'static str {
@@ -291,6 +315,7 @@ impl Scanner {
         }
         if let Some(lexicon) = self.lexicon {
             let mut found = Vec::new();
+            let mut names = Vec::new();
             names::find(lexicon, text, &self.names, &mut found);
             for mut span in found {
                 let which = names::ENTITIES.iter().position(|e| *e == span.entity);
@@ -298,9 +323,20 @@ impl Scanner {
                     span.score = adjusted(span.score, text, span.start, raise, lower);
                 }
                 if span.score >= self.threshold(span.entity) {
-                    candidates.push(span);
+                    names.push(span);
                 }
             }
+            // A shaped value (an e-mail address, a phone number, a card) is never part of a
+            // name, whatever the scores: its own type decides how it is masked and what Cedar
+            // is told, so a card cannot pass as part of an address. A name's span keeps what
+            // lies outside the shaped values the scanner keeps.
+            let mut kept = resolve_overlaps(candidates);
+            let pieces: Vec<Span> = names
+                .into_iter()
+                .flat_map(|name| outside(text, name, &kept))
+                .collect();
+            kept.extend(pieces);
+            return resolve_overlaps(kept);
         }
         resolve_overlaps(candidates)
     }
@@ -442,6 +478,41 @@ fn has_context(text: &str, start: usize, words: &[String]) -> bool {
 }
 
 /// Keeps the best of overlapping spans: higher score, then longer, then earlier.
+/// `name` as it is when it overlaps no span of `shaped` (ordered by start, not overlapping);
+/// otherwise its parts outside them, trimmed of spaces and punctuation, that still hold two
+/// letters.
+fn outside(text: &str, name: Span, shaped: &[Span]) -> Vec<Span> {
+    let first = shaped.partition_point(|s| s.end <= name.start);
+    let overlapping = shaped[first..]
+        .iter()
+        .take_while(|s| s.start < name.end)
+        .map(|s| (s.start, s.end));
+    let mut bounds = vec![name.start];
+    for (start, end) in overlapping {
+        bounds.extend([start, end]);
+    }
+    if bounds.len() == 1 {
+        return vec![name];
+    }
+    bounds.push(name.end);
+    let edge = |c: char| !c.is_alphanumeric();
+    bounds
+        .chunks_exact(2)
+        .filter(|piece| piece[0] < piece[1])
+        .filter_map(|piece| {
+            let raw = &text[piece[0]..piece[1]];
+            let start = piece[0] + (raw.len() - raw.trim_start_matches(edge).len());
+            let trimmed = raw.trim_matches(edge);
+            (trimmed.chars().filter(|c| c.is_alphabetic()).count() >= 2).then_some(Span {
+                start,
+                end: start + trimmed.len(),
+                entity: name.entity,
+                score: name.score,
+            })
+        })
+        .collect()
+}
+
 fn resolve_overlaps(mut candidates: Vec<Span>) -> Vec<Span> {
     candidates.sort_by(|a, b| {
         b.score

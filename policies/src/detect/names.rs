@@ -1,5 +1,10 @@
 //! Names, places and organisations (`PERSON`, `LOCATION`, `ORGANIZATION`): shapeless personal
-//! data, found by word lists and the words around them.
+//! data, found in two passes: rules over word lists and the words around them (this module's
+//! `rules`), then a small network, the `tagger`, that reads each word, its neighbours and
+//! what the lists and the rules say of them, and finds the names that have no cue. Rules and
+//! tagger spans of one type that overlap are merged into one.
+//!
+//! What the rules find:
 //!
 //! - **`PERSON`**: a given name followed by family names (`Jane Doe`, `Jan de Vries`); a title
 //!   followed by names (`Mr Kowalczyk`; the title is not part of the span); words after a cue
@@ -23,6 +28,7 @@
 mod lists;
 mod patterns;
 mod scan;
+pub(crate) mod tagger;
 
 use regex::Regex;
 
@@ -136,6 +142,43 @@ fn ends_in_abbreviation(value: &str) -> bool {
 /// The spans of the wanted entity types among [`ENTITIES`] in `text`, unresolved (they may
 /// overlap each other and the other detectors' spans).
 pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], out: &mut Vec<Span>) {
+    // The tagger reads what the rules found of every type, whichever are wanted.
+    let mut found = rules(lexicon, text);
+    let mut tagged = Vec::new();
+    tagger::find(&lexicon.tagger, lexicon, text, &found, &mut tagged);
+    merge(&mut found, tagged);
+    out.extend(found.into_iter().filter(|span| {
+        let index = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);
+        wanted[index]
+            && span.start < span.end
+            && text.is_char_boundary(span.start)
+            && text.is_char_boundary(span.end)
+    }));
+}
+
+/// The tagger's spans added to the rules': where one overlaps a rule's span of the same type,
+/// that span grows to cover both (the rules' shapes are sure of what they cover, the tagger
+/// often of the words beside it); the others are added as they are, and overlaps of different
+/// types are left to the scanner's resolution by score.
+fn merge(found: &mut Vec<Span>, tagged: Vec<Span>) {
+    let rules = found.len();
+    for span in tagged {
+        let mut grown = false;
+        for rule in found[..rules].iter_mut() {
+            if rule.entity == span.entity && rule.start < span.end && span.start < rule.end {
+                rule.start = rule.start.min(span.start);
+                rule.end = rule.end.max(span.end);
+                grown = true;
+            }
+        }
+        if !grown {
+            found.push(span);
+        }
+    }
+}
+
+/// The spans the rules find in `text`: word lists, address and organisation shapes, cues.
+pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
     let mut found = Vec::new();
     // Lower-case text (chat) has no capitals to go by: addresses are read in a title-cased
     // copy, organisations by their lower-case legal form.
@@ -148,7 +191,7 @@ pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], ou
         text
     };
     // Every address has a number (a house number or a postcode).
-    if wanted[1] && text.bytes().any(|b| b.is_ascii_digit()) {
+    if text.bytes().any(|b| b.is_ascii_digit()) {
         let mut addresses = Vec::new();
         for regex in &lexicon.addresses {
             matched(regex, shaped, text, LOCATION, STRONG + 0.05, &mut addresses);
@@ -159,7 +202,7 @@ pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], ou
                 .filter(|s| text[s.start..s.end].bytes().any(|b| b.is_ascii_digit())),
         );
     }
-    if wanted[1] {
+    {
         let mut buffer = String::new();
         for whole in lexicon.prefixed_places.find_iter(text) {
             // The name after the prefix and its space.
@@ -186,7 +229,7 @@ pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], ou
             }
         }
     }
-    if wanted[2] {
+    {
         let mut orgs = Vec::new();
         for regex in &lexicon.organizations {
             matched(regex, text, text, ORGANIZATION, STRONG + 0.05, &mut orgs);
@@ -210,20 +253,12 @@ pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], ou
         buffer: String::new(),
         lower_text: lower,
     };
-    if wanted[0] {
-        scan.people(&mut found);
-        scan.before_verbs(&mut found);
-    }
+    scan.people(&mut found);
+    scan.before_verbs(&mut found);
     scan.cued(&mut found);
     scan.coordinated(&mut found);
     separate_lists(text, &mut found);
-    out.extend(found.into_iter().filter(|span| {
-        let index = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);
-        wanted[index]
-            && span.start < span.end
-            && text.is_char_boundary(span.start)
-            && text.is_char_boundary(span.end)
-    }));
+    found
 }
 
 /// An organisation read as a list that starts with the end of a person's name (`Mvh Erik

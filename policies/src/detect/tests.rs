@@ -269,3 +269,42 @@ fn entity_filter_knows_custom_entities() {
     assert!(Scanner::with_config(&config.detection, Some(&["NOPE".to_owned()])).is_err());
     assert!(std::ptr::eq(intern("CODENAME"), intern("CODENAME")));
 }
+
+#[test]
+fn a_shaped_value_inside_a_name_keeps_its_own_type() {
+    // An address shape around an SSN or an IP address: the value is its own type (its own
+    // action, its own entity in Cedar's context), and the rest of the address stays masked.
+    let cases = [
+        (
+            "Mailing address: 536-22-1234 Elm Street Apt 5, Denver, CO 80202",
+            ("US_SSN", "536-22-1234"),
+            "Elm Street Apt 5, Denver, CO 80202",
+        ),
+        (
+            "Visit us at 203.0.113.42 Baker Street, London",
+            ("IP_ADDRESS", "203.0.113.42"),
+            "Baker Street, London",
+        ),
+    ];
+    let lexicon = names::lexicon().unwrap();
+    for (text, (entity, value), rest) in cases {
+        // The name detectors alone take (part of) the value into the address.
+        let mut raw = Vec::new();
+        names::find(lexicon, text, &[true; 3], &mut raw);
+        let at = text.find(value).unwrap();
+        assert!(
+            raw.iter()
+                .any(|n| n.entity == "LOCATION" && n.start < at + value.len() && at < n.end),
+            "{text:?}: {raw:?}"
+        );
+        let spans = found(text);
+        assert!(
+            spans.contains(&(entity, value.to_owned())),
+            "{text:?}: {spans:?}"
+        );
+        assert!(
+            spans.contains(&("LOCATION", rest.to_owned())),
+            "{text:?}: {spans:?}"
+        );
+    }
+}

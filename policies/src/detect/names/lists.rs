@@ -7,6 +7,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::{Regex, RegexBuilder};
 
 use super::DFA_CACHE;
+use super::tagger::Tagger;
 
 use super::patterns::{address_patterns, lower_organization_patterns, organization_patterns};
 
@@ -375,6 +376,9 @@ pub(crate) struct Lexicon {
     pub(super) prefixed_places: Regex,
     pub(super) organizations: Vec<Regex>,
     pub(super) lower_organizations: Vec<Regex>,
+    /// The network that reads names the rules do not see, with the rules' spans among its
+    /// features.
+    pub(super) tagger: Tagger,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -464,6 +468,7 @@ fn build() -> Result<Lexicon, String> {
         .map_err(|e| format!("built-in name pattern: {e}"))?,
         organizations: compile(organization_patterns())?,
         lower_organizations: compile(lower_organization_patterns())?,
+        tagger: Tagger::from_bytes(include_bytes!("../../../data/names/tagger.bin"))?,
     })
 }
 
