@@ -477,10 +477,9 @@ fn has_context(text: &str, start: usize, words: &[String]) -> bool {
     words.iter().any(|w| window.contains(w.as_str()))
 }
 
-/// Keeps the best of overlapping spans: higher score, then longer, then earlier.
 /// `name` as it is when it overlaps no span of `shaped` (ordered by start, not overlapping);
-/// otherwise its parts outside them, trimmed of spaces and punctuation, that still hold two
-/// letters.
+/// otherwise its parts outside them, trimmed of spaces and punctuation (a house number left
+/// between two shaped values is still part of the address).
 fn outside(text: &str, name: Span, shaped: &[Span]) -> Vec<Span> {
     let first = shaped.partition_point(|s| s.end <= name.start);
     let overlapping = shaped[first..]
@@ -503,7 +502,7 @@ fn outside(text: &str, name: Span, shaped: &[Span]) -> Vec<Span> {
             let raw = &text[piece[0]..piece[1]];
             let start = piece[0] + (raw.len() - raw.trim_start_matches(edge).len());
             let trimmed = raw.trim_matches(edge);
-            (trimmed.chars().filter(|c| c.is_alphabetic()).count() >= 2).then_some(Span {
+            (!trimmed.is_empty()).then_some(Span {
                 start,
                 end: start + trimmed.len(),
                 entity: name.entity,
@@ -513,6 +512,7 @@ fn outside(text: &str, name: Span, shaped: &[Span]) -> Vec<Span> {
         .collect()
 }
 
+/// Keeps the best of overlapping spans: higher score, then longer, then earlier.
 fn resolve_overlaps(mut candidates: Vec<Span>) -> Vec<Span> {
     candidates.sort_by(|a, b| {
         b.score

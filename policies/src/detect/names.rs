@@ -161,13 +161,27 @@ pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], ou
 /// often of the words beside it); the others are added as they are, and overlaps of different
 /// types are left to the scanner's resolution by score.
 fn merge(found: &mut Vec<Span>, tagged: Vec<Span>) {
-    let rules = found.len();
+    // The rules' spans by start, with the length of the longest: the ones a tagger span can
+    // overlap start less than that length before it.
+    // Overlaps are decided on the rules' spans as they were found, not as they grow.
+    found.sort_by_key(|s| s.start);
+    let bounds: Vec<(usize, usize)> = found.iter().map(|s| (s.start, s.end)).collect();
+    let longest = bounds
+        .iter()
+        .map(|(start, end)| end - start)
+        .max()
+        .unwrap_or(0);
     for span in tagged {
         let mut grown = false;
-        for rule in found[..rules].iter_mut() {
-            if rule.entity == span.entity && rule.start < span.end && span.start < rule.end {
+        let last = bounds.partition_point(|(start, _)| *start < span.end);
+        let first = bounds[..last].partition_point(|(start, _)| start + longest <= span.start);
+        for (rule, (_, end)) in found[first..last].iter_mut().zip(&bounds[first..last]) {
+            if rule.entity == span.entity && span.start < *end {
+                // The wider span keeps the better score, so that a threshold that the
+                // tagger's span passes is not failed by a weaker rule span inside it.
                 rule.start = rule.start.min(span.start);
                 rule.end = rule.end.max(span.end);
+                rule.score = rule.score.max(span.score);
                 grown = true;
             }
         }

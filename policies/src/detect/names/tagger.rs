@@ -163,10 +163,13 @@ impl Tagger {
             embed.extend(row.iter().map(|q| f32::from(q.cast_signed()) * scale));
         }
         embed[..dim].fill(0.0);
-        let inputs = (2 * header.window + 1) * dim;
-        let w1 = reader.f32s(hidden * inputs)?;
+        let too_large = || "names tagger weights: too large".to_owned();
+        let inputs = (2 * header.window + 1)
+            .checked_mul(dim)
+            .ok_or_else(too_large)?;
+        let w1 = reader.f32s(hidden.checked_mul(inputs).ok_or_else(too_large)?)?;
         let b1 = reader.f32s(hidden)?;
-        let w2 = reader.f32s(LABELS.len() * hidden)?;
+        let w2 = reader.f32s(LABELS.len().checked_mul(hidden).ok_or_else(too_large)?)?;
         let b2 = reader.f32s(LABELS.len())?;
         if !reader.bytes.is_empty() {
             return Err("names tagger weights: bytes after the last array".to_owned());
@@ -247,7 +250,13 @@ impl Tagger {
             for l in &mut logits {
                 *l /= total;
             }
-            after_entity = logits[0] < 0.5;
+            // Whenever `find` may take this token into an entity, or `O` is not likelier
+            // than not.
+            let best = logits[1..]
+                .chunks_exact(2)
+                .map(|bi| bi[0] + bi[1])
+                .fold(0.0, f32::max);
+            after_entity = best >= ENTITY_FLOOR || best > logits[0] || logits[0] < 0.5;
             out.push(logits);
         }
         out
@@ -289,6 +298,7 @@ pub(crate) fn find(
     // The open span: its type, first and last token, and the sum of its tokens' probability.
     let mut open: Option<(usize, usize, usize, f32)> = None;
     let mut folded = String::new();
+    let has_lower = text.chars().any(char::is_lowercase);
     let mut close = |open: &mut Option<(usize, usize, usize, f32)>, out: &mut Vec<Span>| {
         let Some((kind, first, last, total)) = open.take() else {
             return;
@@ -302,9 +312,7 @@ pub(crate) fn find(
             fold(word, &mut folded);
             lexicon.common.contains(folded.as_str())
                 || is_calendar(word)
-                || (word.chars().count() <= 5
-                    && word.chars().all(char::is_uppercase)
-                    && text.chars().any(char::is_lowercase))
+                || (word.chars().count() <= 5 && word.chars().all(char::is_uppercase) && has_lower)
         };
         let has_word = tokens[first..=last]
             .iter()

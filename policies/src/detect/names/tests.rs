@@ -202,3 +202,27 @@ fn names_inside_markup_are_found() {
         &[("PERSON", "Łukasz Wiśniewski")],
     );
 }
+
+#[test]
+fn a_tagger_span_widens_a_rule_span_and_keeps_the_better_score() {
+    let span = |start, end, entity, score| Span {
+        start,
+        end,
+        entity,
+        score,
+    };
+    // "Wojtyszko, Anna": the rules found "Anna" (0.6), the tagger the whole name (0.78).
+    let mut found = vec![span(30, 40, LOCATION, 0.9), span(11, 15, PERSON, 0.6)];
+    merge(
+        &mut found,
+        vec![span(0, 15, PERSON, 0.78), span(20, 25, PERSON, 0.7)],
+    );
+    assert_eq!(
+        found,
+        [
+            span(0, 15, PERSON, 0.78),
+            span(30, 40, LOCATION, 0.9),
+            span(20, 25, PERSON, 0.7),
+        ]
+    );
+}
