@@ -31,29 +31,32 @@ pub(super) fn glued(text: &str, start: usize, end: usize) -> bool {
 }
 
 pub(super) fn words(text: &str) -> Vec<Word> {
+    runs(text, char::is_alphabetic)
+        .into_iter()
+        .filter(|&(start, end)| !glued(text, start, end))
+        .map(|(start, end)| Word { start, end })
+        .collect()
+}
+
+/// The byte ranges of the runs of characters that are `part` of a word, with `'`, `’` and `-`
+/// inside one when a `part` character follows (`O'Brien`, `Jean-Luc`).
+pub(super) fn runs(text: &str, part: fn(char) -> bool) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut start: Option<usize> = None;
     let mut chars = text.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
         let inner = matches!(c, '\'' | '’' | '-')
             && start.is_some()
-            && chars.peek().is_some_and(|(_, next)| next.is_alphabetic());
-        if c.is_alphabetic() || inner {
+            && chars.peek().is_some_and(|(_, next)| part(*next));
+        if part(c) || inner {
             start.get_or_insert(at);
         } else if let Some(from) = start.take() {
-            out.push(Word {
-                start: from,
-                end: at,
-            });
+            out.push((from, at));
         }
     }
     if let Some(from) = start {
-        out.push(Word {
-            start: from,
-            end: text.len(),
-        });
+        out.push((from, text.len()));
     }
-    out.retain(|w| !glued(text, w.start, w.end));
     out
 }
 

@@ -2,7 +2,7 @@
 //! module), and which tokens are candidates at all.
 
 use super::super::lists::{Cue, Lexicon, PARTICLES, TITLES, is_calendar, key_cue};
-use super::super::scan::{Scan, Word, fold, glued};
+use super::super::scan::{Scan, Word, fold, glued, runs};
 use super::super::{ENTITIES, whole_words};
 use crate::detect::Span;
 
@@ -18,29 +18,10 @@ pub(crate) struct Token {
 
 /// The tokens of `text`.
 pub(crate) fn tokens(text: &str) -> Vec<Token> {
-    let mut out = Vec::new();
-    let mut start: Option<usize> = None;
-    let mut chars = text.char_indices().peekable();
-    while let Some((at, c)) = chars.next() {
-        let inner = matches!(c, '\'' | '’' | '-')
-            && start.is_some()
-            && chars.peek().is_some_and(|(_, next)| next.is_alphanumeric());
-        if c.is_alphanumeric() || inner {
-            start.get_or_insert(at);
-        } else if let Some(from) = start.take() {
-            out.push(Token {
-                start: from,
-                end: at,
-            });
-        }
-    }
-    if let Some(from) = start {
-        out.push(Token {
-            start: from,
-            end: text.len(),
-        });
-    }
-    out
+    runs(text, char::is_alphanumeric)
+        .into_iter()
+        .map(|(start, end)| Token { start, end })
+        .collect()
 }
 
 /// FNV-1a of a slot number and some byte strings, as a bucket id in `1..buckets`.
