@@ -275,7 +275,7 @@ fn main() -> anyhow::Result<()> {
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
     )?;
     let key = hash_api_key("atdp-acme-router-key");
-    let context = serde_json::json!({"entities": ["EMAIL_ADDRESS"], "upstream_trust": "external", "request_bytes": 2048});
+    let context = serde_json::json!({"entities": ["EMAIL_ADDRESS"], "upstream_trust": "external", "request_bytes": 2048, "unscannable": []});
     let mut samples: Vec<Duration> = (0..2001)
         .map(|_| {
             let started = Instant::now();

@@ -6,6 +6,8 @@
 //! against the schema; a directory that does not validate is refused with its errors, each
 //! with its file, line and column. Every evaluation error is a denial: nothing fails open.
 
+mod context;
+
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
@@ -87,6 +89,8 @@ pub struct AccessPolicy {
     by_action: HashMap<EntityUid, PolicySet>,
     /// The API keys and auditors of the entities, for audit events of a reload.
     principals: Vec<crate::principals::Principal>,
+    /// The context attributes the schema declares, by action id ([`context::declared`]).
+    context_attributes: HashMap<String, HashSet<String>>,
     /// Requests that passed the schema check, by everything the check reads (see
     /// [`checked_key`]): a request with the same key is not checked again. The check is
     /// about half of a decision (measured 17.1 µs with it, 9.5 µs without).
@@ -209,6 +213,7 @@ impl AccessPolicy {
     /// the schema. The error lists every problem found, with file, line and column.
     pub fn from_sources(schema: &str, policies: &str, entities: &str) -> Result<AccessPolicy> {
         let entities_json = entities;
+        let context_attributes = context::declared(schema);
         let parsed = parse_schema(schema).and_then(|schema| {
             let policies = parse_policies(policies, &schema)?;
             let entities = parse_entities(entities, &schema)?;
@@ -240,6 +245,7 @@ impl AccessPolicy {
             names,
             by_action,
             principals,
+            context_attributes,
             checked: Mutex::new(HashSet::new()),
         })
     }
@@ -428,9 +434,12 @@ impl AccessPolicy {
                 .map(|t| EntityUid::from_type_name_and_id(t.clone(), EntityId::new(id)))
                 .ok_or_else(|| Error::Policy(format!("the schema has no entity type {kind}")))
         };
-        let serde_json::Value::Object(fields) = context else {
+        let serde_json::Value::Object(mut fields) = context else {
             return Err(Error::Policy("context: not a JSON object".into()));
         };
+        if let Some(declared) = self.context_attributes.get(action) {
+            fields.retain(|name, _| declared.contains(name));
+        }
         let key = checked_key(principal, action, resource, &fields);
         let principal = uid(principal.0, principal.1)?;
         let action = self

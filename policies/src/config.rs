@@ -237,6 +237,11 @@ struct Problems<'a> {
 }
 
 impl Problems<'_> {
+    /// A problem of the file as a whole (two tables that disagree).
+    fn whole(&mut self, message: String) {
+        self.found.push(format!("{MASKING_FILE}: {message}"));
+    }
+
     fn at(&mut self, offset: usize, message: String) {
         let (line, column) = line_col(self.source, offset);
         self.found
@@ -469,6 +474,25 @@ fn validate(raw: RawFile, problems: &mut Problems<'_>) -> MaskingConfig {
     let storage = actions(raw.masking.storage, defaults.storage);
     let external = actions(raw.masking.external, defaults.external);
     let internal = actions(raw.masking.internal, defaults.internal);
+    // What is masked on the way to an upstream is masked in storage too: the lake must not
+    // hold in the clear what the policy keeps even from a provider (and a value restored into
+    // a reply is masked in the stored reply by the storage action of its type).
+    let mut types: Vec<&str> = builtin.clone();
+    types.extend(custom.iter().map(|c| c.name.as_str()));
+    for entity in types {
+        if storage.action(entity) != Action::Allow {
+            continue;
+        }
+        for (name, upstream) in [("external", &external), ("internal", &internal)] {
+            let action = upstream.action(entity);
+            if action != Action::Allow {
+                problems.whole(format!(
+                        "[masking.storage] leaves {entity} as it is but [masking.{name}] says {}: what is masked on the way to a provider must be masked in storage too",
+                        action.name()
+                    ));
+            }
+        }
+    }
     MaskingConfig {
         detection: DetectionConfig {
             threshold,
@@ -653,6 +677,26 @@ entities = { US_SSN = "tokenize", CUSTOMER_ID = "hash" }
         assert!(
             problems[0].contains("PERSN is not built in"),
             "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn storage_masks_what_an_upstream_masks() {
+        let problems = MaskingConfig::from_toml(
+            "[masking.storage]\ndefault = \"tokenize\"\nentities = { EMAIL_ADDRESS = \"allow\" }\n\n[masking.external]\ndefault = \"allow\"\nentities = { EMAIL_ADDRESS = \"redact\" }\n",
+        )
+        .unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("EMAIL_ADDRESS") && problems[0].contains("[masking.external]"),
+            "{problems:?}"
+        );
+        // Storing a type as it is, when no upstream masks it either, is a choice of its own.
+        assert!(
+            MaskingConfig::from_toml(
+                "[masking.storage]\ndefault = \"tokenize\"\nentities = { IP_ADDRESS = \"allow\" }\n\n[masking.external]\ndefault = \"tokenize\"\nentities = { IP_ADDRESS = \"allow\" }\n"
+            )
+            .is_ok()
         );
     }
 

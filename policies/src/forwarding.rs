@@ -1,13 +1,17 @@
 //! `forwarding.toml`: what a policy directory lets the proxy forward beyond its own lists.
 //!
-//! The proxy knows every request field of the official SDKs and every beta feature they name;
-//! towards `external` upstreams it refuses anything else, since a field or beta it cannot
-//! judge may switch something on at the provider. An administrator who has judged one allows
-//! it here by name. The file is optional; without it nothing beyond the lists is forwarded.
+//! The proxy knows every request field, content type and beta feature of the official SDKs;
+//! towards `external` upstreams it refuses anything else, since a field, content block or beta
+//! it cannot judge may switch something on at the provider (a tool, a file). An administrator
+//! who has judged one allows it here by name. The file is optional; without it nothing beyond
+//! the lists is forwarded.
 //!
 //! ```toml
 //! # Top-level request fields, per API (openai.chat, openai.responses, anthropic.messages).
 //! fields = { "openai.chat" = ["x_trace"] }
+//! # Content block, part or item types, per API. The proxy masks the strings inside them but
+//! # reads no tool, file or setting they may carry.
+//! content = { "anthropic.messages" = ["citations_marker"] }
 //! # Values of `anthropic-beta` / `openai-beta` headers.
 //! betas = ["some-feature-2027-01-01"]
 //! # Client headers forwarded to every upstream (names, any case).
@@ -53,6 +57,9 @@ struct RawForwarding {
     /// Extra top-level request fields, per API name.
     #[serde(default)]
     fields: BTreeMap<String, Vec<String>>,
+    /// Extra content block, part or item types, per API name.
+    #[serde(default)]
+    content: BTreeMap<String, Vec<String>>,
     /// Extra beta feature values.
     #[serde(default)]
     betas: Vec<String>,
@@ -66,6 +73,8 @@ struct RawForwarding {
 pub struct Forwarding {
     /// Extra top-level request fields, per API name (`openai.chat`, …).
     pub fields: BTreeMap<String, Vec<String>>,
+    /// Extra content block, part or item types, per API name.
+    pub content: BTreeMap<String, Vec<String>>,
     /// Extra beta feature values.
     pub betas: Vec<String>,
     /// Extra client headers forwarded to every upstream, lower-case.
@@ -78,6 +87,13 @@ impl Forwarding {
         self.fields
             .get(api)
             .is_some_and(|fields| fields.iter().any(|f| f == field))
+    }
+
+    /// Whether content type `kind` of `api` is allowed beyond the known lists.
+    pub fn allows_content(&self, api: &str, kind: &str) -> bool {
+        self.content
+            .get(api)
+            .is_some_and(|kinds| kinds.iter().any(|k| k == kind))
     }
 
     /// Whether beta value `value` is allowed beyond the known list.
@@ -104,16 +120,16 @@ impl Forwarding {
     pub fn from_toml(text: &str) -> std::result::Result<Forwarding, Vec<String>> {
         let raw: RawForwarding = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
         let mut problems = Vec::new();
-        for (api, fields) in &raw.fields {
-            if !APIS.contains(&api.as_str()) {
-                problems.push(format!(
-                    "fields: unknown API {api:?} (one of {})",
-                    APIS.join(", ")
-                ));
-            }
-            for field in fields {
-                if field.is_empty() {
-                    problems.push(format!("fields.{api}: an empty field name"));
+        for (table, names) in [("fields", &raw.fields), ("content", &raw.content)] {
+            for (api, names) in names {
+                if !APIS.contains(&api.as_str()) {
+                    problems.push(format!(
+                        "{table}: unknown API {api:?} (one of {})",
+                        APIS.join(", ")
+                    ));
+                }
+                if names.iter().any(String::is_empty) {
+                    problems.push(format!("{table}.{api}: an empty name"));
                 }
             }
         }
@@ -146,6 +162,7 @@ impl Forwarding {
         }
         Ok(Forwarding {
             fields: raw.fields,
+            content: raw.content,
             betas: raw.betas,
             headers,
         })
@@ -161,12 +178,15 @@ mod tests {
         let forwarding = Forwarding::from_toml(
             r#"
 fields = { "openai.chat" = ["x_trace"] }
+content = { "anthropic.messages" = ["citations_marker"] }
 betas = ["feature-2027-01-01"]
 headers = ["X-Request-Source"]
 "#,
         )
         .unwrap();
         assert!(forwarding.allows_field("openai.chat", "x_trace"));
+        assert!(forwarding.allows_content("anthropic.messages", "citations_marker"));
+        assert!(!forwarding.allows_content("openai.chat", "citations_marker"));
         assert!(!forwarding.allows_field("openai.responses", "x_trace"));
         assert!(forwarding.allows_beta("feature-2027-01-01"));
         assert_eq!(forwarding.headers, ["x-request-source"]);
@@ -174,12 +194,13 @@ headers = ["X-Request-Source"]
         let problems = Forwarding::from_toml(
             r#"
 fields = { "openai.chats" = ["x"] }
+content = { "anthropic" = [""] }
 betas = ["a,b"]
 headers = ["Authorization", "x-atdp-session-id", "bad header"]
 "#,
         )
         .unwrap_err();
-        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert_eq!(problems.len(), 7, "{problems:?}");
         assert!(Forwarding::from_toml("colour = 1").is_err());
     }
 }

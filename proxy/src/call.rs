@@ -198,6 +198,7 @@ async fn prepare(
         "upstream": upstream.name,
         "entities": outbound.entities,
         "tools": offers,
+        "unscannable": request.unscannable,
         "fallback_models": request.extra_models,
     });
     let policies = decision.policies();

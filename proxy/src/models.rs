@@ -38,8 +38,7 @@ pub async fn models(state: &Arc<State>, session: &mut Session) -> Result<()> {
         let Some((upstream, dispatched)) = state.config.route(&route.model) else {
             continue;
         };
-        let context =
-            json!({"entities": [], "upstream_trust": upstream.trust.name(), "request_bytes": 0});
+        let context = json!({"entities": [], "upstream_trust": upstream.trust.name(), "request_bytes": 0, "unscannable": []});
         let verdict = policy.access.decide(
             ("ApiKey", &caller.key_hash),
             "invoke_model",

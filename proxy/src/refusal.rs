@@ -79,6 +79,16 @@ pub enum Refusal {
         /// The field.
         field: String,
     },
+    /// A content block, part or item type the proxy does not know, towards an external
+    /// upstream.
+    UnknownContent {
+        /// The API's name.
+        api: &'static str,
+        /// Where it sat: `messages[2].content[0]`.
+        field: String,
+        /// Its type, when it is a plain name (else it is not quoted).
+        kind: Option<String>,
+    },
     /// A beta feature the proxy does not know, towards an external upstream.
     UnknownBeta {
         /// The header.
@@ -139,6 +149,7 @@ impl Refusal {
             | Refusal::InvalidJson { .. }
             | Refusal::InvalidRequest { .. }
             | Refusal::UnknownField { .. }
+            | Refusal::UnknownContent { .. }
             | Refusal::UnknownBeta { .. }
             | Refusal::Unrecordable { .. }
             | Refusal::InvalidReward { .. } => 400,
@@ -168,6 +179,7 @@ impl Refusal {
             Refusal::InvalidJson { .. } => "invalid_json",
             Refusal::InvalidRequest { .. } => "invalid_request",
             Refusal::UnknownField { .. } => "unknown_field",
+            Refusal::UnknownContent { .. } => "unknown_content",
             Refusal::UnknownBeta { .. } => "unknown_beta",
             Refusal::Unrecordable { .. } => "unrecordable_option",
             Refusal::ModelNotFound { .. } => "model_not_found",
@@ -223,6 +235,10 @@ impl Refusal {
             }
             Refusal::UnknownField { api, field } => format!(
                 "request field `{field}` is not one the proxy knows for {api}, so it is not sent to an external provider; remove it, or ask your atdp administrator to allow it in the policy directory's forwarding.toml"
+            ),
+            Refusal::UnknownContent { api, field, kind } => format!(
+                "`{field}` is of a content type{} the proxy does not know for {api}, so it is not sent to an external provider: it could carry a tool or a file the proxy cannot decide; remove it, or ask your atdp administrator to allow the type in the policy directory's forwarding.toml",
+                kind.as_ref().map(|k| format!(" (`{k}`)")).unwrap_or_default()
             ),
             Refusal::UnknownBeta { header, value } => format!(
                 "{header} value `{value}` is not a beta feature the proxy knows, so it is not sent to an external provider; ask your atdp administrator to allow it in the policy directory's forwarding.toml"

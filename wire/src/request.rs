@@ -1,10 +1,12 @@
 //! Reading a request body into the normalised view a step record is made of.
 
 mod anthropic;
+mod content;
 pub(crate) mod fields;
 mod offers;
 mod openai;
 
+pub use content::UnknownContent;
 pub use offers::{Offer, OfferKind};
 
 use std::collections::BTreeMap;
@@ -73,6 +75,12 @@ pub struct RequestView {
     pub extra_models: Vec<String>,
     /// Top-level fields the API's known list does not have ([`fields`]).
     pub unknown_fields: Vec<String>,
+    /// Content blocks, parts and items of a type the API's known lists do not have.
+    pub unknown_content: Vec<UnknownContent>,
+    /// The parts no detector can read (images, audio, files, documents other than text),
+    /// each by kind (`image`) and, when the request states a media type, by that type and by
+    /// kind and type (`image/png`, `image:image/png`); sorted, without repeats.
+    pub unscannable: Vec<String>,
     /// The sampling parameters present, as a JSON object's text.
     pub params: Option<String>,
     /// Top-level fields not otherwise modelled, and a count of non-text content parts
@@ -108,6 +116,7 @@ pub fn parse_request(api: ApiKind, body: &Value) -> Result<RequestView, WireErro
         ),
     };
     let (offers, extra_models) = offers::offers(api, obj)?;
+    let content = content::read(api, obj)?;
     let params = select(obj, |key| PARAMS.contains(&key));
     let mut extra = select(obj, |key| {
         !PARAMS.contains(&key) && !MODELLED.contains(&key)
@@ -125,6 +134,8 @@ pub fn parse_request(api: ApiKind, body: &Value) -> Result<RequestView, WireErro
         offers,
         extra_models,
         unknown_fields: fields::unknown(api, obj),
+        unknown_content: content.unknown,
+        unscannable: content.unscannable.into_iter().collect(),
         params: object_text(params),
         extra: object_text(extra),
     })
@@ -153,8 +164,10 @@ fn object_text(map: Map<String, Value>) -> Option<String> {
 }
 
 /// Text of `content`: a string, `null`, or an array of parts whose `type` is one of
-/// `text_parts` (`(type, field holding the text)`), joined with `\n`. Other parts are
-/// counted in `non_text`. `None` when there is no text part at all.
+/// `text_parts` (`(type, field holding the text)`). Adjacent text parts are joined as the
+/// provider reads them, with nothing between them; text parts on either side of another part
+/// (an image) are joined with `\n`. Other parts are counted in `non_text`. `None` when there is
+/// no text part at all.
 pub(crate) fn content_text(
     content: Option<&Value>,
     path: &str,
@@ -165,22 +178,60 @@ pub(crate) fn content_text(
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text.clone())),
         Some(Value::Array(parts)) => {
-            let mut texts: Vec<&str> = Vec::new();
+            let mut text = JoinedText::default();
             for (i, part) in parts.iter().enumerate() {
                 let part_path = format!("{path}[{i}]");
                 let part = object(part, &part_path)?;
                 let kind = required_str(part, "type", &part_path)?;
                 match text_parts.iter().find(|(t, _)| *t == kind) {
-                    Some((_, field)) => texts.push(required_str(part, field, &part_path)?),
-                    None => non_text.count(kind),
+                    Some((_, field)) => text.push(required_str(part, field, &part_path)?),
+                    None => {
+                        non_text.count(kind);
+                        text.gap();
+                    }
                 }
             }
-            Ok((!texts.is_empty()).then(|| texts.join("\n")))
+            Ok(text.finish())
         }
         Some(_) => Err(WireError::wrong_type(
             path,
             "a string, null or an array of content parts",
         )),
+    }
+}
+
+/// The text parts of one message joined as the provider reads them: adjacent parts with
+/// nothing between them (a value cut across two parts is whole again, for the detectors and
+/// in the record), parts on either side of another part with `\n`.
+#[derive(Debug, Default)]
+pub(crate) struct JoinedText {
+    text: Option<String>,
+    adjacent: bool,
+}
+
+impl JoinedText {
+    /// The next text part.
+    pub(crate) fn push(&mut self, part: &str) {
+        match self.text.as_mut() {
+            Some(text) => {
+                if !self.adjacent {
+                    text.push('\n');
+                }
+                text.push_str(part);
+            }
+            None => self.text = Some(part.to_owned()),
+        }
+        self.adjacent = true;
+    }
+
+    /// A part without text.
+    pub(crate) fn gap(&mut self) {
+        self.adjacent = false;
+    }
+
+    /// The joined text; `None` when there was no text part.
+    pub(crate) fn finish(self) -> Option<String> {
+        self.text
     }
 }
 

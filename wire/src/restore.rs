@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use atdp_policies::{KeyRing, VaultItem};
+use atdp_policies::{KeyRing, TOKEN_HEX_DIGITS, VaultItem};
 use serde_json::Value;
 
 use super::WireError;
@@ -16,12 +16,24 @@ use super::WireError;
 /// Keys whose string value is JSON text (tool-call arguments), restored JSON-escaped.
 const JSON_TEXT_KEYS: &[&str] = &["arguments", "partial_json"];
 
-/// What restoring needs: the tenant, its vault entries (token → entry) and its keys.
+/// What restoring needs: the tenant, its vault entries (token → entry), the entity types
+/// they are of ([`entity_types`]) and the tenant's keys.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Originals<'a> {
     pub(crate) tenant: &'a str,
     pub(crate) vault: &'a HashMap<String, VaultItem>,
+    pub(crate) entities: &'a [String],
     pub(crate) keys: &'a KeyRing,
+}
+
+/// The distinct entity types of `vault`'s entries: a placeholder is `<` + type + `_` +
+/// [`TOKEN_HEX_DIGITS`] hex digits + `>`, so these few names tell whether held text can still
+/// become a placeholder, whatever the number of entries.
+pub(crate) fn entity_types(vault: &HashMap<String, VaultItem>) -> Vec<String> {
+    let mut types: Vec<String> = vault.values().map(|item| item.entity.clone()).collect();
+    types.sort_unstable();
+    types.dedup();
+    types
 }
 
 /// The kind of text a placeholder sits in.
@@ -53,6 +65,7 @@ pub fn restore_json(
         Originals {
             tenant,
             vault,
+            entities: &entity_types(vault),
             keys,
         },
     )
@@ -187,7 +200,7 @@ impl FieldStream {
     ) -> Result<String, WireError> {
         self.held.push_str(fragment);
         let cut = match self.held.rfind('<') {
-            Some(open) if is_token_prefix(self.held.get(open..), originals.vault) => open,
+            Some(open) if may_become_token(self.held.get(open..), originals.entities) => open,
             _ => self.held.len(),
         };
         let rest = self.held.split_off(cut);
@@ -203,11 +216,62 @@ impl FieldStream {
     }
 }
 
-/// Whether `tail` is the start, but not the whole, of a token in `vault`.
-fn is_token_prefix(tail: Option<&str>, vault: &HashMap<String, VaultItem>) -> bool {
-    tail.is_some_and(|tail| {
-        vault
-            .keys()
-            .any(|token| token.len() > tail.len() && token.starts_with(tail))
+/// Whether `tail` (from a `<`) is the start, but not the whole, of a placeholder of one of
+/// `entities`: `<` + type + `_` + up to [`TOKEN_HEX_DIGITS`] lower-case hex digits, no `>`. Decided by
+/// the placeholders' fixed shape, in time bounded by the longest type name, whatever the
+/// number of placeholders the call made.
+fn may_become_token(tail: Option<&str>, entities: &[String]) -> bool {
+    let Some(rest) = tail.and_then(|t| t.strip_prefix('<')) else {
+        return false;
+    };
+    entities.iter().any(|entity| {
+        match rest.strip_prefix(entity.as_str()) {
+            Some(after) => match after.strip_prefix('_') {
+                Some(hex) => {
+                    hex.len() <= TOKEN_HEX_DIGITS
+                        && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                }
+                None => after.is_empty(),
+            },
+            // Still inside the type's name.
+            None => entity.starts_with(rest),
+        }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_become_token;
+
+    #[test]
+    fn held_text_is_decided_by_the_placeholders_shape() {
+        let entities = ["EMAIL_ADDRESS".to_owned(), "US_SSN".to_owned()];
+        let held = |tail: &str| may_become_token(Some(tail), &entities);
+        for tail in [
+            "<",
+            "<E",
+            "<EMAIL_ADD",
+            "<EMAIL_ADDRESS",
+            "<EMAIL_ADDRESS_",
+            "<EMAIL_ADDRESS_0123456789a",
+            "<EMAIL_ADDRESS_0123456789ab",
+            "<US_SSN_ff",
+        ] {
+            assert!(held(tail), "{tail}");
+        }
+        for tail in [
+            "<div",
+            "< b",
+            "<EMAIL_ADDRESS_0123456789abc",
+            "<EMAIL_ADDRESS_01G",
+            "<EMAIL_ADDRESSES",
+            "<PERSON_01",
+            "<US_SSN_0123>",
+            "no bracket",
+        ] {
+            assert!(!held(tail), "{tail}");
+        }
+        assert!(!may_become_token(Some("<E"), &[]));
+        assert!(!may_become_token(None, &entities));
+    }
 }

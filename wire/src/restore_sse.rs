@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use self::events::{FieldKey, anthropic_flush_event, chat_flush_chunk, responses_flush_event};
-use super::restore::{FieldStream, Originals, TextMode, restore_value};
+use super::restore::{FieldStream, Originals, TextMode, entity_types, restore_value};
 use super::sse::{RawBlock, Splitter, line_end, replace_data, terminate, write_event};
 use super::{ApiKind, WireError};
 
@@ -37,6 +37,8 @@ pub struct SseRestorer {
     api: ApiKind,
     tenant: String,
     vault: Arc<HashMap<String, VaultItem>>,
+    /// The vault's entity types, for telling held text that may become a placeholder.
+    entities: Vec<String>,
     keys: Arc<KeyRing>,
     splitter: Splitter,
     state: State,
@@ -85,6 +87,7 @@ impl SseRestorer {
         SseRestorer {
             api,
             tenant,
+            entities: entity_types(&vault),
             vault,
             keys,
             splitter: Splitter::default(),
@@ -109,6 +112,7 @@ impl SseRestorer {
         let originals = Originals {
             tenant: &self.tenant,
             vault: &self.vault,
+            entities: &self.entities,
             keys: &self.keys,
         };
         let mut out = Vec::with_capacity(chunk.len());
@@ -127,6 +131,7 @@ impl SseRestorer {
         let originals = Originals {
             tenant: &self.tenant,
             vault: &self.vault,
+            entities: &self.entities,
             keys: &self.keys,
         };
         let mut out = Vec::new();

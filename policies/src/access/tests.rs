@@ -14,7 +14,7 @@ fn policy() -> AccessPolicy {
 }
 
 fn call(entities: &[&str], trust: &str, bytes: i64) -> serde_json::Value {
-    json!({"entities": entities, "upstream_trust": trust, "request_bytes": bytes})
+    json!({"entities": entities, "upstream_trust": trust, "request_bytes": bytes, "unscannable": []})
 }
 
 const ROUTER: &str = "atdp-acme-router-key";
@@ -373,19 +373,23 @@ fn schema_checks_are_remembered_by_ids_and_context_shape() {
     // A context of another shape after a checked one is checked, and refused.
     let wrong = decide(
         "m",
-        json!({"entities": [], "upstream_trust": "internal", "request_bytes": "big"}),
+        json!({"entities": [], "upstream_trust": "internal", "request_bytes": "big", "unscannable": []}),
     );
     assert!(
         !wrong.allowed && wrong.errors.iter().any(|e| e.contains("is not valid for")),
         "{wrong:?}"
     );
-    let extra = decide(
+    let missing = decide(
         "m",
-        json!({"entities": [], "upstream_trust": "internal", "request_bytes": 1, "more": 1}),
+        json!({"entities": [], "upstream_trust": "internal", "request_bytes": 1}),
     );
     assert!(
-        !extra.allowed && extra.errors.iter().any(|e| e.contains("is not valid for")),
-        "{extra:?}"
+        !missing.allowed
+            && missing
+                .errors
+                .iter()
+                .any(|e| e.contains("is not valid for")),
+        "{missing:?}"
     );
     // Another resource is another check.
     assert!(decide("n", call(&["EMAIL_ADDRESS"], "internal", 10)).allowed);
@@ -426,7 +430,8 @@ fn each_action_sees_only_the_policies_that_can_match_it_and_decides_the_same() {
         [
             "active-keys-invoke",
             "group-scope",
-            "no-ssn-or-secrets-external"
+            "no-ssn-or-secrets-external",
+            "no-unscannable-external"
         ]
     );
     assert_eq!(
@@ -483,4 +488,48 @@ fn each_action_sees_only_the_policies_that_can_match_it_and_decides_the_same() {
         );
         assert_eq!(a, b, "{action}");
     }
+}
+
+#[test]
+fn a_schema_that_does_not_declare_a_context_attribute_decides_without_it() {
+    // A policy directory written before `unscannable` existed.
+    let schema = r#"
+        namespace Atdp {
+          entity Tenant;
+          entity ApiKey in [Tenant] = { "active": Bool };
+          entity Model;
+          type CallContext = { "entities": Set<String>, "upstream_trust": String, "request_bytes": Long };
+          action invoke_model appliesTo { principal: [ApiKey], resource: [Model], context: CallContext };
+        }
+    "#;
+    let policies = r#"
+        @id("small")
+        permit (principal, action == Atdp::Action::"invoke_model", resource)
+        when { principal.active && context.request_bytes <= 100 };
+    "#;
+    let key = hash_api_key("k");
+    let entities = format!(
+        r#"[{{"uid": {{"type": "Atdp::ApiKey", "id": "{key}"}}, "attrs": {{"active": true}}, "parents": [{{"type": "Atdp::Tenant", "id": "t"}}]}},
+            {{"uid": {{"type": "Atdp::Tenant", "id": "t"}}, "attrs": {{}}, "parents": []}}]"#
+    );
+    let p = AccessPolicy::from_sources(schema, policies, &entities).unwrap();
+    let decide = |bytes: i64| {
+        p.decide(
+            ("ApiKey", &key),
+            "invoke_model",
+            ("Model", "m"),
+            call(&["EMAIL_ADDRESS"], "external", bytes),
+        )
+    };
+    let allowed = decide(10);
+    assert!(allowed.allowed, "{allowed:?}");
+    assert_eq!(allowed.policies, ["small"]);
+    assert!(!decide(1_000).allowed);
+    // A policy cannot read an attribute its schema does not declare: it does not load.
+    let reads_undeclared = r#"
+        @id("images")
+        forbid (principal, action == Atdp::Action::"invoke_model", resource)
+        when { context.unscannable.contains("image") };
+    "#;
+    assert!(AccessPolicy::from_sources(schema, reads_undeclared, &entities).is_err());
 }

@@ -10,7 +10,7 @@ fn example_policy() -> Policy {
 }
 
 fn call(trust: &str, entities: &[&str]) -> serde_json::Value {
-    json!({"entities": entities, "upstream_trust": trust, "request_bytes": 2000})
+    json!({"entities": entities, "upstream_trust": trust, "request_bytes": 2000, "unscannable": []})
 }
 
 const SUPPORT_KEY: &str = "sk-northwind-support-example";

@@ -33,7 +33,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn may_invoke(dir: &Path, key: &str) -> bool {
-    let context = json!({"entities": [], "upstream_trust": "internal", "request_bytes": 10});
+    let context = json!({"entities": [], "upstream_trust": "internal", "request_bytes": 10, "unscannable": []});
     AccessPolicy::load(dir)
         .unwrap()
         .decide(

@@ -1,15 +1,16 @@
 //! Decide: whether the call may go out as it is.
 //!
 //! First the gates that need no policy evaluation: towards an `external` upstream, a
-//! top-level field outside the API's known list ([`crate::wire::known_fields`]) and a beta
-//! feature value outside the known ones are refused unless `forwarding.toml` allows them by
-//! name; `background: true` (Responses) is refused everywhere, since its reply would be
+//! top-level field outside the API's known list ([`crate::wire::known_fields`]), a content
+//! block, part or item of a type outside the known ones, and a beta feature value outside the
+//! known ones are refused unless `forwarding.toml` allows them by name; `background: true` (Responses) is refused everywhere, since its reply would be
 //! fetched later around the proxy, unrecorded; and a name or id that holds a value the
 //! detectors find is refused ([`check_names`]). Then Cedar: `invoke_model` on the dispatched
 //! model and on every model the provider may fall back to, and `call_tool` on every offer
-//! (tools of every form, MCP servers, skills, saved prompts: [`crate::wire::Offer`]), each
-//! with the request's context (entity types found, the upstream's trust, the size). One
-//! denial denies the call; an evaluation error is a denial.
+//! (tools of every form, wherever the request defines them, MCP servers, skills, saved prompts:
+//! [`crate::wire::Offer`]), each with the request's context (entity types found, the
+//! upstream's trust, the size, the parts no detector can read). One denial denies the call; an
+//! evaluation error is a denial.
 
 use atdp_policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Scanner, Verdict};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -75,8 +76,9 @@ pub fn check_names(
     Ok(())
 }
 
-/// Refuses what the proxy cannot judge towards an external upstream, and what it cannot
-/// record towards any.
+/// Refuses what the proxy cannot judge towards an external upstream (a top-level field or a
+/// content type outside the API's known lists, unless `forwarding.toml` allows it), and what it
+/// cannot record towards any.
 pub fn check_request(
     api: ApiKind,
     document: &Value,
@@ -89,15 +91,35 @@ pub fn check_request(
             field: "background: true",
         });
     }
-    if trust == Trust::External
-        && let Some(field) = request
-            .unknown_fields
-            .iter()
-            .find(|field| !forwarding.allows_field(api.name(), field))
+    if trust != Trust::External {
+        return Ok(());
+    }
+    if let Some(field) = request
+        .unknown_fields
+        .iter()
+        .find(|field| !forwarding.allows_field(api.name(), field))
     {
         return Err(Refusal::UnknownField {
             api: api.name(),
             field: field.clone(),
+        });
+    }
+    if let Some(unknown) = request
+        .unknown_content
+        .iter()
+        .find(|content| !forwarding.allows_content(api.name(), &content.kind))
+    {
+        // The type is client text: quoted only when it is a plain name.
+        let plain = !unknown.kind.is_empty()
+            && unknown.kind.len() <= 64
+            && unknown
+                .kind
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        return Err(Refusal::UnknownContent {
+            api: api.name(),
+            field: unknown.field.clone(),
+            kind: plain.then(|| unknown.kind.clone()),
         });
     }
     Ok(())
@@ -194,6 +216,7 @@ pub fn decide(
         "entities": facts.entities,
         "upstream_trust": facts.trust.name(),
         "request_bytes": i64::try_from(facts.request_bytes).unwrap_or(i64::MAX),
+        "unscannable": request.unscannable,
     });
     let principal = ("ApiKey", caller.key_hash.as_str());
     let models =

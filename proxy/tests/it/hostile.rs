@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-const ACME_KEY: &str = "atdp-acme-router-key";
+pub const ACME_KEY: &str = "atdp-acme-router-key";
 
-fn post(port: u16, path: &str, key: &str, extra: &[(&str, &str)], body: &[u8]) -> Response {
+pub fn post(port: u16, path: &str, key: &str, extra: &[(&str, &str)], body: &[u8]) -> Response {
     let auth = format!("Bearer {key}");
     let mut headers = vec![
         ("authorization", auth.as_str()),
@@ -20,7 +20,7 @@ fn post(port: u16, path: &str, key: &str, extra: &[(&str, &str)], body: &[u8]) -
     http(port, "POST", path, &headers, body)
 }
 
-fn path_of(api: &str) -> &'static str {
+pub fn path_of(api: &str) -> &'static str {
     match api {
         "chat" => "/v1/chat/completions",
         "responses" => "/v1/responses",
@@ -29,7 +29,7 @@ fn path_of(api: &str) -> &'static str {
 }
 
 /// A minimal request of `api` with `extra` merged in.
-fn request(api: &str, extra: Value) -> Vec<u8> {
+pub fn request(api: &str, extra: Value) -> Vec<u8> {
     let mut body = match api {
         "chat" => json!({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]}),
         "responses" => json!({"model": "gpt-4.1-mini", "input": "hi"}),
@@ -42,7 +42,7 @@ fn request(api: &str, extra: Value) -> Vec<u8> {
     body.to_string().into_bytes()
 }
 
-fn text(response: &Response) -> String {
+pub fn text(response: &Response) -> String {
     String::from_utf8_lossy(&response.body).into_owned()
 }
 

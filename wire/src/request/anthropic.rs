@@ -4,8 +4,8 @@ use atdp_schema::{Message, Tool, ToolCall};
 use serde_json::{Map, Value};
 
 use super::{
-    NonText, content_text, field_path, json_text, object, optional_array, optional_str, other_tool,
-    required_array, required_str,
+    JoinedText, NonText, content_text, field_path, json_text, object, optional_array, optional_str,
+    other_tool, required_array, required_str,
 };
 use crate::WireError;
 
@@ -33,7 +33,9 @@ pub(super) fn messages(
 
 /// One message. Its `tool_result` blocks become `tool` messages, placed before the rest of
 /// the message (the API requires them to come first in a user turn); `tool_use` blocks
-/// become tool calls; text blocks are joined with `\n`; other blocks are counted.
+/// become tool calls; adjacent text blocks are joined as the provider reads them, with
+/// nothing between them, and text on either side of another block with `\n`; other blocks
+/// are counted.
 fn push_message(
     message: &Value,
     path: &str,
@@ -55,14 +57,19 @@ fn push_message(
             return Ok(());
         }
     };
-    let mut texts: Vec<&str> = Vec::new();
+    let mut text = JoinedText::default();
     let mut tool_calls = Vec::new();
     let mut results = 0;
     for (i, block) in blocks.iter().enumerate() {
         let block_path = format!("{content_path}[{i}]");
         let block = object(block, &block_path)?;
-        match required_str(block, "type", &block_path)? {
-            "text" => texts.push(required_str(block, "text", &block_path)?),
+        let kind = required_str(block, "type", &block_path)?;
+        if kind == "text" {
+            text.push(required_str(block, "text", &block_path)?);
+            continue;
+        }
+        text.gap();
+        match kind {
             "tool_use" => tool_calls.push(ToolCall {
                 id: required_str(block, "id", &block_path)?.to_owned(),
                 name: required_str(block, "name", &block_path)?.to_owned(),
@@ -89,10 +96,11 @@ fn push_message(
         }
     }
     // A user turn made only of tool results has nothing left to record as its own message.
-    if !texts.is_empty() || !tool_calls.is_empty() || results == 0 {
+    let text = text.finish();
+    if text.is_some() || !tool_calls.is_empty() || results == 0 {
         messages.push(Message {
             role,
-            content: (!texts.is_empty()).then(|| texts.join("\n")),
+            content: text,
             tool_calls,
             ..Message::default()
         });
@@ -100,25 +108,57 @@ fn push_message(
     Ok(())
 }
 
-/// `tools`: custom tools `{name, description, input_schema}` are function tools; server
-/// tools (`web_search_20250305`, `bash_20250124`, …) keep their type.
+/// `tools`, then the tools that `tool_addition` blocks of the messages define (in a message
+/// or in a `compaction` block's `tool_changes`), in the body's order: custom tools `{name,
+/// description, input_schema}` are function tools; server tools (`web_search_20250305`,
+/// `bash_20250124`, …) keep their type.
 pub(super) fn tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, WireError> {
     let mut tools = Vec::new();
     for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
         let path = format!("tools[{i}]");
-        let tool = object(tool, &path)?;
-        tools.push(match optional_str(tool, "type", &path)? {
-            None | Some("custom") => Tool {
-                kind: "function".to_owned(),
-                name: required_str(tool, "name", &path)?.to_owned(),
-                description: optional_str(tool, "description", &path)?.map(str::to_owned),
-                parameters: tool
-                    .get("input_schema")
-                    .filter(|s| !s.is_null())
-                    .map(json_text),
-            },
-            Some(kind) => other_tool(kind, tool, &path)?,
-        });
+        tools.push(tool_of(object(tool, &path)?, &path)?);
+    }
+    for (i, message) in optional_array(obj, "messages", "")?.iter().enumerate() {
+        let Some(Value::Array(blocks)) = message.get("content") else {
+            continue;
+        };
+        for (j, value) in blocks.iter().enumerate() {
+            let path = format!("messages[{i}].content[{j}]");
+            let Some(block) = value.as_object() else {
+                continue;
+            };
+            let changes = match block.get("type").and_then(Value::as_str) {
+                Some("tool_addition") => std::slice::from_ref(value),
+                Some("compaction") => optional_array(block, "tool_changes", &path)?,
+                _ => continue,
+            };
+            for change in changes {
+                let definition = change
+                    .get("tool")
+                    .filter(|t| t.get("type").and_then(Value::as_str) == Some("tool_definition"))
+                    .and_then(|t| t.get("definition"))
+                    .and_then(Value::as_object);
+                if let Some(definition) = definition {
+                    tools.push(tool_of(definition, &path)?);
+                }
+            }
+        }
     }
     Ok(tools)
+}
+
+/// One tool definition as recorded.
+fn tool_of(tool: &Map<String, Value>, path: &str) -> Result<Tool, WireError> {
+    Ok(match optional_str(tool, "type", path)? {
+        None | Some("custom") => Tool {
+            kind: "function".to_owned(),
+            name: required_str(tool, "name", path)?.to_owned(),
+            description: optional_str(tool, "description", path)?.map(str::to_owned),
+            parameters: tool
+                .get("input_schema")
+                .filter(|s| !s.is_null())
+                .map(json_text),
+        },
+        Some(kind) => other_tool(kind, tool, path)?,
+    })
 }

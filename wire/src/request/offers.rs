@@ -25,6 +25,8 @@
 
 use serde_json::{Map, Value};
 
+mod inline;
+
 use super::{field_path, object, optional_array, optional_str, required_str};
 use crate::{ApiKind, WireError};
 
@@ -292,44 +294,28 @@ fn mcp_url(url: &str, field: &str) -> Result<String, WireError> {
 }
 
 /// Messages: `tools` (custom and Anthropic-defined, `mcp_toolset`), `mcp_servers`,
-/// `container.skills`, and the models of `fallbacks`.
+/// `container.skills`, the tools content adds ([`inline`]), and the models of `fallbacks`.
 fn anthropic(
     obj: &Map<String, Value>,
     found: &mut Vec<Offer>,
     models: &mut Vec<String>,
 ) -> Result<(), WireError> {
-    let mut servers: Vec<(&str, &str)> = Vec::new();
+    let mut declared = inline::Declared::default();
     for (i, server) in optional_array(obj, "mcp_servers", "")?.iter().enumerate() {
         let path = format!("mcp_servers[{i}]");
         let server = object(server, &path)?;
         let name = required_str(server, "name", &path)?;
         let url = required_str(server, "url", &path)?;
-        servers.push((name, url));
         let target = mcp_url(url, &format!("{path}.url"))?;
+        declared.servers.push((name.to_owned(), target.clone()));
         found.push(named(OfferKind::McpServer, "mcp", &target, path)?);
     }
     for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
         let path = format!("tools[{i}]");
-        let tool = object(tool, &path)?;
-        match optional_str(tool, "type", &path)? {
-            None | Some("custom") => {
-                let name = required_str(tool, "name", &path)?;
-                found.push(function(name, path)?);
-            }
-            Some("mcp_toolset") => {
-                let server = required_str(tool, "mcp_server_name", &path)?;
-                let Some((_, url)) = servers.iter().find(|(name, _)| *name == server) else {
-                    return Err(WireError::Invalid {
-                        field: format!("{path}.mcp_server_name"),
-                        why: "must name a server of `mcp_servers`",
-                    });
-                };
-                let target = mcp_url(url, &format!("{path}.mcp_server_name"))?;
-                found.push(named(OfferKind::McpServer, "mcp", &target, path)?);
-            }
-            Some(other) => found.push(provider("anthropic", other, path)),
-        }
+        let offer = anthropic_tool(object(tool, &path)?, path, &mut declared)?;
+        found.push(offer);
     }
+    inline::anthropic(obj, &mut declared, found)?;
     if let Some(container) = obj.get("container").filter(|c| c.is_object()) {
         let container = object(container, "container")?;
         for (i, skill) in optional_array(container, "skills", "container")?
@@ -361,6 +347,29 @@ fn anthropic(
         }
     }
     Ok(())
+}
+
+/// One Anthropic tool definition (an entry of `tools`, or the `definition` of a
+/// `tool_addition` block) as an offer; a tool with a `name` is remembered in `declared`, so
+/// that a later reference to it by name is decided as the same tool.
+fn anthropic_tool(
+    tool: &Map<String, Value>,
+    path: String,
+    declared: &mut inline::Declared,
+) -> Result<Offer, WireError> {
+    let offer = match optional_str(tool, "type", &path)? {
+        None | Some("custom") => function(required_str(tool, "name", &path)?, path.clone())?,
+        Some("mcp_toolset") => {
+            let server = required_str(tool, "mcp_server_name", &path)?;
+            let target = declared.server(server, &format!("{path}.mcp_server_name"))?;
+            named(OfferKind::McpServer, "mcp", &target, path.clone())?
+        }
+        Some(other) => provider("anthropic", other, path.clone()),
+    };
+    if let Some(name) = optional_str(tool, "name", &path)? {
+        declared.tools.insert(name.to_owned(), offer.clone());
+    }
+    Ok(offer)
 }
 
 #[cfg(test)]

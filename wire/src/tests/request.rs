@@ -339,3 +339,60 @@ fn bodies_that_are_not_json() {
     assert!(!error.to_string().contains("jane"));
     assert!(parse_json_body(b"{}").is_ok());
 }
+
+#[test]
+fn adjacent_text_parts_are_recorded_as_the_provider_reads_them() {
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "write to ja"},
+        {"type": "text", "text": "ne@example.com"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+        {"type": "text", "text": "thanks"}
+    ]}]});
+    let view = parse_request(ApiKind::OpenAiChat, &chat).unwrap();
+    assert_eq!(
+        view.messages[0].content.as_deref(),
+        Some("write to jane@example.com\nthanks")
+    );
+    let anthropic = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "call +44 20 "},
+        {"type": "text", "text": "7946 0958"},
+        {"type": "tool_result", "tool_use_id": "t", "content": "ok"},
+        {"type": "text", "text": "bye"}
+    ]}]});
+    let view = parse_request(ApiKind::AnthropicMessages, &anthropic).unwrap();
+    let user = view.messages.iter().find(|m| m.role == "user").unwrap();
+    assert_eq!(user.content.as_deref(), Some("call +44 20 7946 0958\nbye"));
+}
+
+#[test]
+fn tools_defined_in_anthropic_content_are_recorded_with_the_requests_tools() {
+    let body = json!({"model": "m", "max_tokens": 1,
+    "tools": [{"name": "lookup", "input_schema": {"type": "object"}}],
+    "messages": [{"role": "user", "content": [
+        {"type": "tool_addition", "tool": {"type": "tool_definition",
+            "definition": {"name": "wire_money", "description": "Moves money.", "input_schema": {"type": "object"}}}},
+        {"type": "compaction", "content": "s", "tool_changes": [
+            {"type": "tool_addition", "tool": {"type": "tool_definition",
+                "definition": {"type": "web_fetch_20250910", "name": "web_fetch"}}}
+        ]},
+        {"type": "text", "text": "go"}
+    ]}]});
+    let view = parse_request(ApiKind::AnthropicMessages, &body).unwrap();
+    let names: Vec<(&str, &str)> = view
+        .tools
+        .iter()
+        .map(|t| (t.kind.as_str(), t.name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("function", "lookup"),
+            ("function", "wire_money"),
+            ("web_fetch_20250910", "web_fetch")
+        ]
+    );
+    assert_eq!(
+        entities(&view),
+        ["lookup", "wire_money", "anthropic:web_fetch"]
+    );
+}

@@ -1,0 +1,316 @@
+//! What message content can carry besides text: tools added mid-conversation (Anthropic's
+//! `tool_addition` blocks, in any role's message or in a `compaction` block's `tool_changes`),
+//! content types the proxy does not know, and parts no detector reads (images, audio, files,
+//! documents). Tools are decided by Cedar wherever they sit and listed in the audit event;
+//! unknown types do not reach an external provider; unscannable parts are in Cedar's context.
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::hostile::{ACME_KEY, path_of, post, request, text};
+
+/// The betas that switch on tools inside content.
+const TOOL_BETAS: (&str, &str) = (
+    "anthropic-beta",
+    "mid-conversation-tool-changes-2026-07-01,inline-tools-2026-09-15,compact-2026-09-04,mcp-client-2026-09-15",
+);
+
+fn messages(content: Value) -> Vec<u8> {
+    request("messages", json!({"messages": [content]}))
+}
+
+fn detail(event: &atdp_schema::AuditEvent) -> Value {
+    serde_json::from_str(event.detail_json.as_deref().unwrap_or("null")).unwrap()
+}
+
+#[test]
+fn tools_added_inside_content_are_decided_by_cedar_and_audited() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let definition =
+        |definition: Value| json!({"type": "tool_definition", "definition": definition});
+    // The acme router may offer `search` and `refund` only.
+    let denied = [
+        (
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "hi"},
+                {"type": "tool_addition", "tool": definition(json!({"name": "wire_money", "input_schema": {"type": "object"}}))}
+            ]}),
+            "tool wire_money",
+        ),
+        (
+            json!({"role": "system", "content": [
+                {"type": "tool_addition", "tool": definition(json!({"type": "web_fetch_20250910", "name": "web_fetch"}))}
+            ]}),
+            "tool anthropic:web_fetch",
+        ),
+        (
+            json!({"role": "user", "content": [
+                {"type": "compaction", "content": "earlier turns", "tool_changes": [
+                    {"type": "tool_addition", "tool": definition(json!({"type": "code_execution_20250825", "name": "code_execution"}))}
+                ]},
+                {"type": "text", "text": "hi"}
+            ]}),
+            "tool anthropic:code_execution",
+        ),
+        (
+            json!({"role": "user", "content": [
+                {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "shell"}},
+                {"type": "text", "text": "hi"}
+            ]}),
+            "tool shell",
+        ),
+    ];
+    for (message, what) in denied {
+        let response = post(
+            proxy.port,
+            "/v1/messages",
+            ACME_KEY,
+            &[TOOL_BETAS],
+            &messages(message.clone()),
+        );
+        assert_eq!(response.status, 403, "{message}: {}", text(&response));
+        assert!(
+            text(&response).contains(what),
+            "{what}: {}",
+            text(&response)
+        );
+    }
+    assert!(upstream.requests().is_empty(), "nothing was forwarded");
+    // A permitted tool added mid-conversation goes through.
+    let allowed = messages(json!({"role": "user", "content": [
+        {"type": "tool_addition", "tool": definition(json!({"name": "search", "input_schema": {"type": "object"}}))},
+        {"type": "text", "text": "hi"}
+    ]}));
+    let response = post(
+        proxy.port,
+        "/v1/messages",
+        ACME_KEY,
+        &[TOOL_BETAS],
+        &allowed,
+    );
+    assert_eq!(response.status, 200, "{}", text(&response));
+    // Every decision event lists the tools offered inside content.
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let mut listed: Vec<Value> = lake
+        .audit
+        .iter()
+        .filter(|e| e.kind == "request_denied" || e.kind == "request_allowed")
+        .map(|e| detail(e)["tools"].clone())
+        .collect();
+    listed.sort_by_key(Value::to_string);
+    let mut expected = vec![
+        json!(["anthropic:code_execution"]),
+        json!(["anthropic:web_fetch"]),
+        json!(["search"]),
+        json!(["shell"]),
+        json!(["wire_money"]),
+    ];
+    expected.sort_by_key(Value::to_string);
+    assert_eq!(listed, expected);
+    let step = lake
+        .steps
+        .iter()
+        .find(|s| s.status == "ok")
+        .expect("the allowed call's step");
+    let tools: Vec<&str> = step.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tools, ["search"], "a tool added in content is recorded");
+}
+
+#[test]
+fn content_types_the_proxy_does_not_know_do_not_reach_an_external_provider() {
+    let upstream = Upstream::start();
+    let forwarding = "content = { \"anthropic.messages\" = [\"citations_marker\"] }\n";
+    let policy = quickstart_with("", &[("forwarding.toml", forwarding)]);
+    let proxy = Proxy::launch(
+        upstream.port,
+        policy.path(),
+        &[],
+        tempfile::tempdir().unwrap(),
+        &[],
+    );
+    let unknown = [
+        (
+            "messages",
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "hi"},
+                {"type": "hidden_tools_2027", "tools": [{"name": "wire_money"}]}
+            ]}]}),
+            "messages[0].content[1]",
+        ),
+        (
+            "messages",
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "jane@example.com"}]}
+            ]}]}),
+            "messages[0].content[0].content[0]",
+        ),
+        (
+            "responses",
+            json!({"input": [{"type": "tool_definitions", "tools": []}, {"role": "user", "content": "hi"}]}),
+            "input[0]",
+        ),
+        (
+            "chat",
+            json!({"messages": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}),
+            "messages[0].content[0]",
+        ),
+    ];
+    for (api, extra, field) in unknown {
+        let response = post(
+            proxy.port,
+            path_of(api),
+            DEMO_KEY,
+            &[],
+            &request(api, extra.clone()),
+        );
+        assert_eq!(response.status, 400, "{extra}: {}", text(&response));
+        assert!(
+            text(&response).contains("content type"),
+            "{}",
+            text(&response)
+        );
+        assert!(
+            text(&response).contains(field),
+            "{field}: {}",
+            text(&response)
+        );
+        assert!(
+            !text(&response).contains("jane@example.com"),
+            "a type that is not a plain name is not quoted"
+        );
+    }
+    assert!(upstream.requests().is_empty(), "nothing was forwarded");
+    // A type the policy directory allows by name goes through.
+    let allowed = messages(json!({"role": "user", "content": [
+        {"type": "text", "text": "hi"},
+        {"type": "citations_marker", "id": "c1"}
+    ]}));
+    let response = post(proxy.port, "/v1/messages", DEMO_KEY, &[], &allowed);
+    assert_eq!(response.status, 200, "{}", text(&response));
+}
+
+#[test]
+fn parts_no_detector_reads_are_decided_by_cedar() {
+    let upstream = Upstream::start();
+    // The quickstart forbids anything unscannable towards external providers; this policy
+    // allows photos but no PDF.
+    let photos = "\n@id(\"photos-only\")\nforbid (principal, action == Atdp::Action::\"invoke_model\", resource)\nwhen { context.unscannable.contains(\"application/pdf\") };\n";
+    let quickstart = Proxy::start(upstream.port, &[]);
+    let parts = [
+        (
+            "chat",
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+            ]}]}),
+        ),
+        (
+            "responses",
+            json!({"input": [{"role": "user", "content": [
+                {"type": "input_file", "file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"}
+            ]}]}),
+        ),
+        (
+            "messages",
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "read this"},
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+            ]}]}),
+        ),
+    ];
+    for (api, extra) in &parts {
+        let response = post(
+            quickstart.port,
+            path_of(api),
+            DEMO_KEY,
+            &[],
+            &request(api, extra.clone()),
+        );
+        assert_eq!(response.status, 403, "{api}: {}", text(&response));
+        assert!(
+            text(&response).contains("no-unscannable-external"),
+            "{}",
+            text(&response)
+        );
+    }
+    // A document whose source is plain text is read by the detectors: it goes out masked.
+    let plain = request(
+        "messages",
+        json!({"messages": [{"role": "user", "content": [
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "mail jane@example.com"}}
+        ]}]}),
+    );
+    let response = post(quickstart.port, "/v1/messages", DEMO_KEY, &[], &plain);
+    assert_eq!(response.status, 200, "{}", text(&response));
+    let forwarded = upstream.requests();
+    assert_eq!(forwarded.len(), 1);
+    assert!(
+        !forwarded[0]["raw"]
+            .as_str()
+            .unwrap()
+            .contains("jane@example.com")
+    );
+    let data = quickstart.stop();
+    let lake = read_lake(data.path());
+    let audited: Vec<Value> = lake
+        .audit
+        .iter()
+        .filter(|e| e.kind == "request_denied")
+        .map(|e| detail(e)["unscannable"].clone())
+        .collect();
+    assert!(
+        audited.contains(&json!([
+            "application/pdf",
+            "document",
+            "document:application/pdf"
+        ])),
+        "{audited:?}"
+    );
+
+    // Without the quickstart's rule, a policy can tell a photo from a PDF.
+    let policy = quickstart_with(photos, &[]);
+    let cedar = policy.path().join("policies.cedar");
+    let text_of_policy = std::fs::read_to_string(&cedar).unwrap();
+    let start = text_of_policy
+        .find("@id(\"no-unscannable-external\")")
+        .unwrap();
+    let end = start + text_of_policy[start..].find("};").unwrap() + 2;
+    std::fs::write(
+        &cedar,
+        format!("{}{}", &text_of_policy[..start], &text_of_policy[end..]),
+    )
+    .unwrap();
+    let proxy = Proxy::launch(
+        upstream.port,
+        policy.path(),
+        &[],
+        tempfile::tempdir().unwrap(),
+        &[],
+    );
+    let (api, photo) = &parts[0];
+    let response = post(
+        proxy.port,
+        path_of(api),
+        DEMO_KEY,
+        &[],
+        &request(api, photo.clone()),
+    );
+    assert_eq!(response.status, 200, "{}", text(&response));
+    for (api, pdf) in &parts[1..] {
+        let response = post(
+            proxy.port,
+            path_of(api),
+            DEMO_KEY,
+            &[],
+            &request(api, pdf.clone()),
+        );
+        assert_eq!(response.status, 403, "{api}: {}", text(&response));
+        assert!(
+            text(&response).contains("photos-only"),
+            "{}",
+            text(&response)
+        );
+    }
+}
