@@ -6,12 +6,48 @@ trainer's test that the Rust trainer and the Python reader give the same returns
 Prints one JSON object: returns as [trajectory, step, value] sorted, the unmatched step
 rewards, the examples (step ids with their reward and log-prob count), the GRPO groups (sizes)
 and the table versions read (also from the examples table's schema metadata).
+
+With ``--slow-foreign-release SECONDS``, the blocks that deltalake's Python filesystem
+(``deltalake.fs.DeltaStorageHandler``, which pyarrow's dataset scanner reads through) hands to
+a native reader take that long to be released on any thread but the main one: the timing of a
+loaded machine, where the Arrow worker that tears a finished scan down runs after the script
+has returned. A reader that leaves such a release behind it aborts the interpreter at exit
+("terminate called without an active exception"); one that does not exits 0.
 """
 
 import argparse
 import json
+import threading
+import time
 
 from atdp.lake import Lake
+
+
+def slow_foreign_release(seconds: float) -> None:
+    """Delays, by ``seconds``, every release of a block read through deltalake's Python
+    filesystem that happens on a thread other than the main one."""
+    import pyarrow
+    from deltalake.fs import DeltaStorageHandler
+
+    class Block(bytes):
+        def __del__(self) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(seconds)
+
+    class File:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        def read(self, nbytes: int = -1) -> Block:
+            return Block(self.inner.read(nbytes))  # type: ignore[attr-defined]
+
+    def open_input_file(self: DeltaStorageHandler, path: str) -> object:
+        return pyarrow.PythonFile(File(self._handler.open_input_file(path)))
+
+    DeltaStorageHandler.open_input_file = open_input_file  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -23,7 +59,10 @@ def main() -> None:
     parser.add_argument("--since", type=int)
     parser.add_argument("--steps-version", type=int)
     parser.add_argument("--rewards-version", type=int)
+    parser.add_argument("--slow-foreign-release", type=float)
     args = parser.parse_args()
+    if args.slow_foreign_release is not None:
+        slow_foreign_release(args.slow_foreign_release)
     data = Lake(args.lake).read(
         args.tenant,
         json.loads(args.weights),

@@ -128,11 +128,26 @@ def step_returns(
     return returns, unmatched
 
 
-def _rows(table: Any, partition: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-    """The rows of a Delta table's partition as dicts, times as µs since the epoch (integers,
-    as the protocol writes them and the Rust trainer compares them)."""
-    _, pyarrow = _modules()
-    data = table.to_pyarrow_table(partitions=partition)
+def _rows(table: Any, tenant: str) -> list[dict[str, Any]]:
+    """The rows of one tenant's partition of a Delta table as dicts, times as µs since the
+    epoch (integers, as the protocol writes them and the Rust trainer compares them).
+
+    delta-rs reads the files itself (DataFusion, in Rust, through the table's own object
+    store and options) and hands the rows over as an Arrow C stream, read to the end here:
+    no Python object backs a buffer, and nothing of the read runs on after the call.
+    ``DeltaTable.to_pyarrow_table`` is not used: it scans with pyarrow's dataset scanner over
+    a Python filesystem, whose blocks are Python objects, and the scanner's worker threads
+    finish tearing the scan down after the call has returned; a worker that releases such a
+    block once the interpreter is finalizing aborts the process ("terminate called without
+    an active exception", status 134), after the program has done its work."""
+    deltalake, pyarrow = _modules()
+    literal = "'" + tenant.replace("'", "''") + "'"
+    stream = (
+        deltalake.QueryBuilder()
+        .register("lake_table", table)
+        .execute(f"SELECT * FROM lake_table WHERE tenant_id = {literal}")
+    )
+    data = pyarrow.table(stream)
     for index, column in enumerate(data.schema):
         if pyarrow.types.is_timestamp(column.type):
             micros = data.column(index).cast(pyarrow.timestamp("us", tz=column.type.tz)).cast(pyarrow.int64())
@@ -151,7 +166,9 @@ class Lake:
 
     def table(self, name: str, version: int | None = None) -> Any:
         """The Delta table ``name`` (``steps``, ``rewards``, ``audit``, ``pii_vault``), at
-        ``version`` or the latest."""
+        ``version`` or the latest. Read its rows with ``deltalake.QueryBuilder``, as
+        :meth:`read` does: its ``to_pyarrow_table`` and ``to_pyarrow_dataset`` scan through a
+        Python filesystem and can abort the interpreter at exit (see ``_rows``)."""
         deltalake, _ = _modules()
         return deltalake.DeltaTable(
             f"{self.uri}/atdp/v1/{name}",
@@ -184,11 +201,10 @@ class Lake:
             raise ValueError("name the tenant: rewards are only matched to steps of the same tenant")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma {gamma} must be in [0, 1]")
-        partition = [("tenant_id", "=", tenant)]
         steps_table = self.table("steps", steps_version)
         steps = [
             s
-            for s in _rows(steps_table, partition)
+            for s in _rows(steps_table, tenant)
             if s["tenant_id"] == tenant
             and (agent is None or s["agent_id"] == agent)
             and (since is None or s["started_at"] >= since)
@@ -200,7 +216,7 @@ class Lake:
         rewards_table = self.table("rewards", rewards_version)
         rewards = [
             r
-            for r in _rows(rewards_table, partition)
+            for r in _rows(rewards_table, tenant)
             if r["tenant_id"] == tenant
             and r["name"] in weights
             and r["trajectory_id"] in trajectories

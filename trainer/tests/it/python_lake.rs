@@ -1,10 +1,14 @@
 //! The Python package's `atdp.lake` (`python/src/atdp/lake.py`) and this trainer read the
 //! same lake into the same returns: trees with retries and abandoned branches, step and
 //! trajectory rewards, duplicates resolved to the latest, unknown names, a step reward naming
-//! another trajectory's step, and a second tenant using the same trajectory ids.
+//! another trajectory's step, and a second tenant using the same trajectory ids. And the
+//! Python reader exits cleanly after reading, however late the machine runs its threads.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use atdp_schema::{Message, Record, Reward, Step};
 use atdp_trainer::{RewardSpec, Rng, Selection, read_lake, step_returns};
@@ -123,7 +127,7 @@ fn python_and_rust_read_the_same_returns_from_the_same_lake() {
     compare(&lake, Some(BASE + 40_000));
 }
 
-fn compare(lake: &std::path::Path, since: Option<i64>) {
+fn compare(lake: &Path, since: Option<i64>) {
     let weights = BTreeMap::from([("task_success".to_owned(), 1.0), ("rating".to_owned(), 0.5)]);
     let spec = RewardSpec {
         weights: weights.clone(),
@@ -143,30 +147,11 @@ fn compare(lake: &std::path::Path, since: Option<i64>) {
         "no unmatched step reward in the lake"
     );
 
-    let mut command = Command::new(atdp_testkit::python());
-    command
-        .arg(atdp_testkit::repo_root().join("tests/python/lake_returns.py"))
-        .args([
-            "--lake",
-            lake.to_str().unwrap(),
-            "--tenant",
-            "acme",
-            "--gamma",
-            "0.9",
-        ])
-        .args(["--weights", &json!(weights).to_string()])
-        .env("PYTHONPATH", atdp_testkit::repo_root().join("python/src"));
+    let mut command = reader(lake, &weights);
     if let Some(since) = since {
         command.args(["--since", &since.to_string()]);
     }
-    let output = command.output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "lake_returns.py: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let python: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let python = finished(command.output().unwrap());
 
     let mut expected: Vec<(String, String, f64)> = rust
         .by_step
@@ -248,4 +233,116 @@ fn compare(lake: &std::path::Path, since: Option<i64>) {
         "no GRPO group"
     );
     assert_eq!(python["sft_last_roles"], json!(["assistant"]));
+}
+
+/// `tests/python/lake_returns.py` reading tenant `acme` of `lake` with `weights`, γ = 0.9.
+fn reader(lake: &Path, weights: &BTreeMap<String, f64>) -> Command {
+    let mut command = Command::new(atdp_testkit::python());
+    command
+        .arg(atdp_testkit::repo_root().join("tests/python/lake_returns.py"))
+        .args([
+            "--lake",
+            lake.to_str().unwrap(),
+            "--tenant",
+            "acme",
+            "--gamma",
+            "0.9",
+        ])
+        .args(["--weights", &json!(weights).to_string()])
+        .env("PYTHONPATH", atdp_testkit::repo_root().join("python/src"));
+    command
+}
+
+/// The JSON object a run of the reader printed, once it has exited with status 0.
+fn finished(output: Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "lake_returns.py exited with {}: {}\n{stdout}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("lake_returns.py printed no complete JSON object ({e}): {stdout}")
+    })
+}
+
+/// A reader that has printed its result exits 0: reading leaves no native thread behind that
+/// still has to take the interpreter's lock, which at interpreter exit aborts the process
+/// ("terminate called without an active exception", status 134) and fails a scheduler's job.
+/// Checked deterministically, with the release of read blocks on threads other than the main
+/// one slowed down (a worker that runs late), and as it happens, with many readers at once on
+/// a machine whose cores are all kept busy.
+#[test]
+fn the_python_reader_exits_cleanly_every_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    write_lake(&lake, records());
+    let weights = BTreeMap::from([("task_success".to_owned(), 1.0), ("rating".to_owned(), 0.5)]);
+    let expected = finished(reader(&lake, &weights).output().unwrap());
+    assert!(
+        expected["returns"].as_array().unwrap().len() > 20,
+        "too few returns to show a complete output"
+    );
+
+    for _ in 0..3 {
+        let output = reader(&lake, &weights)
+            .args(["--slow-foreign-release", "0.3"])
+            .output()
+            .unwrap();
+        assert_eq!(finished(output), expected);
+    }
+
+    // Waves of readers side by side while busy loops keep every core occupied.
+    let _busy = Busy::on_every_core();
+    for _ in 0..3 {
+        let children: Vec<_> = (0..8)
+            .map(|_| {
+                reader(&lake, &weights)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            assert_eq!(finished(child.wait_with_output().unwrap()), expected);
+        }
+    }
+}
+
+/// Threads that spin until dropped, one per core.
+struct Busy {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn on_every_core() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x = 0_u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
