@@ -36,6 +36,7 @@ mod keys;
 mod reason;
 mod reveal;
 mod search;
+mod segments;
 mod trail;
 mod trajectory;
 mod transcript;
@@ -53,12 +54,13 @@ pub use reveal::{RevealRequest, Revealed, reveal};
 pub use search::{
     Hit, MAX_PAGE, MAX_TEXT, Page, Search, Searcher, audited_search, search, steps_by_id,
 };
+pub use segments::{Segment, Tokens, segments};
 pub use trail::{SYSTEM_TENANT, Trail, event, redact};
 pub use trajectory::load;
 pub use transcript::{
     ARGUMENTS_BYTES, CALLS_SHOWN, CallView, MESSAGES_PER_PAGE, MessageAt, MessageView,
-    PAGE_PREVIEW_BYTES, PREVIEW_BYTES, Preview, REWARDS_SHOWN, STEPS_PER_PAGE, Segment, StepView,
-    Tokens, Transcript, TranscriptPage, segments,
+    PAGE_PREVIEW_BYTES, PREVIEW_BYTES, Preview, REWARDS_SHOWN, STEPS_PER_PAGE, StepView,
+    Transcript, TranscriptPage,
 };
 pub use verify::{ChainReport, FileProblem, VerifyReport, verify};
 pub use web::tls::TlsFiles as ConsoleTls;

@@ -1,6 +1,6 @@
 //! One trajectory as a reviewer reads it, a page at a time: its steps in tree order (a
 //! branch or retry under the step it continues), each step's new messages and reply, masked
-//! spans marked by entity type, and rewards where they belong.
+//! spans marked by entity type (split out by `segments.rs`), and rewards where they belong.
 //!
 //! A page is bounded whatever the trajectory holds, because a hostile agent chooses what is
 //! recorded (one 12 MiB message of `<` would otherwise be a 126 MB page):
@@ -19,8 +19,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use atdp_schema::{Message, PiiSpan, Reward, Step, ToolCall};
+use atdp_schema::{Message, Reward, Step, ToolCall};
 use serde::Serialize;
+
+use crate::segments::{Segment, Tokens, prefix, segments};
 
 /// Steps on one page, at most.
 pub const STEPS_PER_PAGE: usize = 10;
@@ -36,98 +38,6 @@ pub const ARGUMENTS_BYTES: usize = 1024;
 pub const PAGE_PREVIEW_BYTES: usize = 48 * 1024;
 /// Rewards shown per step, and for the whole trajectory, at most.
 pub const REWARDS_SHOWN: usize = 10;
-
-/// A piece of displayed text: plain, or a masked span.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Segment {
-    /// The text as stored (for a masked span: its token).
-    pub text: String,
-    /// For a masked span: its entity type.
-    pub entity: Option<String>,
-    /// Whether the span's original is in the vault (`tokenize`), so it can be revealed.
-    pub revealable: bool,
-}
-
-/// The masked tokens of a step, looked up by length so that splitting a text costs its
-/// length times the number of distinct token lengths, however many spans the step has.
-#[derive(Debug, Default)]
-pub struct Tokens<'a> {
-    by_token: HashMap<&'a str, (&'a str, bool)>,
-    /// Distinct token lengths, longest first.
-    lengths: Vec<usize>,
-}
-
-impl<'a> Tokens<'a> {
-    /// The tokens of `spans`; a token listed twice keeps its first entity and action.
-    pub fn new(spans: &'a [PiiSpan]) -> Tokens<'a> {
-        let mut by_token = HashMap::new();
-        for span in spans.iter().filter(|s| !s.token.is_empty()) {
-            by_token
-                .entry(span.token.as_str())
-                .or_insert((span.entity.as_str(), span.action == "tokenize"));
-        }
-        let mut lengths: Vec<usize> = by_token.keys().map(|t| t.len()).collect();
-        lengths.sort_unstable_by(|a, b| b.cmp(a));
-        lengths.dedup();
-        Tokens { by_token, lengths }
-    }
-
-    /// The longest token that starts `text`.
-    fn at_start(&self, text: &str) -> Option<(&'a str, &'a str, bool)> {
-        self.lengths.iter().find_map(|len| {
-            let candidate = text.get(..*len)?;
-            self.by_token
-                .get_key_value(candidate)
-                .map(|(token, (entity, revealable))| (*token, *entity, *revealable))
-        })
-    }
-}
-
-/// Splits `text` at the masked tokens it holds: at each place the longest token that
-/// starts there, else plain text.
-pub fn segments(text: &str, tokens: &Tokens<'_>) -> Vec<Segment> {
-    let mut out = Vec::new();
-    let mut plain_from = 0;
-    let mut at = 0;
-    while at < text.len() {
-        let rest = text.get(at..).unwrap_or_default();
-        if let Some((token, entity, revealable)) = tokens.at_start(rest) {
-            if plain_from < at {
-                out.push(plain(text.get(plain_from..at).unwrap_or_default()));
-            }
-            out.push(Segment {
-                text: token.to_owned(),
-                entity: Some(entity.to_owned()),
-                revealable,
-            });
-            at += token.len();
-            plain_from = at;
-        } else {
-            at += rest.chars().next().map_or(1, char::len_utf8);
-        }
-    }
-    if plain_from < text.len() {
-        out.push(plain(text.get(plain_from..).unwrap_or_default()));
-    }
-    out
-}
-
-fn plain(text: &str) -> Segment {
-    Segment {
-        text: text.to_owned(),
-        entity: None,
-        revealable: false,
-    }
-}
-
-/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
-fn prefix(text: &str, max: usize) -> &str {
-    let mut end = max.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
-}
 
 /// The start of a text, split into segments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -555,46 +465,6 @@ fn tree_order(steps: &[Step]) -> Vec<(usize, usize)> {
 mod tests {
     use super::*;
 
-    fn span(token: &str, entity: &str, action: &str) -> PiiSpan {
-        PiiSpan {
-            field: "f".into(),
-            entity: entity.into(),
-            token: token.into(),
-            action: action.into(),
-        }
-    }
-
-    #[test]
-    fn segments_mark_tokens_and_keep_the_rest() {
-        let spans = vec![
-            span("<EMAIL_ADDRESS_0123456789ab>", "EMAIL_ADDRESS", "tokenize"),
-            span("[US_SSN]", "US_SSN", "redact"),
-            span("[US_SSN]x", "OTHER", "redact"),
-        ];
-        let tokens = Tokens::new(&spans);
-        let got = segments(
-            "Mail <EMAIL_ADDRESS_0123456789ab>, SSN [US_SSN]. [US_SSN]x é",
-            &tokens,
-        );
-        let texts: Vec<(&str, Option<&str>, bool)> = got
-            .iter()
-            .map(|s| (s.text.as_str(), s.entity.as_deref(), s.revealable))
-            .collect();
-        assert_eq!(
-            texts,
-            [
-                ("Mail ", None, false),
-                ("<EMAIL_ADDRESS_0123456789ab>", Some("EMAIL_ADDRESS"), true),
-                (", SSN ", None, false),
-                ("[US_SSN]", Some("US_SSN"), false),
-                (". ", None, false),
-                ("[US_SSN]x", Some("OTHER"), false),
-                (" é", None, false),
-            ]
-        );
-        assert_eq!(segments("", &tokens), []);
-    }
-
     #[test]
     fn pages_hold_a_bounded_number_of_steps_and_messages() {
         // 25 steps of 3 messages, one of 100, one of none.
@@ -721,7 +591,5 @@ mod tests {
             vec![(PREVIEW_BYTES, true, 12 << 20); 3],
             "each message shows its first {PREVIEW_BYTES} bytes"
         );
-        // A cut never splits a character.
-        assert_eq!(prefix("aé", 2), "a");
     }
 }

@@ -18,6 +18,8 @@
 
 use std::fmt::Write;
 
+use crate::segments::prefix;
+
 /// Characters of a short recorded field (an id, a role, a model, a tool name) shown on a
 /// page; the rest is cut and marked `…`.
 pub(crate) const FIELD_CHARS: usize = 200;
@@ -58,18 +60,6 @@ fn escape_into(out: &mut String, text: &str) {
             c => out.push(c),
         }
     }
-}
-
-/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
-pub(crate) fn prefix(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
 }
 
 /// `text` isolated in `<bdi>`, escaped, cut at `max_chars` characters and `max_bytes`

@@ -16,8 +16,9 @@ use serde::Deserialize;
 
 use super::{Frame, failure, html, posted, session, text, time, to_login};
 use crate::error::Error;
+use crate::segments::Segment;
 use crate::trail::{event, record_refusal};
-use crate::transcript::{CallView, MessageView, Segment, StepView, Transcript, TranscriptPage};
+use crate::transcript::{CallView, MessageView, StepView, Transcript, TranscriptPage};
 use crate::web::Console;
 use crate::web::links;
 use crate::web::render::{filters, role_class};
