@@ -543,14 +543,14 @@ fn a_context_word_in_one_part_counts_for_the_value_in_the_next() {
     // The OpenAI Responses API's parts, at any depth: here inside a tool result's JSON.
     let parts = json!([
         {"type": "input_text", "text": "Call my mobile:"},
-        {"type": "input_text", "text": "030 1234 5678"}
+        {"type": "input_text", "text": "0612345678"}
     ]);
     let mut document = json!({
         "input": [{"role": "user", "content": parts.clone()}],
         "tool_output": parts.to_string(),
     });
     let masked = fixture.mask(&mut document);
-    let token = fixture.token("PHONE_NUMBER", "030 1234 5678");
+    let token = fixture.token("PHONE_NUMBER", "0612345678");
     let expected = json!([
         {"type": "input_text", "text": "Call my mobile:"},
         {"type": "input_text", "text": token}
@@ -563,7 +563,7 @@ fn a_context_word_in_one_part_counts_for_the_value_in_the_next() {
         ["input[0].content[1].text", "tool_output#[1].text"]
     );
     // Each part alone holds nothing the scanner reports.
-    let mut alone = json!({"a": "Call my mobile:", "b": "030 1234 5678"});
+    let mut alone = json!({"a": "Call my mobile:", "b": "0612345678"});
     assert!(fixture.mask(&mut alone).spans.is_empty());
 }
 
@@ -761,26 +761,26 @@ fn a_value_found_by_its_context_is_masked_wherever_it_is_repeated() {
     let fixture = Fixture::new(Action::Tokenize);
     // The request: the phone number is found after "mobile".
     let mut request =
-        json!({"messages": [{"role": "user", "content": "my mobile: 030 1234 5678"}]});
+        json!({"messages": [{"role": "user", "content": "my mobile: 0612345678"}]});
     let found = fixture.mask(&mut request).values;
     assert_eq!(
         found.iter().collect::<Vec<_>>(),
-        [("030 1234 5678", "PHONE_NUMBER")]
+        [("0612345678", "PHONE_NUMBER")]
     );
     // The reply repeats it without a context word, in a string, a key, JSON inside a string
     // and behind an escape.
     let reply = json!({
-        "content": "Sure, I will use 030 1234 5678 from now on.",
-        "tool": "{\"numbers\": [\"030 1234 5678\"]}",
-        "030 1234 5678": "primary",
-        "escaped": r"030\u00201234 5678"
+        "content": "Sure, I will use 0612345678 from now on.",
+        "tool": "{\"numbers\": [\"0612345678\"]}",
+        "0612345678": "primary",
+        "escaped": r"0612\u003345678"
     });
     let mut alone = reply.clone();
     assert!(fixture.mask(&mut alone).spans.is_empty(), "{alone}");
     let known = KnownValues::new(found.iter()).unwrap();
     let mut document = reply.clone();
     let masked = fixture.masker_knowing(&known).mask(&mut document).unwrap();
-    let token = fixture.token("PHONE_NUMBER", "030 1234 5678");
+    let token = fixture.token("PHONE_NUMBER", "0612345678");
     assert_eq!(
         document["content"],
         format!("Sure, I will use {token} from now on.")
