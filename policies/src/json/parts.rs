@@ -4,7 +4,7 @@
 //! text parts as one text, with no separator: OpenAI's chat content parts
 //! (`{"type": "text", "text": …}`), the Responses API's `input_text` and `output_text` parts,
 //! Anthropic's `text` blocks. A value split across two parts (`write to ja` | `ne@example.com`)
-//! or a context word in one part and its value in the next (`mobile:` | `030 1234 5678`) shows
+//! or a context word in one part and its value in the next (`mobile:` | `0612345678`) shows
 //! only in the joined text.
 //!
 //! In every array, of the document or of JSON inside its strings, a run of two or more

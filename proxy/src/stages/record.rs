@@ -517,8 +517,8 @@ mod tests {
         let policy = MaskPolicy::all(Action::Tokenize);
         // "mobile" is what makes the number a phone number; the reply repeats it without.
         let mut step = step_with(
-            "My mobile is 030 1234 5678, call after six.",
-            "Noted: 030 1234 5678. Anything else?",
+            "My mobile is 0612345678, call after six.",
+            "Noted: 0612345678. Anything else?",
         );
         mask_step(&mut step, &scanner, &policy, &keys, &FoundValues::default()).unwrap();
         let stored = stored_text(&step);
@@ -528,7 +528,7 @@ mod tests {
         assert_eq!(tokens[0], tokens[1], "one value, one placeholder");
         assert!(step.pii[1].field.starts_with("response_message"));
         // Without the request's finding, the reply alone would be stored as it is.
-        let mut alone = step_with("Hello.", "Noted: 030 1234 5678. Anything else?");
+        let mut alone = step_with("Hello.", "Noted: 0612345678. Anything else?");
         mask_step(
             &mut alone,
             &scanner,
@@ -537,7 +537,7 @@ mod tests {
             &FoundValues::default(),
         )
         .unwrap();
-        assert!(stored_text(&alone).contains("030 1234 5678"));
+        assert!(stored_text(&alone).contains("0612345678"));
     }
 
     #[test]
@@ -547,7 +547,7 @@ mod tests {
         let scanner = Scanner::new(None).unwrap();
         let policy = MaskPolicy::all(Action::Tokenize);
         // What the upstream's masking found (its context words made the number a phone).
-        let mut sent = serde_json::json!({"m": "mobile 030 1234 5678"});
+        let mut sent = serde_json::json!({"m": "mobile 0612345678"});
         let outbound = JsonMasker {
             scanner: &scanner,
             policy: &policy,
@@ -561,8 +561,8 @@ mod tests {
         // Stored without that context: the request and the reply restored from the upstream's
         // placeholder.
         let mut step = step_with(
-            "Ring me: 030 1234 5678",
-            "I will ring 030 1234 5678 at six.",
+            "Ring me: 0612345678",
+            "I will ring 0612345678 at six.",
         );
         mask_step(&mut step, &scanner, &policy, &keys, &outbound.values).unwrap();
         let stored = stored_text(&step);
