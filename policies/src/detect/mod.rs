@@ -404,6 +404,11 @@ impl Scanner {
                     end -= 1;
                 }
             }
+            // A phone number's extension (`x157`, `ext. 12`) is part of the number.
+            let number_end = end;
+            if detector.entity == "PHONE_NUMBER" {
+                end += phone_extension(&bytes[end..]);
+            }
             // Part of a longer token (a UUID, a hash, a longer number): not this entity. A
             // character the view removed between them (a zero-width space) keeps them apart.
             if whole.0 > 0 && joins(bytes[whole.0 - 1]) && whole_value && !view.removed_at(whole.0)
@@ -439,10 +444,10 @@ impl Scanner {
             {
                 continue;
             }
-            if detector.entity == "PHONE_NUMBER" && !phone_alone(text, start, end) {
+            if detector.entity == "PHONE_NUMBER" && !phone_alone(text, start, number_end) {
                 continue;
             }
-            let value_text = &text[start..end];
+            let value_text = &text[start..number_end];
             if detector.validate.is_some_and(|valid| !valid(value_text)) {
                 continue;
             }
@@ -535,6 +540,34 @@ const CURRENCY_WORDS: &[&str] = &[
     "eur", "euro", "euros", "usd", "dollar", "dollars", "gbp", "chf", "pln", "zł", "zl", "jpy",
     "yen", "inr", "rupees", "brl", "reais", "aud", "cad", "kr",
 ];
+
+/// The length of a phone number's extension at the start of `after` (the bytes following the
+/// number): `x157`, ` x 157`, `ext. 12`, `ext12`, ` extension 4401`, any case, one to six
+/// digits; 0 when there is none.
+fn phone_extension(after: &[u8]) -> usize {
+    let skip_space = |at: usize| at + usize::from(after.get(at) == Some(&b' '));
+    let at = skip_space(0);
+    let rest = &after[at..];
+    let marker = ["extension", "ext.", "ext", "x"]
+        .iter()
+        .find(|word| {
+            rest.len() >= word.len() && rest[..word.len()].eq_ignore_ascii_case(word.as_bytes())
+        })
+        .map_or(0, |word| word.len());
+    if marker == 0 {
+        return 0;
+    }
+    let digits_at = skip_space(at + marker);
+    let digits = after[digits_at.min(after.len())..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    if (1..=6).contains(&digits) {
+        digits_at + digits
+    } else {
+        0
+    }
+}
 
 /// Whether a phone-shaped match at `start..end` of the view stands alone: not continued by a
 /// time or a decimal (`10:30`, `345,67`), not part of a longer number grouped by spaces

@@ -181,6 +181,19 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         group: 0,
         trigger: None,
     },
+    // Maestro, whose numbers may have 12 digits, by the scheme's prefixes (5018, 5020, 5038,
+    // 5893, 6304, 6759, 6761–6763), and JCB's 15-digit numbers starting 1800 (2131 starts
+    // with a digit the pattern above takes).
+    PatternSpec {
+        entity: "CREDIT_CARD",
+        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ -]?[0-9]{4}){2}(?:[ -]?[0-9]{1,7})?|1800[ -]?[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{3}",
+        score: 1.0,
+        validate: Some(validate::luhn_maestro),
+        context: &[],
+        cue: &[],
+        group: 0,
+        trigger: None,
+    },
     // Issued SSNs and ITINs.
     PatternSpec {
         entity: "US_SSN",

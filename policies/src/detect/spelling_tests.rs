@@ -227,6 +227,45 @@ fn us_and_canadian_numbers() {
 }
 
 #[test]
+fn maestro_and_jcb_numbers_of_their_own_lengths() {
+    assert_each(
+        "CREDIT_CARD",
+        "Charge {} for the order.",
+        &[
+            "501805567051",
+            "6759 2489 4503",
+            "6304-6089-2098",
+            "180085095070333",
+        ],
+    );
+    // Twelve digits outside the Maestro prefixes, or failing Luhn, are no card.
+    assert!(found("Charge 401805567054 and 501805567052 today.").is_empty());
+}
+
+#[test]
+fn phone_numbers_with_an_extension_are_found_with_it() {
+    assert_each(
+        "PHONE_NUMBER",
+        "Reach the front desk at {} after nine.",
+        &[
+            "415-555-0172x157",
+            "(415)555-0172x8885",
+            "+1-415-555-0172x51853",
+            "415.555.0172 x 12",
+            "415-555-0172 ext. 4401",
+            "+44 20 7946 0958 ext 12",
+            "020 7946 0958 Extension 7",
+        ],
+    );
+    // Too many digits for an extension: a longer token, not a phone number.
+    assert!(
+        found("ref 415-555-0172x12345678")
+            .iter()
+            .all(|(entity, _)| *entity != "PHONE_NUMBER")
+    );
+}
+
+#[test]
 fn national_phone_formats_of_the_supported_locales() {
     // Without a context word; the country code given or not.
     let locales: &[(&str, &[&str])] = &[

@@ -6,10 +6,20 @@ fn digits(text: &str) -> Vec<u32> {
     text.chars().filter_map(|c| c.to_digit(10)).collect()
 }
 
-/// Luhn checksum over the digits of `text` (separators ignored).
+/// Luhn checksum over the 13–19 digits of `text` (separators ignored).
 pub(crate) fn luhn(text: &str) -> bool {
+    luhn_of(text, 13..=19)
+}
+
+/// Luhn checksum over the 12–19 digits of a Maestro card number (the scheme issues 12-digit
+/// numbers; its pattern names the scheme's own prefixes).
+pub(crate) fn luhn_maestro(text: &str) -> bool {
+    luhn_of(text, 12..=19)
+}
+
+fn luhn_of(text: &str, lengths: std::ops::RangeInclusive<usize>) -> bool {
     let digits = digits(text);
-    if !(13..=19).contains(&digits.len()) {
+    if !lengths.contains(&digits.len()) {
         return false;
     }
     let sum: u32 = digits

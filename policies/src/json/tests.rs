@@ -760,8 +760,7 @@ fn the_originals_of_masked_values_are_kept_and_never_printed() {
 fn a_value_found_by_its_context_is_masked_wherever_it_is_repeated() {
     let fixture = Fixture::new(Action::Tokenize);
     // The request: the phone number is found after "mobile".
-    let mut request =
-        json!({"messages": [{"role": "user", "content": "my mobile: 0612345678"}]});
+    let mut request = json!({"messages": [{"role": "user", "content": "my mobile: 0612345678"}]});
     let found = fixture.mask(&mut request).values;
     assert_eq!(
         found.iter().collect::<Vec<_>>(),
