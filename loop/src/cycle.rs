@@ -8,7 +8,7 @@ use atdp_deploy::{Event, Registry};
 use atdp_trainer::{RunConfig, Selection, StepMetrics, TrainOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::env::Env;
+use crate::env::Environment;
 use crate::error::blocking;
 use crate::gate::{GateConfig, GateReport, GateSetup, gate};
 use crate::trail::Trail;
@@ -186,7 +186,7 @@ pub async fn record_decision(
 pub async fn cycle(
     setup: &GateSetup,
     train: RunConfig,
-    env: Env,
+    env: &Environment,
     gate_config: &GateConfig,
     by: &str,
     trail: Option<&Trail>,

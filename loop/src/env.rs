@@ -11,13 +11,15 @@
 //!   "higher" or "lower" after each. Reward `guessed`: 1 when found, else 0. Every turn
 //!   extends the conversation, so the proxy groups the turns into one trajectory.
 //!
-//! A custom environment is any HTTP client in any language: see `docs/loop.md`.
+//! A custom environment is any HTTP client in any language; [`Environment`] is either a
+//! built-in one or a command that plays a custom one ([`CommandEnv`], `docs/loop.md`).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::client::{Agent, ChatMessage};
+use crate::command::CommandEnv;
 
 /// A seeded generator (SplitMix64): episodes are the same on every machine and version.
 #[derive(Debug, Clone)]
@@ -65,6 +67,11 @@ pub struct Episode {
     pub trajectory_id: Option<String>,
     /// Why the episode could not be played (a failed request); then nothing is scored.
     pub error: Option<String>,
+    /// The first call's messages, when the environment reported them (a command
+    /// environment's `prompt`, for the gate's KL check). Kept in memory only: reports never
+    /// hold prompt text.
+    #[serde(skip)]
+    pub prompt: Option<Vec<ChatMessage>>,
 }
 
 /// A built-in environment.
@@ -75,6 +82,91 @@ pub enum Env {
     Routing,
     /// Guess a number from 1 to 8 in three turns, told higher or lower.
     Guess,
+}
+
+/// An environment the loop evaluates, gates and rolls back on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Environment {
+    /// A built-in environment, played in this process.
+    Builtin(Env),
+    /// A program of the user's that plays its own environment's episodes.
+    Command(CommandEnv),
+}
+
+impl Environment {
+    /// Its name in reports (`routing`, `guess`, or the command's name).
+    pub fn name(&self) -> &str {
+        match self {
+            Environment::Builtin(env) => env.name(),
+            Environment::Command(command) => &command.name,
+        }
+    }
+
+    /// The reward its episodes post, which automatic rollback compares.
+    pub fn reward_name(&self) -> &str {
+        match self {
+            Environment::Builtin(env) => env.reward_name(),
+            Environment::Command(command) => &command.reward,
+        }
+    }
+}
+
+/// The environment flags of `atdp-eval` and `atdp-loop`: a built-in environment, or a
+/// command that plays the user's own.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EnvArgs {
+    /// A built-in environment: `routing` (the default) or `guess`.
+    #[arg(long, env = "ATDP_ENV", conflicts_with = "env_command")]
+    pub env: Option<String>,
+    /// A command that plays episodes of your own environment (docs/loop.md, "A command
+    /// environment"): a program and its arguments, quoted as for a shell.
+    #[arg(long, env = "ATDP_ENV_COMMAND", requires = "env_reward")]
+    pub env_command: Option<String>,
+    /// The reward name the command's episodes are posted under, which automatic rollback
+    /// compares.
+    #[arg(long, env = "ATDP_ENV_REWARD", requires = "env_command")]
+    pub env_reward: Option<String>,
+    /// The command environment's name in reports and in its rewards' `env` tag.
+    #[arg(long, env = "ATDP_ENV_NAME", requires = "env_command")]
+    pub env_name: Option<String>,
+    /// The longest one process of the command may run, in seconds.
+    #[arg(long, env = "ATDP_ENV_TIMEOUT", default_value_t = 1800)]
+    pub env_timeout: u64,
+}
+
+impl EnvArgs {
+    /// The environment the flags name.
+    pub fn environment(&self) -> crate::Result<Environment> {
+        let Some(command) = &self.env_command else {
+            let name = self.env.as_deref().unwrap_or("routing");
+            return Env::from_name(name)
+                .map(Environment::Builtin)
+                .ok_or_else(|| {
+                    crate::Error::Loop(format!(
+                        "unknown environment {name:?} (routing, guess; or --env-command)"
+                    ))
+                });
+        };
+        let reward = self.env_reward.as_deref().unwrap_or_default();
+        let mut env = CommandEnv::new(command, reward)?;
+        if let Some(name) = &self.env_name {
+            env = env.named(name)?;
+        }
+        env.timeout = std::time::Duration::from_secs(self.env_timeout.max(1));
+        Ok(Environment::Command(env))
+    }
+}
+
+impl From<Env> for Environment {
+    fn from(env: Env) -> Self {
+        Environment::Builtin(env)
+    }
+}
+
+impl From<CommandEnv> for Environment {
+    fn from(command: CommandEnv) -> Self {
+        Environment::Command(command)
+    }
 }
 
 /// The routing task's tools, their letters, and ticket templates (`{n}`: an order number).
@@ -203,6 +295,7 @@ impl Env {
             versions: Vec::new(),
             trajectory_id: None,
             error: None,
+            prompt: None,
         };
         let played = match self {
             Env::Routing => {

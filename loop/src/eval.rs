@@ -9,15 +9,15 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use crate::client::Agent;
-use crate::env::{Env, Episode};
+use crate::env::{Environment, Episode};
 
 /// What a set of episodes gave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
     /// A label (`before`, `candidate v3`, …).
     pub label: String,
-    /// The environment.
-    pub env: Env,
+    /// The environment's name (`routing`, `guess`, or a command environment's name).
+    pub env: String,
     /// The `model` asked for.
     pub model: String,
     /// Sampling temperature.
@@ -71,7 +71,7 @@ pub struct EvalPlan {
     /// The label of the report.
     pub label: String,
     /// The environment.
-    pub env: Env,
+    pub env: Environment,
     /// First seed.
     pub first_seed: u64,
     /// Episodes.
@@ -88,15 +88,36 @@ pub struct EvalPlan {
 pub async fn evaluate(agent: &Agent, plan: &EvalPlan) -> EvalReport {
     let started_at = chrono::Utc::now().to_rfc3339();
     let clock = Instant::now();
-    let seeds = plan.first_seed..plan.first_seed + plan.episodes;
-    let mut list: Vec<Episode> = futures::stream::iter(seeds)
-        .map(|seed| {
-            plan.env
-                .episode(agent, seed, plan.temperature, plan.post_rewards)
-        })
-        .buffer_unordered(plan.concurrency.max(1))
-        .collect()
-        .await;
+    let mut list: Vec<Episode> = match &plan.env {
+        Environment::Builtin(env) => {
+            let seeds = plan.first_seed..plan.first_seed + plan.episodes;
+            futures::stream::iter(seeds)
+                .map(|seed| env.episode(agent, seed, plan.temperature, plan.post_rewards))
+                .buffer_unordered(plan.concurrency.max(1))
+                .collect()
+                .await
+        }
+        Environment::Command(command) => {
+            let played = command
+                .play(
+                    agent,
+                    plan.first_seed,
+                    plan.episodes,
+                    plan.temperature,
+                    plan.concurrency,
+                )
+                .await;
+            if plan.post_rewards {
+                futures::stream::iter(played)
+                    .map(|episode| post_reward(agent, &command.name, &command.reward, episode))
+                    .buffer_unordered(plan.concurrency.max(1))
+                    .collect()
+                    .await
+            } else {
+                played
+            }
+        }
+    };
     list.sort_by_key(|e| e.seed);
     summarize(
         plan,
@@ -105,6 +126,33 @@ pub async fn evaluate(agent: &Agent, plan: &EvalPlan) -> EvalReport {
         started_at,
         clock.elapsed().as_secs_f64(),
     )
+}
+
+/// Posts a command environment's episode's reward on its trajectory, as the built-in
+/// environments post theirs; an episode without a trajectory, or whose reward is refused,
+/// becomes a failed one.
+async fn post_reward(agent: &Agent, env: &str, reward: &str, mut episode: Episode) -> Episode {
+    if episode.error.is_some() {
+        return episode;
+    }
+    let Some(trajectory) = episode.trajectory_id.clone() else {
+        episode.error = Some(format!(
+            "seed {}: no trajectory_id in the environment command's line: its reward cannot be posted",
+            episode.seed
+        ));
+        return episode;
+    };
+    let tags = BTreeMap::from([
+        ("env".to_owned(), env.to_owned()),
+        ("seed".to_owned(), episode.seed.to_string()),
+    ]);
+    if let Err(e) = agent
+        .reward(&trajectory, reward, episode.reward, tags)
+        .await
+    {
+        episode.error = Some(e);
+    }
+    episode
 }
 
 fn summarize(
@@ -131,7 +179,7 @@ fn summarize(
     }
     EvalReport {
         label: plan.label.clone(),
-        env: plan.env,
+        env: plan.env.name().to_owned(),
         model: model.to_owned(),
         temperature: plan.temperature,
         seeds: [plan.first_seed, plan.episodes],
@@ -176,11 +224,7 @@ pub fn compare_html(before: &EvalReport, after: &EvalReport) -> String {
          <style>body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse}\
          td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}</style>",
     );
-    let _ = write!(
-        page,
-        "<h1>{} — before and after</h1>",
-        escape(before.env.name())
-    );
+    let _ = write!(page, "<h1>{} — before and after</h1>", escape(&before.env));
     // Success rate bars with the Wilson interval as a whisker.
     let _ = write!(
         page,
@@ -274,7 +318,7 @@ mod tests {
     fn the_comparison_page_escapes_labels() {
         let plan = EvalPlan {
             label: "<b>".into(),
-            env: Env::Routing,
+            env: crate::env::Env::Routing.into(),
             first_seed: 0,
             episodes: 0,
             temperature: 1.0,

@@ -12,7 +12,7 @@ use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::client::{Agent, ChatMessage};
-use crate::env::Env;
+use crate::env::Environment;
 use crate::error::blocking;
 use crate::eval::{EvalPlan, EvalReport, evaluate};
 use crate::{Error, Result};
@@ -102,8 +102,9 @@ pub struct GateReport {
     pub candidate_train: Option<EvalReport>,
     /// The served version on training episodes.
     pub current_train: Option<EvalReport>,
-    /// KL of the candidate from the base model.
-    pub kl_to_base: f64,
+    /// KL of the candidate from the base model; `None` when it could not be measured (the
+    /// environment reported no prompts), which the `kl_to_base` check refuses.
+    pub kl_to_base: Option<f64>,
 }
 
 impl GateReport {
@@ -121,7 +122,7 @@ impl GateReport {
                 self.candidate_heldout.mean_reward,
                 self.current_heldout.mean_reward,
                 self.candidate_heldout.episodes,
-                self.kl_to_base
+                self.kl_to_base.unwrap_or(f64::NAN)
             )
         } else {
             format!("gate refused: {}", failed.join("; "))
@@ -129,13 +130,14 @@ impl GateReport {
     }
 }
 
-/// The checks, from the measurements.
+/// The checks, from the measurements. `kl` is `None` when it could not be measured (no
+/// prompts): the `kl_to_base` check then refuses.
 pub fn decide(
     config: &GateConfig,
     candidate: &EvalReport,
     current: &EvalReport,
     train: Option<(&EvalReport, &EvalReport)>,
-    kl: f64,
+    kl: Option<f64>,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     let delta = candidate.mean_reward - current.mean_reward;
@@ -154,15 +156,27 @@ pub fn decide(
             candidate.failed
         ),
     });
-    checks.push(Check {
-        name: "kl_to_base".into(),
-        passed: kl.is_finite() && kl <= config.max_kl,
-        value: kl,
-        bound: config.max_kl,
-        detail: format!(
-            "KL to the base model {kl:.3} nats (bound {:.3})",
-            config.max_kl
-        ),
+    checks.push(match kl {
+        Some(kl) => Check {
+            name: "kl_to_base".into(),
+            passed: kl.is_finite() && kl <= config.max_kl,
+            value: kl,
+            bound: config.max_kl,
+            detail: format!(
+                "KL to the base model {kl:.3} nats (bound {:.3})",
+                config.max_kl
+            ),
+        },
+        None => Check {
+            name: "kl_to_base".into(),
+            passed: false,
+            value: f64::NAN,
+            bound: config.max_kl,
+            detail: "KL to the base model not measured: the environment reported no prompt \
+                     for any held-out episode (a command environment's `prompt`), and a \
+                     change that cannot be measured is not promoted"
+                .to_owned(),
+        },
     });
     let base_len = current.mean_completion_tokens.max(1e-9);
     let drift =
@@ -321,7 +335,7 @@ pub struct GateSetup {
 async fn eval_version(
     setup: &GateSetup,
     number: Option<u32>,
-    env: Env,
+    env: &Environment,
     plans: &[EvalPlan],
 ) -> Result<Vec<EvalReport>> {
     let watcher = Watcher {
@@ -339,10 +353,33 @@ async fn eval_version(
     for plan in plans {
         let mut plan = plan.clone();
         plan.label = format!("{name} {}", plan.label);
-        plan.env = env;
+        plan.env = env.clone();
         reports.push(evaluate(&agent, &plan).await);
     }
     Ok(reports)
+}
+
+/// The prompts the KL to the base is measured on (at most 64): a built-in environment's first
+/// turns of the held-out seeds; a command environment's first messages as its held-out
+/// episodes on the candidate reported them (none when it reported none).
+fn kl_prompts(
+    env: &Environment,
+    config: &GateConfig,
+    candidate_heldout: &EvalReport,
+) -> Vec<Vec<ChatMessage>> {
+    const MOST: usize = 64;
+    match env {
+        Environment::Builtin(env) => (0..config.episodes.min(MOST as u64))
+            .map(|i| env.first_prompt(config.heldout_seed + i))
+            .collect(),
+        Environment::Command(_) => candidate_heldout
+            .episode_list
+            .iter()
+            .filter(|e| e.error.is_none())
+            .filter_map(|e| e.prompt.clone())
+            .take(MOST)
+            .collect(),
+    }
 }
 
 /// Evaluates published `candidate` against the served version and decides. Records nothing:
@@ -350,13 +387,13 @@ async fn eval_version(
 pub async fn gate(
     setup: &GateSetup,
     candidate: u32,
-    env: Env,
+    env: &Environment,
     config: &GateConfig,
 ) -> Result<GateReport> {
     let current = setup.registry.state().await?.serving;
     let plan = |label: &str, first_seed, episodes| EvalPlan {
         label: label.to_owned(),
-        env,
+        env: env.clone(),
         first_seed,
         episodes,
         temperature: config.temperature,
@@ -370,12 +407,6 @@ pub async fn gate(
     // One engine at a time: the served version's, then the candidate's.
     let mut current_reports = eval_version(setup, current, env, &plans).await?;
     let mut candidate_reports = eval_version(setup, Some(candidate), env, &plans).await?;
-    let adapter = setup.registry.fetch(candidate, &setup.cache).await?;
-    let prompts: Vec<Vec<ChatMessage>> = (0..config.episodes.min(64))
-        .map(|i| env.first_prompt(config.heldout_seed + i))
-        .collect();
-    let base_dir = setup.base.dir.clone();
-    let kl = blocking("kl", move || kl_to_base(&base_dir, &adapter, &prompts)).await?;
     let (candidate_train, current_train) = if plans.len() > 1 {
         (candidate_reports.pop(), current_reports.pop())
     } else {
@@ -385,6 +416,14 @@ pub async fn gate(
         (candidate_reports.pop(), current_reports.pop())
     else {
         return Err(Error::Io("no held-out evaluation was run".into()));
+    };
+    let prompts = kl_prompts(env, config, &candidate_heldout);
+    let kl = if prompts.is_empty() {
+        None
+    } else {
+        let adapter = setup.registry.fetch(candidate, &setup.cache).await?;
+        let base_dir = setup.base.dir.clone();
+        Some(blocking("kl", move || kl_to_base(&base_dir, &adapter, &prompts)).await?)
     };
     let train = candidate_train.as_ref().zip(current_train.as_ref());
     let checks = decide(config, &candidate_heldout, &current_heldout, train, kl);
@@ -411,7 +450,7 @@ mod tests {
     fn report(mean_reward: f64, tokens: f64, invalid: f64) -> EvalReport {
         EvalReport {
             label: String::new(),
-            env: Env::Routing,
+            env: "routing".to_owned(),
             model: String::new(),
             temperature: 1.0,
             seeds: [0, 100],
@@ -444,7 +483,7 @@ mod tests {
         let config = GateConfig::default();
         let current = report(0.5, 2.0, 0.0);
         let better = report(0.7, 2.0, 0.0);
-        assert!(failed(&decide(&config, &better, &current, None, 0.5)).is_empty());
+        assert!(failed(&decide(&config, &better, &current, None, Some(0.5))).is_empty());
         // Within the margin is not worse; beyond it is.
         assert!(
             failed(&decide(
@@ -452,7 +491,7 @@ mod tests {
                 &report(0.49, 2.0, 0.0),
                 &current,
                 None,
-                0.5
+                Some(0.5)
             ))
             .is_empty()
         );
@@ -462,17 +501,25 @@ mod tests {
                 &report(0.4, 2.0, 0.0),
                 &current,
                 None,
-                0.5
+                Some(0.5)
             )),
             ["heldout_reward"]
         );
         assert_eq!(
-            failed(&decide(&config, &better, &current, None, 9.0)),
+            failed(&decide(&config, &better, &current, None, Some(9.0))),
             ["kl_to_base"]
         );
         assert_eq!(
-            failed(&decide(&config, &better, &current, None, f64::NAN)),
+            failed(&decide(&config, &better, &current, None, Some(f64::NAN))),
             ["kl_to_base"]
+        );
+        // Not measured (an environment that reports no prompts): refused, and said so.
+        let checks = decide(&config, &better, &current, None, None);
+        assert_eq!(failed(&checks), ["kl_to_base"]);
+        assert!(
+            checks[1].detail.contains("not measured"),
+            "{}",
+            checks[1].detail
         );
         assert_eq!(
             failed(&decide(
@@ -480,7 +527,7 @@ mod tests {
                 &report(0.7, 3.5, 0.0),
                 &current,
                 None,
-                0.5
+                Some(0.5)
             )),
             ["reply_length"]
         );
@@ -490,7 +537,7 @@ mod tests {
                 &report(0.7, 2.0, 0.2),
                 &current,
                 None,
-                0.5
+                Some(0.5)
             )),
             ["invalid_replies"]
         );
@@ -498,10 +545,10 @@ mod tests {
         let flat = report(0.5, 2.0, 0.0);
         let train = (&report(0.9, 2.0, 0.0), &report(0.5, 2.0, 0.0));
         assert_eq!(
-            failed(&decide(&config, &flat, &current, Some(train), 0.5)),
+            failed(&decide(&config, &flat, &current, Some(train), Some(0.5))),
             ["reward_hacking"]
         );
         // The same training gain with a held-out gain passes.
-        assert!(failed(&decide(&config, &better, &current, Some(train), 0.5)).is_empty());
+        assert!(failed(&decide(&config, &better, &current, Some(train), Some(0.5))).is_empty());
     }
 }

@@ -3,6 +3,9 @@
 //!
 //! - [`Env`]: built-in environments (tool-use routing; a verifiable multi-turn guessing
 //!   game) that call a model through the OpenAI API like any agent and post rewards.
+//! - [`CommandEnv`]: a user's own environment, a program in any language that plays
+//!   episodes and prints how each went; [`Environment`] is either kind, and evaluation, the
+//!   gate and automatic rollback take both.
 //! - [`evaluate`], [`EvalReport`], [`compare_html`]: `atdp-eval`.
 //! - [`gate()`]: the promotion gate (held-out reward margin, KL to the base, reply length,
 //!   invalid replies, reward hacking), each refusal explained in a [`GateReport`].
@@ -15,6 +18,7 @@
 //! See `docs/loop.md`.
 
 mod client;
+mod command;
 mod cycle;
 mod env;
 mod error;
@@ -25,11 +29,12 @@ pub mod quickstart;
 mod trail;
 
 pub use client::{Agent, ChatMessage, Reply, VERSION_HEADER};
+pub use command::{CommandEnv, STDERR_TAIL};
 pub use cycle::{
     CycleOutcome, Trained, cycle, data_since, record_decision, rewarded_trajectories,
     train_and_publish,
 };
-pub use env::{Env, Episode, SeedRng};
+pub use env::{Env, EnvArgs, Environment, Episode, SeedRng};
 pub use error::{Error, Result, blocking};
 pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
 pub use gate::{Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids};

@@ -370,7 +370,7 @@ pub async fn run(
     );
     let plan = |label: &str, first_seed, episodes, post_rewards| EvalPlan {
         label: label.to_owned(),
-        env: Env::Routing,
+        env: Env::Routing.into(),
         first_seed,
         episodes,
         temperature: 1.0,
@@ -468,7 +468,7 @@ alpha = {alpha}
         cache: dir.join("gate-cache"),
         options: EngineOptions::default(),
     };
-    let report = gate(&setup, trained.version, Env::Routing, &config.gate).await?;
+    let report = gate(&setup, trained.version, &Env::Routing.into(), &config.gate).await?;
     for check in &report.checks {
         say(&format!(
             "  gate {} {}: {}",

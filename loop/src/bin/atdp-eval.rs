@@ -1,18 +1,18 @@
-//! `atdp-eval`: plays N episodes of a built-in environment against a model (through the
+//! `atdp-eval`: plays N episodes of an environment (built in, or a command's) against a model (through the
 //! proxy, or straight at a server) and writes a JSON report; with `--before`, also an HTML
 //! page comparing that earlier report with this one.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use atdp_loop::{Agent, Env, EvalPlan, EvalReport, compare_html, evaluate};
+use atdp_loop::{Agent, EnvArgs, EvalPlan, EvalReport, compare_html, evaluate};
 use atdp_schema::cli::{EXIT_PROBLEM_FOUND, fail};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "atdp-eval",
-    about = "Evaluate a model on a built-in atdp environment"
+    about = "Evaluate a model on an atdp environment (built in, or your own as a command)"
 )]
 struct Cli {
     /// The API root the agent calls (the proxy's, or a server's), e.g. http://127.0.0.1:8080/v1.
@@ -24,9 +24,9 @@ struct Cli {
     /// The `model` to ask for.
     #[arg(long, default_value = "local/policy")]
     model: String,
-    /// `routing` or `guess`.
-    #[arg(long, default_value = "routing")]
-    env: String,
+    /// The environment.
+    #[command(flatten)]
+    env: EnvArgs,
     /// Episodes.
     #[arg(long, default_value_t = 200)]
     episodes: u64,
@@ -58,8 +58,7 @@ struct Cli {
 }
 
 async fn main_async(cli: Cli) -> anyhow::Result<EvalReport> {
-    let env = Env::from_name(&cli.env)
-        .ok_or_else(|| anyhow::anyhow!("unknown environment {:?} (routing, guess)", cli.env))?;
+    let env = cli.env.environment()?;
     let before: Option<EvalReport> = match &cli.before {
         Some(path) => Some(serde_json::from_slice(&std::fs::read(path)?)?),
         None => None,
@@ -95,7 +94,7 @@ fn main() -> ExitCode {
         Ok(r) => {
             println!(
                 "{}: {} episodes, success {:.1}% [95% CI {:.1}–{:.1}], mean reward {:.3}, {} failed, versions {:?}, {:.1} s",
-                r.env.name(),
+                r.env,
                 r.episodes,
                 r.success_rate * 100.0,
                 r.ci95[0] * 100.0,

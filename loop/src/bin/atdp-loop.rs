@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use atdp_deploy::{BaseModel, EngineOptions, Registry};
 use atdp_loop::{
-    Env, GateConfig, GateSetup, RollbackConfig, Trail, blocking, check_rollback, cycle, data_since,
-    gate, live_rewards, record_decision, rewarded_trajectories,
+    EnvArgs, Environment, GateConfig, GateSetup, RollbackConfig, Trail, blocking, check_rollback,
+    cycle, data_since, gate, live_rewards, record_decision, rewarded_trajectories,
 };
 use atdp_schema::cli::{LakeArgs, init_logging, run_async};
 use atdp_trainer::{RawRunConfig, RunConfig};
@@ -37,9 +37,9 @@ struct Cli {
     /// Who acts, in the registry's log.
     #[arg(long, env = "USER", default_value = "atdp-loop")]
     by: String,
-    /// The environment the gate evaluates on (`routing`, `guess`).
-    #[arg(long, default_value = "routing")]
-    env: String,
+    /// The environment the gate evaluates on, and whose reward automatic rollback compares.
+    #[command(flatten)]
+    env: EnvArgs,
     /// This process's write-ahead log for its audit events (one directory per process).
     #[arg(long, default_value = "atdp-data/loop-wal")]
     wal: PathBuf,
@@ -120,7 +120,7 @@ fn train_config(path: &PathBuf) -> anyhow::Result<RunConfig> {
 async fn one_cycle(
     setup: &GateSetup,
     train: &RunConfig,
-    env: Env,
+    env: &Environment,
     gate_config: &GateConfig,
     by: &str,
     trail: &Trail,
@@ -152,7 +152,7 @@ struct Watch<'a> {
     by: &'a str,
     registry: &'a Registry,
     train: &'a RunConfig,
-    env: Env,
+    env: &'a Environment,
     rollback: &'a RollbackConfig,
     trail: &'a Trail,
 }
@@ -165,17 +165,17 @@ impl Watch<'_> {
         if let Some(since) = data_since(self.registry).await? {
             selection.since = Some(selection.since.map_or(since, |s| s.max(since)));
         }
-        let reward = self.env.reward_name();
-        let (lake, opts) = (self.lake.to_owned(), self.options.clone());
+        let reward = self.env.reward_name().to_owned();
+        let (lake, opts, name) = (self.lake.to_owned(), self.options.clone(), reward.clone());
         let fresh = blocking("lake-read", move || {
-            rewarded_trajectories(&lake, opts, &selection, reward)
+            rewarded_trajectories(&lake, opts, &selection, &name)
         })
         .await?;
         if self.rollback.window > 0 {
             let (lake, opts) = (self.lake.to_owned(), self.options.clone());
             let (all, window) = (self.train.selection.clone(), self.rollback.window);
             let live = blocking("live", move || {
-                live_rewards(&lake, opts, &all, reward, window)
+                live_rewards(&lake, opts, &all, &reward, window)
             })
             .await?;
             if let Some(event) = check_rollback(
@@ -201,8 +201,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
     // The schema's parser: its errors name a pair's position, never its text (credentials).
     let options = cli.lake.options()?;
     let lake_url = cli.lake.url();
-    let env = Env::from_name(&cli.env)
-        .with_context(|| format!("unknown environment {:?} (routing, guess)", cli.env))?;
+    let env = cli.env.environment()?;
     let gate_config: GateConfig = match &cli.gate {
         Some(path) => toml::from_str(&std::fs::read_to_string(path)?)
             .with_context(|| format!("{}", path.display()))?,
@@ -218,7 +217,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Gate { version, record } => {
-            let report = gate(&setup, version, env, &gate_config).await?;
+            let report = gate(&setup, version, &env, &gate_config).await?;
             for check in &report.checks {
                 println!(
                     "{} {}: {}",
@@ -241,7 +240,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             one_cycle(
                 &setup,
                 &train_config(&train)?,
-                env,
+                &env,
                 &gate_config,
                 &cli.by,
                 &trail,
@@ -250,11 +249,14 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Live { train, window } => {
             let train = train_config(&train)?;
-            let (lake, selection, reward) =
-                (lake_url.clone(), train.selection.clone(), env.reward_name());
+            let (lake, selection, reward) = (
+                lake_url.clone(),
+                train.selection.clone(),
+                env.reward_name().to_owned(),
+            );
             let opts = options.clone();
             let live = blocking("live", move || {
-                live_rewards(&lake, opts, &selection, reward, window)
+                live_rewards(&lake, opts, &selection, &reward, window)
             })
             .await?;
             println!("{}", serde_json::to_string_pretty(&live)?);
@@ -288,7 +290,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
                     by: &cli.by,
                     registry: &registry,
                     train: &train,
-                    env,
+                    env: &env,
                     rollback: &rollback,
                     trail: &trail,
                 };
@@ -305,7 +307,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
                     continue;
                 }
                 last_cycle = Instant::now();
-                if let Err(e) = one_cycle(&setup, &train, env, &gate_config, &cli.by, &trail).await
+                if let Err(e) = one_cycle(&setup, &train, &env, &gate_config, &cli.by, &trail).await
                 {
                     eprintln!("atdp-loop: the cycle failed: {e:#}; the served version stays");
                 }

@@ -197,7 +197,7 @@ async fn the_loop_learns_swaps_under_load_rolls_back_and_gates_a_pytorch_adapter
         &agent,
         &EvalPlan {
             label: "guess".into(),
-            env: Env::Guess,
+            env: Env::Guess.into(),
             first_seed: 0,
             episodes: 6,
             temperature: 1.0,
@@ -232,7 +232,7 @@ async fn the_loop_learns_swaps_under_load_rolls_back_and_gates_a_pytorch_adapter
     // (v1 serves about 50% right, a damaged adapter about chance, 25%).
     let plan = |first_seed| EvalPlan {
         label: "live".into(),
-        env: Env::Routing,
+        env: Env::Routing.into(),
         first_seed,
         episodes: LIVE as u64,
         temperature: 0.0,

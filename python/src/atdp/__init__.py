@@ -12,11 +12,13 @@ with atdp.Rewards("http://127.0.0.1:8080", "sk-atdp-demo-agent") as rewards:
 ```
 
 `atdp.TrajectoryEnv` makes each episode of a Gymnasium-style environment a trajectory whose
-return is posted as a reward. `atdp.lake` (the ``lake`` extra) reads the lake's steps and
+return is posted as a reward; `atdp.serve_env_command` makes such an environment a command
+that `atdp-eval` and `atdp-loop`'s gate play. `atdp.lake` (the ``lake`` extra) reads the lake's steps and
 rewards for your own trainer. The reference is docs/python.md.
 """
 
 from atdp import errors
+from atdp.command import RecordingClient, play_episode, serve_env_command
 from atdp.env import Episode, TrajectoryEnv, run_episode
 from atdp.errors import (
     AtdpError,
@@ -41,6 +43,7 @@ __all__ = [
     "PolicyDeniedError",
     "RateLimitedError",
     "Recorded",
+    "RecordingClient",
     "Reward",
     "Rewards",
     "ServerError",
@@ -49,6 +52,8 @@ __all__ = [
     "UnavailableError",
     "UnreachableError",
     "errors",
+    "play_episode",
     "run_episode",
+    "serve_env_command",
     "trajectory",
 ]
