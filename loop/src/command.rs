@@ -371,7 +371,7 @@ fn message_of(value: &Value) -> Option<ChatMessage> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
 
     use std::path::Path;
@@ -400,7 +400,7 @@ mod tests {
 
     /// An environment command: the test venv's Python running `script` (which gets the
     /// protocol's arguments in `sys.argv`).
-    fn python_env(dir: &Path, script: &str) -> CommandEnv {
+    pub(crate) fn python_env(dir: &Path, script: &str) -> CommandEnv {
         let path = dir.join("env.py");
         std::fs::write(&path, script).unwrap();
         let command = format!(
@@ -594,6 +594,63 @@ sys.exit(3)
         let env = CommandEnv::new("/nonexistent/atdp-env", "solved").unwrap();
         let episodes = env.play(&agent(), 0, 1, 1.0, 1).await;
         assert!(errors_contain(&episodes, "did not start"));
+    }
+
+    #[tokio::test]
+    async fn the_python_helper_prints_only_episode_lines_and_errors_without_their_messages() {
+        let script = format!(
+            r#"
+import sys
+sys.path.insert(0, {src:?})
+import atdp
+
+class Env:
+    def reset(self, *, seed=None, options=None):
+        print("noise from reset")
+        self.seed = seed
+        return "observation", {{}}
+
+    def step(self, action):
+        if self.seed == 101:
+            raise ValueError("secret prompt text")
+        info = {{"invalid_reply": self.seed == 102}}
+        return "", float(self.seed % 2), True, False, info
+
+def act(client, observation, info):
+    print("noise from act")
+    return "a"
+
+atdp.serve_env_command(Env, act)
+"#,
+            src = atdp_testkit::repo_root()
+                .join("python/src")
+                .display()
+                .to_string()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let env = python_env(dir.path(), &script);
+        let episodes = env.play(&agent(), 100, 4, 1.0, 1).await;
+        let errors = failures(&episodes);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].0, 101);
+        assert!(errors[0].1.ends_with("reported: ValueError"), "{errors:?}");
+        let scored: Vec<(u64, f64, bool, usize)> = episodes
+            .iter()
+            .filter(|e| e.error.is_none())
+            .map(|e| (e.seed, e.reward, e.success, e.invalid_replies))
+            .collect();
+        assert_eq!(
+            scored,
+            [
+                (100, 0.0, false, 0),
+                (102, 0.0, false, 1),
+                (103, 1.0, true, 0)
+            ]
+        );
+        // No model call was made: no turns, no prompt; each episode its own trajectory.
+        assert!(episodes.iter().all(|e| e.turns == 0 && e.prompt.is_none()));
+        assert!(episodes[0].trajectory_id.is_some());
+        assert_ne!(episodes[0].trajectory_id, episodes[2].trajectory_id);
     }
 
     fn errors_contain(episodes: &[Episode], what: &str) -> bool {

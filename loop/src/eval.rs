@@ -314,6 +314,87 @@ mod tests {
         assert_eq!(wilson(0, 0), [0.0, 1.0]);
     }
 
+    #[tokio::test]
+    async fn a_command_environment_s_rewards_are_posted_on_their_trajectories() {
+        #![allow(clippy::unwrap_used)]
+        use std::sync::{Arc, Mutex};
+
+        // A rewards API on loopback that keeps what it is sent.
+        let posted: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let keep = posted.clone();
+        let app = axum::Router::new().route(
+            "/v1/atdp/rewards",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let keep = keep.clone();
+                async move {
+                    keep.lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    "{}"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let script = r#"
+import json, sys
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+first, count = (int(x) for x in args["--seeds"].split(":"))
+for seed in range(first, first + count):
+    line = {"seed": seed, "reward": seed / 10, "turns": 1, "completion_tokens": 1,
+            "invalid_replies": 0, "trajectory_id": "t-%d" % seed}
+    if seed == 12:
+        del line["trajectory_id"]
+    print(json.dumps(line))
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let env = crate::command::tests::python_env(dir.path(), script)
+            .named("tickets")
+            .unwrap();
+        let plan = EvalPlan {
+            label: "live".into(),
+            env: env.into(),
+            first_seed: 10,
+            episodes: 3,
+            temperature: 1.0,
+            concurrency: 2,
+            post_rewards: true,
+        };
+        let agent = Agent::new(&format!("http://{addr}/v1"), None, "m");
+        let report = evaluate(&agent, &plan).await;
+        assert_eq!(report.env, "tickets");
+        assert_eq!(
+            (report.episodes, report.failed),
+            (2, 1),
+            "{:?}",
+            report.failures
+        );
+        assert!(
+            report.failures[0].contains("no trajectory_id"),
+            "{:?}",
+            report.failures
+        );
+        let mut rewards: Vec<serde_json::Value> = posted
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b["rewards"].as_array().unwrap().clone())
+            .collect();
+        rewards.sort_by_key(|r| r["trajectory_id"].as_str().unwrap().to_owned());
+        assert_eq!(
+            rewards,
+            [10, 11].map(|seed| serde_json::json!({
+                "trajectory_id": format!("t-{seed}"),
+                "name": "solved",
+                "value": seed as f64 / 10.0,
+                "terminal": true,
+                "tags": {"env": "tickets", "seed": seed.to_string()},
+            }))
+        );
+    }
+
     #[test]
     fn the_comparison_page_escapes_labels() {
         let plan = EvalPlan {
