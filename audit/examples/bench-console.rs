@@ -295,7 +295,10 @@ async fn main() {
             picks
                 .iter()
                 .map(|(id, tenant, _)| {
-                    (format!("/trajectories/{id}?tenant={tenant}"), String::new())
+                    (
+                        format!("/trajectory?id={id}&tenant={tenant}"),
+                        String::new(),
+                    )
                 })
                 .collect::<Vec<_>>(),
         ),
@@ -303,7 +306,7 @@ async fn main() {
             "trajectory page (no hint: all tenants)",
             picks
                 .iter()
-                .map(|(id, _, _)| (format!("/trajectories/{id}"), String::new()))
+                .map(|(id, _, _)| (format!("/trajectory?id={id}"), String::new()))
                 .collect(),
         ),
         (

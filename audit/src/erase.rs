@@ -65,10 +65,7 @@ pub async fn erase(
     subject: Option<&str>,
     reason: &str,
 ) -> Result<EraseReport> {
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return Err(Error::Invalid("an erasure needs a written reason".into()));
-    }
+    let reason = crate::reason::checked(reason, "an erasure")?;
     let verdict = decide(&policy.access, auditor, tenant);
     let mut record = event("erase", &auditor.actor(), tenant);
     record.reason = Some(redact(&policy.scanner, reason));

@@ -40,12 +40,7 @@ pub async fn rotate_key(
     tenant: &str,
     reason: &str,
 ) -> Result<RotateReport> {
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return Err(Error::Invalid(
-            "a key rotation needs a written reason".into(),
-        ));
-    }
+    let reason = crate::reason::checked(reason, "a key rotation")?;
     let verdict = policy.access.decide(
         ("Auditor", &auditor.id),
         "rotate_key",

@@ -33,10 +33,13 @@ mod erase;
 mod error;
 mod export;
 mod keys;
+mod reason;
 mod reveal;
 mod search;
+mod segments;
 mod trail;
 mod trajectory;
+mod transcript;
 mod verify;
 mod web;
 
@@ -46,12 +49,19 @@ pub use erase::{EraseReport, erase};
 pub use error::{Error, Result};
 pub use export::{Bundle, BundleRow, FORMAT, Subject, digest, row, seal, trajectory_bundle};
 pub use keys::{RotateReport, rotate_key};
-pub use reveal::{MAX_REASON, RevealRequest, Revealed, reveal};
+pub use reason::{MAX_REASON, MIN_REASON_VISIBLE};
+pub use reveal::{RevealRequest, Revealed, reveal};
 pub use search::{
     Hit, MAX_PAGE, MAX_TEXT, Page, Search, Searcher, audited_search, search, steps_by_id,
 };
+pub use segments::{Segment, Tokens, segments};
 pub use trail::{SYSTEM_TENANT, Trail, event, redact};
-pub use trajectory::{CallView, MessageView, Segment, StepView, TrajectoryView, load, view};
+pub use trajectory::load;
+pub use transcript::{
+    ARGUMENTS_BYTES, CALLS_SHOWN, CallView, MESSAGES_PER_PAGE, MessageAt, MessageView,
+    PAGE_PREVIEW_BYTES, PREVIEW_BYTES, Preview, REWARDS_SHOWN, STEPS_PER_PAGE, StepView,
+    Transcript, TranscriptPage,
+};
 pub use verify::{ChainReport, FileProblem, VerifyReport, verify};
 pub use web::tls::TlsFiles as ConsoleTls;
 pub use web::{ConsoleConfig, Server, serve};

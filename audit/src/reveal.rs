@@ -1,6 +1,7 @@
-//! Revealing a masked value: allowed only by policy, only with a written reason, only for a
-//! value that appears in a trajectory the auditor may read, and recorded in the audit trail
-//! (committed to the lake) before the value is shown.
+//! Revealing a masked value: allowed only by policy, only with a written reason (at least a
+//! few visible characters, see `reason.rs`), only for a value that appears in a trajectory the
+//! auditor may read, and recorded in the audit trail (committed to the lake) before the value
+//! is shown.
 
 use std::path::Path;
 
@@ -14,9 +15,6 @@ use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event, record_refusal, redact};
 use crate::trajectory;
-
-/// Longest reason accepted, in characters.
-pub const MAX_REASON: usize = 2_000;
 
 /// What a reveal showed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,15 +52,7 @@ pub async fn reveal(
     auditor: &Auditor,
     request: &RevealRequest<'_>,
 ) -> Result<Revealed> {
-    let reason = request.reason.trim();
-    if reason.is_empty() {
-        return Err(Error::Invalid("a reveal needs a written reason".into()));
-    }
-    if reason.chars().count() > MAX_REASON {
-        return Err(Error::Invalid(format!(
-            "the reason is longer than {MAX_REASON} characters"
-        )));
-    }
+    let reason = crate::reason::checked(request.reason, "a reveal")?;
     let found = trajectory::load(
         catalog,
         &policy.access,

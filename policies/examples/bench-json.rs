@@ -127,6 +127,7 @@ fn main() -> anyhow::Result<()> {
         policy: &policy,
         tenant: "acme",
         keys: &keys,
+        known: None,
     };
     for (name, pii) in [("no personal values", false), ("4 personal values", true)] {
         let document = request(pii);

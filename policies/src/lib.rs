@@ -37,10 +37,10 @@ pub use config::{
     ContextWords, CustomEntity, CustomMatch, Destination, DetectionConfig, MASKING_FILE,
     MaskingConfig,
 };
-pub use detect::{NAME_FEATURES, Scanner, Span, builtin_entities, name_tagger_input};
+pub use detect::{NAME_FEATURES, Normalized, Scanner, Span, builtin_entities, name_tagger_input};
 pub use error::{Error, Result, json_error_kind};
 pub use forwarding::{FORWARDING_FILE, Forwarding};
-pub use json::{JsonMasked, JsonMasker};
+pub use json::{FoundValues, JsonMasked, JsonMasker, KnownValues, MIN_KNOWN_CHARS};
 pub use keyfile::{EnsuredKeys, KeyFile, MissingKeys};
 pub use mask::{Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, unmask};
 pub use store::{Policy, PolicyStore};

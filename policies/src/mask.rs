@@ -2,6 +2,7 @@
 //! text chunks whose boundaries fall inside a placeholder).
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -114,34 +115,47 @@ pub fn mask(
     tenant: &str,
     keys: &KeyRing,
 ) -> Result<Masked> {
+    let ranges = spans.iter().map(|s| (s.start..s.end, s.entity));
+    mask_ranges(text, ranges, policy, tenant, keys)
+}
+
+/// Masks the byte ranges of `text` given with their entity types (ordered, not overlapping),
+/// as [`mask`] masks a scanner's spans; the entity types need not be `'static`.
+pub(crate) fn mask_ranges<'e>(
+    text: &str,
+    ranges: impl IntoIterator<Item = (Range<usize>, &'e str)>,
+    policy: &MaskPolicy,
+    tenant: &str,
+    keys: &KeyRing,
+) -> Result<Masked> {
     let mut out = String::with_capacity(text.len());
     let mut masked = Vec::new();
     let mut vault: Vec<VaultItem> = Vec::new();
     let mut at = 0;
-    for span in spans {
+    for (range, entity) in ranges {
         let value = text
-            .get(span.start..span.end)
-            .filter(|_| span.start >= at)
+            .get(range.clone())
+            .filter(|_| range.start >= at)
             .ok_or_else(|| {
                 Error::Mask(format!(
                     "span {}..{} is not a valid, ordered span of the text",
-                    span.start, span.end
+                    range.start, range.end
                 ))
             })?;
-        out.push_str(&text[at..span.start]);
-        let action = policy.action(span.entity);
+        out.push_str(&text[at..range.start]);
+        let action = policy.action(entity);
         let token = match action {
             Action::Allow => value.to_owned(),
-            Action::Redact => format!("[{}]", span.entity),
+            Action::Redact => format!("[{entity}]"),
             Action::Mask => keep_last_four(value),
-            Action::Hash => keys.keyed_hash(tenant, span.entity, value)?,
+            Action::Hash => keys.keyed_hash(tenant, entity, value)?,
             Action::Tokenize => {
-                let token = keys.token(tenant, span.entity, value)?;
+                let token = keys.token(tenant, entity, value)?;
                 if !vault.iter().any(|v| v.token == token) {
                     vault.push(VaultItem {
                         token: token.clone(),
-                        entity: span.entity.to_owned(),
-                        sealed: keys.seal(tenant, span.entity, value)?,
+                        entity: entity.to_owned(),
+                        sealed: keys.seal(tenant, entity, value)?,
                     });
                 }
                 token
@@ -149,11 +163,11 @@ pub fn mask(
         };
         out.push_str(&token);
         masked.push(MaskedSpan {
-            entity: span.entity.to_owned(),
+            entity: entity.to_owned(),
             token,
             action,
         });
-        at = span.end;
+        at = range.end;
     }
     out.push_str(&text[at..]);
     Ok(Masked {

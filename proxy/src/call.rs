@@ -139,7 +139,7 @@ async fn prepare(
     let tenant = caller.identity.tenant.clone();
     let keys = state.keys();
     let (trust, enabled) = (upstream.trust, state.config.mask);
-    let (mut document, outbound) = if heavy {
+    let (mut document, mut outbound) = if heavy {
         let (policy, keys, tenant) = (policy.clone(), keys.clone(), tenant.clone());
         let masked = state
             .heavy
@@ -180,7 +180,7 @@ async fn prepare(
     );
 
     // Place.
-    let start = place(
+    let mut start = place(
         &state.trajectories,
         &caller,
         &named,
@@ -189,6 +189,7 @@ async fn prepare(
         &request,
         started_at,
     );
+    start.sent_masked = std::sync::Arc::new(std::mem::take(&mut outbound.values));
     state
         .trajectories
         .note_step(&tenant, &start.trajectory_id, &start.step_id);

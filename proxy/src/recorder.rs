@@ -265,6 +265,7 @@ mod tests {
             upstream: "u".into(),
             model_requested: "m".into(),
             tags: Default::default(),
+            sent_masked: Default::default(),
         };
         let request = RequestView {
             messages: vec![Message {

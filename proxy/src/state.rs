@@ -200,7 +200,15 @@ impl Sink for State {
                 let (start, request, end) = *step;
                 let step = build_step(&start, &request, end);
                 let (_, policy) = self.policy.current();
-                store_step(&self.writer, &policy, &self.keys(), &self.metrics, step);
+                let sent_masked = &start.sent_masked;
+                store_step(
+                    &self.writer,
+                    &policy,
+                    &self.keys(),
+                    &self.metrics,
+                    step,
+                    sent_masked,
+                );
             }
             Job::Audit(event) => {
                 if let Err(error) = self.writer.append_audit(*event) {

@@ -162,21 +162,24 @@ def main() -> int:
                     break
         if reveal is None:
             raise RuntimeError(f"no revealable {args.entity} on the trajectory page")
-        query = parse_qs(urlparse(reveal.get_attribute("href")).query)
-        target = {k: query[k][0] for k in ("trajectory", "tenant", "token")}
+        # The reason form posts to the reveal link's own URL (the value it names is in the
+        # query), with the reason and the form token in the body.
+        target = reveal.get_attribute("href")
+        if set(parse_qs(urlparse(target).query)) != {"trajectory", "tenant", "token"}:
+            raise RuntimeError(f"unexpected reveal link {target}")
         leaked = driver.find_element(By.CSS_SELECTOR, "input[name='csrf']").get_attribute("value")
         click_and_wait(driver, reveal)
         driver.find_element(By.ID, "reason").send_keys(args.reason)
-        click_and_wait(driver, driver.find_element(By.CSS_SELECTOR, "form[action='/reveal'] button"))
+        click_and_wait(driver, driver.find_element(By.CSS_SELECTOR, "form[action^='/reveal?'] button"))
         seen["revealed"] = driver.find_element(By.ID, "revealed-value").text
 
         # A page of another origin posts the reveal form: without the token, then with a
         # token that leaked. The browser sends the session cookie both times.
-        forged = dict(target, reason="forged by another site")
-        driver.get(attacker.form(f"{args.base}/reveal", forged))
+        forged = {"reason": "forged by another site"}
+        driver.get(attacker.form(target, forged))
         click_and_wait(driver, driver.find_element(By.ID, "go"))
         seen["forged_reveal"] = outcome(driver)
-        driver.get(attacker.form(f"{args.base}/reveal", dict(forged, csrf=leaked)))
+        driver.get(attacker.form(target, dict(forged, csrf=leaked)))
         click_and_wait(driver, driver.find_element(By.ID, "go"))
         seen["forged_reveal_with_leaked_token"] = outcome(driver)
         # It frames the console.

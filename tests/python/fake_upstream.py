@@ -32,6 +32,8 @@ with "\n"):
     [[error500]] 500 with the provider's error JSON; [[error429]] likewise 429
     [[slow]]     0.2 s between streamed events
     [[big]]      a reply text of 100 KiB (102400 characters)
+    [[last]]     "Noted: " + the last word of that text (markers removed): the reply repeats one value
+                 without the words around it
 When the conversation ends with a tool result (chat: a `tool` message; Anthropic: a user turn with only
 `tool_result` blocks; Responses: a final `function_call_output` item), the reply is "Echo: " + the tool
 result's text and [[tool]] does not trigger another call (markers in that text still apply otherwise).
@@ -57,7 +59,7 @@ FINGERPRINT = "fp_f5bdcc3276"
 DELTA_SIZES = (4, 7, 3, 6, 5)  # cycled: every delta is 3-7 characters long
 BIG_CHARS = 100 * 1024
 SLOW_SECONDS = 0.2
-MARKERS = ("tool", "cut", "error500", "error429", "slow", "big")
+MARKERS = ("tool", "cut", "error500", "error429", "slow", "big", "last")
 
 _requests: list[dict] = []
 _requests_lock = threading.Lock()
@@ -117,6 +119,9 @@ class Plan:
         else:
             self.arguments = ""
             reply = "Echo: " + text
+            if "last" in self.markers:
+                words = text.replace("[[last]]", " ").split()
+                reply = "Noted: " + (words[-1] if words else "")
             if "big" in self.markers and len(reply) < BIG_CHARS:
                 filler = "The quick brown fox jumps over the lazy dog. "
                 reply += " " + (filler * (BIG_CHARS // len(filler) + 1))

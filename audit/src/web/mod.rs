@@ -15,7 +15,9 @@
 mod csrf;
 mod evidence;
 mod headers;
+mod links;
 mod pages;
+mod render;
 mod sessions;
 mod throttle;
 pub mod tls;
@@ -328,12 +330,13 @@ pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Resul
             get(pages::search::form).post(pages::search::search),
         )
         .route(
-            "/trajectories/{id}",
+            links::TRAJECTORY,
             get(pages::trajectory::open).post(pages::trajectory::read),
         )
-        .route("/trajectories/{id}/export", post(pages::trajectory::export))
+        .route(links::EXPORT, post(pages::trajectory::export))
+        .route(links::TEXT, post(pages::text::text))
         .route(
-            "/reveal",
+            links::REVEAL,
             get(pages::reveal::form).post(pages::reveal::reveal),
         )
         .route("/audit", get(pages::audit::audit))

@@ -1,4 +1,9 @@
 //! Logins: random 256-bit session ids kept in memory, and the cookies that carry them.
+//!
+//! One live session per auditor, and one per browser: a login ends every earlier session of
+//! the same auditor (whichever browser holds it) and the session whose cookie the logging-in
+//! browser presents (whichever auditor it belongs to). A stolen or forgotten session cookie
+//! therefore stops working as soon as its auditor logs in again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,14 +30,22 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
-    /// A new session of `auditor`; returns its id.
-    pub(crate) fn login(&self, auditor: &Auditor) -> String {
+    /// A new session of `auditor`, logging in from a browser that presents the session
+    /// cookie `presented` (if any). Ends that session and every other session of the same
+    /// auditor; returns the new session's id and how many live sessions it ended.
+    pub(crate) fn login(&self, auditor: &Auditor, presented: Option<&str>) -> (String, usize) {
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);
         let id = hex::encode(bytes);
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         live.retain(|_, s| s.expires > now);
+        let before = live.len();
+        if let Some(presented) = presented {
+            live.remove(presented);
+        }
+        live.retain(|_, s| s.auditor_id != auditor.id);
+        let ended = before - live.len();
         live.insert(
             id.clone(),
             Session {
@@ -40,7 +53,18 @@ impl Sessions {
                 expires: now + SESSION_TTL,
             },
         );
-        id
+        (id, ended)
+    }
+
+    /// How many live sessions a login of `auditor` presenting `presented` would end.
+    pub(crate) fn ended_by(&self, auditor: &Auditor, presented: Option<&str>) -> usize {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        live.iter()
+            .filter(|(id, s)| {
+                s.expires > now && (s.auditor_id == auditor.id || Some(id.as_str()) == presented)
+            })
+            .count()
     }
 
     pub(crate) fn logout(&self, session: &str) {
@@ -136,6 +160,36 @@ mod tests {
             tls.set(tls.login_name(), "n", Some(3600)),
             "__Host-atdp_login=n; Path=/; HttpOnly; SameSite=Strict; Max-Age=3600; Secure"
         );
+    }
+
+    fn live(sessions: &Sessions, id: &str) -> Option<String> {
+        let live = sessions.live.lock().unwrap();
+        live.get(id).map(|s| s.auditor_id.clone())
+    }
+
+    #[test]
+    fn a_login_ends_the_auditors_and_the_browsers_earlier_sessions() {
+        let auditor = |id: &str| Auditor {
+            id: id.into(),
+            tenants: vec!["demo".into()],
+        };
+        let sessions = Sessions::default();
+        let (first, ended) = sessions.login(&auditor("ana"), None);
+        assert_eq!(ended, 0);
+        let (bob, _) = sessions.login(&auditor("bob"), None);
+        // Ana again, from another browser: her first session ends, Bob's stays.
+        assert_eq!(sessions.ended_by(&auditor("ana"), None), 1);
+        let (second, ended) = sessions.login(&auditor("ana"), None);
+        assert_eq!(ended, 1);
+        assert_eq!(live(&sessions, &first), None);
+        assert_eq!(live(&sessions, &second).as_deref(), Some("ana"));
+        assert_eq!(live(&sessions, &bob).as_deref(), Some("bob"));
+        // Carol logs in from the browser that holds Bob's session: it ends too.
+        let (carol, ended) = sessions.login(&auditor("carol"), Some(&bob));
+        assert_eq!(ended, 1);
+        assert_eq!(live(&sessions, &bob), None);
+        assert_eq!(live(&sessions, &carol).as_deref(), Some("carol"));
+        assert_eq!(live(&sessions, &second).as_deref(), Some("ana"));
     }
 
     #[test]

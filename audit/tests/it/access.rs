@@ -224,10 +224,11 @@ async fn the_console_keeps_tenants_apart_over_http() {
     // URL guessing and query parameters do not reach the other tenant.
     let other = &f.other_trajectory;
     for path in [
-        format!("/trajectories/{other}"),
-        format!("/trajectories/{other}?tenant=other"),
-        format!("/trajectories/{other}?tenant=demo"),
-        format!("/trajectories/{other}/export?tenant=other"),
+        format!("/trajectory?id={other}"),
+        format!("/trajectory?id={other}&tenant=other"),
+        format!("/trajectory?id={other}&tenant=demo"),
+        format!("/trajectory/export?id={other}&tenant=other"),
+        format!("/trajectory/text?id={other}&tenant=other&step=x&message=0"),
     ] {
         let reply = c.post(&path, "").await;
         assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
@@ -250,11 +251,11 @@ async fn the_console_keeps_tenants_apart_over_http() {
         .unwrap();
     let reply = c
         .post(
-            "/reveal",
             &format!(
-                "trajectory={other}&tenant=other&token={}&reason=audit",
+                "/reveal?trajectory={other}&tenant=other&token={}",
                 form_encode(&other_token)
             ),
+            "reason=audit",
         )
         .await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
@@ -281,31 +282,29 @@ async fn the_console_keeps_tenants_apart_over_http() {
 
     // The trajectory page shows masked spans by entity type, never the value.
     let reply = c
-        .post(&format!("/trajectories/{}", f.demo_trajectory), "")
+        .post(&format!("/trajectory?id={}", f.demo_trajectory), "")
         .await;
     assert_eq!(reply.status, StatusCode::OK);
     let body = reply.body;
     let token = f.token_of("EMAIL_ADDRESS", EMAIL).await;
-    assert!(body.contains("class=\"entity\">EMAIL_ADDRESS"));
+    assert!(body.contains("class=\"entity\"><bdi>EMAIL_ADDRESS</bdi>"));
     assert!(body.contains(&token.replace('<', "&#60;").replace('>', "&#62;")));
     assert!(body.contains("lookup_customer"));
     assert!(body.contains("task_success"));
     assert!(!body.contains(EMAIL));
 
     // A reveal with an empty reason is refused; with one it shows the value.
-    let reveal = |reason: &str| {
-        format!(
-            "trajectory={}&tenant=demo&token={}&reason={}",
-            f.demo_trajectory,
-            form_encode(&token),
-            form_encode(reason)
-        )
-    };
-    let reply = c.post("/reveal", &reveal("  ")).await;
+    let reveal_at = format!(
+        "/reveal?trajectory={}&tenant=demo&token={}",
+        f.demo_trajectory,
+        form_encode(&token)
+    );
+    let reveal = |reason: &str| format!("reason={}", form_encode(reason));
+    let reply = c.post(&reveal_at, &reveal("  ")).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
     assert!(!reply.body.contains(EMAIL));
     let reply = c
-        .post("/reveal", &reveal("Subject access request #4411"))
+        .post(&reveal_at, &reveal("Subject access request #4411"))
         .await;
     assert_eq!(reply.status, StatusCode::OK);
     assert!(reply.body.contains(EMAIL));
@@ -313,7 +312,7 @@ async fn the_console_keeps_tenants_apart_over_http() {
     // The analyst may read but not reveal.
     let mut analyst = Client::new(c.base.clone());
     assert_eq!(analyst.login(DEMO_ANALYST).await, StatusCode::SEE_OTHER);
-    let reply = analyst.post("/reveal", &reveal("curious")).await;
+    let reply = analyst.post(&reveal_at, &reveal("curious")).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
     assert!(!reply.body.contains(EMAIL));
 
@@ -324,7 +323,7 @@ async fn the_console_keeps_tenants_apart_over_http() {
     let n = f.sql_table(&format!(
             "SELECT count(*) AS n FROM audit WHERE kind = 'read' AND decision = 'deny' AND subject = '{other}'"
         )).await;
-    assert!(n.contains("| 3 "), "{n}");
+    assert!(n.contains("| 4 "), "{n}");
     assert!(reply.body.contains("Subject access request #4411"));
     assert!(reply.body.contains("curious"));
     server.stop().await.unwrap();
@@ -385,5 +384,115 @@ async fn the_audited_search_redacts_every_filter_and_records_refusals() {
         f.audit_rows("kind = 'query' AND decision = 'deny' AND subject = 'tenant:globex'")
             .await,
         1
+    );
+}
+
+/// A reason made only of invisible characters (zero-width spaces, joiners, the byte-order
+/// mark, fillers, bidirectional marks) looks empty in the audit trail, so it is refused like
+/// an empty one: by the library that the console and the commands share, for a reveal, an
+/// erasure and a key rotation, before anything is looked up, decided or recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_of_invisible_characters_is_refused_everywhere() {
+    let f = fixture().await;
+    let catalog = f.catalog().await;
+    let officer = f.auditor(DEMO_AUDITOR);
+    let trail = f.trail("invisible").await;
+    let token = f.token_of("EMAIL_ADDRESS", EMAIL).await;
+    let keys = std::fs::read(&f.keys).unwrap();
+    let invisible = [
+        "\u{200B}\u{200B}\u{200B}\u{200B}\u{200B}\u{200B}\u{200B}\u{200B}",
+        "\u{FEFF}\u{2060}\u{200C}\u{200D}\u{2061}\u{2063}\u{2064}\u{180E}",
+        "\u{00A0}\u{3000}\u{2800}\u{3164}\u{115F}\u{FFA0}\u{2003}\u{205F}",
+        "\u{200E}\u{200F}\u{061C}\u{202E}\u{2066}\u{2069}\u{FE0F}\u{E0020}",
+        "ok\u{200B}\u{200B}\u{200B}\u{200B}\u{200B}\u{200B}",
+    ];
+    let refused = |result: &dyn std::fmt::Debug, message: Option<String>, what: &str| {
+        let message = message.unwrap_or_else(|| panic!("{what}: accepted: {result:?}"));
+        assert!(
+            message.contains("at least 5 visible characters"),
+            "{what}: {message}"
+        );
+    };
+    let invalid = |e: &Error| match e {
+        Error::Invalid(m) => Some(m.clone()),
+        _ => None,
+    };
+    for reason in invisible {
+        let revealed = atdp_audit::reveal(
+            &catalog,
+            &f.policy,
+            &f.keys,
+            &trail,
+            &officer,
+            &RevealRequest {
+                trajectory_id: &f.demo_trajectory,
+                tenant: Some("demo"),
+                token: &token,
+                reason,
+            },
+        )
+        .await;
+        refused(
+            &revealed,
+            revealed.as_ref().err().and_then(invalid),
+            "reveal",
+        );
+        let erased = atdp_audit::erase(
+            &f.lake,
+            &f.policy,
+            &f.keys,
+            &trail,
+            &officer,
+            "demo",
+            Some(EMAIL),
+            reason,
+        )
+        .await;
+        refused(&erased, erased.as_ref().err().and_then(invalid), "erase");
+        let rotated =
+            atdp_audit::rotate_key(&f.policy, &f.keys, &trail, &officer, "demo", reason).await;
+        refused(
+            &rotated,
+            rotated.as_ref().err().and_then(invalid),
+            "rotate-key",
+        );
+    }
+    trail.close().await.unwrap();
+
+    // The console's reason form says why, and shows nothing.
+    let server = f.console().await;
+    let mut c = Client::new(format!("http://{}", server.addr));
+    assert_eq!(c.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    let reveal_at = format!(
+        "/reveal?trajectory={}&tenant=demo&token={}",
+        f.demo_trajectory,
+        form_encode(&token)
+    );
+    for reason in invisible {
+        let reply = c
+            .post(&reveal_at, &format!("reason={}", form_encode(reason)))
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        assert!(
+            reply.body.contains("at least 5 visible characters"),
+            "{}",
+            reply.body
+        );
+        assert!(!reply.body.contains(EMAIL));
+    }
+    let reply = c
+        .post(&reveal_at, &format!("reason={}", form_encode("SAR #4411")))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.body.contains(EMAIL));
+    server.stop().await.unwrap();
+
+    // Nothing was decided or done for the invisible reasons.
+    assert_eq!(f.audit_rows("kind = 'reveal'").await, 1);
+    assert_eq!(f.audit_rows("kind IN ('erase', 'key_rotation')").await, 0);
+    assert_eq!(
+        std::fs::read(&f.keys).unwrap(),
+        keys,
+        "the key file is untouched"
     );
 }

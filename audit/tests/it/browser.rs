@@ -100,3 +100,71 @@ async fn a_reviewer_finds_reads_reveals_and_sees_the_reveal_audited() {
     };
     assert_eq!((outcome("reveal"), outcome("login")), (2, 1), "{forged:?}");
 }
+
+/// A hostile agent's recorded data in a real browser: the "Open" buttons of ids that look
+/// like paths land on those trajectories (not on `/logout`, not on another trajectory's
+/// export), a long message's full text opens as plain text, and on a trajectory whose every
+/// field holds bidirectional overrides and isolates Chromium draws every word of the
+/// console's own text in order, and no recorded role styles a message as the console's
+/// banner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_recorded_data_cannot_move_the_consoles_buttons_or_words() {
+    let f = fixture().await;
+    let masked = crate::hostile::write_hostile(&f).await;
+    crate::hostile::write_probe(&f).await;
+    let server = f.console().await;
+    let python = std::env::var("ATDP_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = atdp_testkit::repo_root().join("tests/python/console_hostile.py");
+    let base = format!("http://{}", server.addr);
+    let ids = ["../logout", "a/b?c=1&tenant=other#d"];
+    let output = tokio::task::spawn_blocking(move || {
+        let mut command = std::process::Command::new(python);
+        command.arg(script).args([
+            "--base",
+            &base,
+            "--key",
+            DEMO_AUDITOR,
+            "--probe-marker",
+            "ZQ-",
+        ]);
+        for id in ids {
+            command.args(["--id", id]);
+        }
+        command.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "browser run failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for id in ids {
+        assert_eq!(
+            seen["opened"][id],
+            serde_json::json!({
+                "path": "/trajectory",
+                "heading": format!("Trajectory {id}"),
+                "signed_in": true,
+            }),
+            "{seen}"
+        );
+    }
+    assert_eq!(seen["full_text"]["content_type"], "text/plain", "{seen}");
+    assert_eq!(seen["full_text"]["starts"], "My e-mail is ", "{seen}");
+    let length = seen["full_text"]["length"].as_u64().unwrap() as usize;
+    assert!(
+        (masked.len() - 2..=masked.len()).contains(&length),
+        "{length} of {} characters: {seen}",
+        masked.len()
+    );
+    assert_eq!(seen["probe_shown"], true, "{seen}");
+    assert_eq!(seen["probe_overrides_shown"], true, "{seen}");
+    assert!(seen["probe_isolates"].as_u64().unwrap() >= 20, "{seen}");
+    assert_eq!(seen["probe_misordered"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["probe_banners"], 0, "{seen}");
+    assert_eq!(seen["probe_hit_marked"], 1, "{seen}");
+    server.stop().await.unwrap();
+}

@@ -170,15 +170,20 @@ impl Client {
     }
 
     /// A login post with `origin`, with or without the login form's nonce cookie and token.
+    /// Like a browser, it also sends the session cookie it holds.
     pub async fn post_login(&self, key: &str, origin: Origin<'_>, with_form: bool) -> Reply {
         let (nonce, token) = self.login_form.clone().unwrap_or_default();
         let mut body = format!("key={}", form_encode(key));
         let mut request = self.http.post(format!("{}/login", self.base));
+        let mut cookies: Vec<String> = self.cookie.iter().cloned().collect();
         if with_form {
             body.push_str(&format!("&csrf={token}"));
             if !nonce.is_empty() {
-                request = request.header("cookie", nonce);
+                cookies.push(nonce);
             }
+        }
+        if !cookies.is_empty() {
+            request = request.header("cookie", cookies.join("; "));
         }
         self.send(self.with_origin(request, origin).body(body))
             .await

@@ -160,7 +160,7 @@ impl Masker<'_> {
     }
 }
 
-fn step(tenant: &str, agent: &str, trajectory: &str, parent: Option<&str>, turn: i32) -> Step {
+pub fn step(tenant: &str, agent: &str, trajectory: &str, parent: Option<&str>, turn: i32) -> Step {
     Step {
         step_id: new_id(),
         trajectory_id: trajectory.to_owned(),
@@ -355,6 +355,72 @@ pub async fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// `text` masked for storage in `tenant` as the proxy does it: the stored text, its
+    /// spans (for `field`) and its vault entries.
+    pub fn mask(
+        &self,
+        tenant: &str,
+        field: &str,
+        text: &str,
+    ) -> (String, Vec<PiiSpan>, Vec<VaultEntry>) {
+        let keys = KeyRing::load(&self.keys).unwrap();
+        let mut m = Masker {
+            policy: &self.policy,
+            keys: &keys,
+            tenant,
+            spans: Vec::new(),
+            vault: Vec::new(),
+        };
+        let masked = m.mask(field, text);
+        (masked, m.spans, m.vault)
+    }
+
+    /// Writes more steps, vault entries and rewards into the lake, through the writer (with
+    /// its own write-ahead log `wal`), and waits until they are committed.
+    pub async fn append(
+        &self,
+        wal: &str,
+        steps: Vec<Step>,
+        vault: Vec<VaultEntry>,
+        rewards: Vec<Reward>,
+    ) {
+        let mut config = WriterConfig::new(self.lake_url.clone(), self.dir.path().join(wal));
+        config.segment_max_age = Duration::from_millis(200);
+        let writer = LakeWriter::open(config).await.unwrap();
+        for s in steps {
+            writer.append(s).unwrap();
+        }
+        for v in vault {
+            writer.append(v).unwrap();
+        }
+        for r in rewards {
+            writer.append(r).unwrap();
+        }
+        writer.flush().await.unwrap();
+        assert!(writer.shutdown(Duration::from_secs(30)).await.unwrap());
+    }
+
+    /// The values of text column `column` of the `audit` rows matching `filter`, in chain
+    /// order.
+    pub async fn audit_column(&self, column: &str, filter: &str) -> Vec<String> {
+        let batches = self
+            .catalog()
+            .await
+            .sql(&format!(
+                "SELECT {column} FROM audit WHERE {filter} ORDER BY occurred_at, chain_seq"
+            ))
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        for batch in &batches {
+            let column =
+                arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Utf8).unwrap();
+            let strings = arrow::array::cast::as_string_array(&column);
+            out.extend(strings.iter().map(|v| v.unwrap_or_default().to_owned()));
+        }
+        out
+    }
+
     /// The console on a free loopback port, over this lake and policy.
     pub async fn console(&self) -> atdp_audit::Server {
         self.console_with(false).await

@@ -103,41 +103,48 @@ async fn every_response_carries_the_security_headers() {
     c.login(DEMO_AUDITOR).await;
 
     let token = f.token_of("EMAIL_ADDRESS", EMAIL).await;
-    let reveal = format!(
-        "trajectory={id}&tenant=demo&token={}&reason={}",
-        form_encode(&token),
-        form_encode("Subject access request #4411")
+    let reveal_at = format!(
+        "/reveal?trajectory={id}&tenant=demo&token={}",
+        form_encode(&token)
     );
+    let reveal = format!("reason={}", form_encode("Subject access request #4411"));
+    let step = &f.demo_steps[1];
     for (what, reply) in [
         ("GET /search", c.get("/search?entity=EMAIL_ADDRESS").await),
         (
             "POST /search",
             c.post("/search", "entity=EMAIL_ADDRESS").await,
         ),
-        ("GET open", c.get(&format!("/trajectories/{id}")).await),
+        ("GET open", c.get(&format!("/trajectory?id={id}")).await),
         (
             "POST open",
-            c.post(&format!("/trajectories/{id}?tenant=demo"), "").await,
+            c.post(&format!("/trajectory?id={id}&tenant=demo"), "")
+                .await,
         ),
         (
             "POST export",
-            c.post(&format!("/trajectories/{id}/export?tenant=demo"), "")
+            c.post(&format!("/trajectory/export?id={id}&tenant=demo"), "")
                 .await,
         ),
         (
             "GET export",
-            c.get(&format!("/trajectories/{id}/export")).await,
+            c.get(&format!("/trajectory/export?id={id}")).await,
         ),
         (
-            "GET /reveal",
-            c.get(&format!("/reveal?trajectory={id}&tenant=demo")).await,
+            "POST text",
+            c.post(
+                &format!("/trajectory/text?id={id}&tenant=demo&step={step}&message=reply"),
+                "",
+            )
+            .await,
         ),
-        ("POST /reveal", c.post("/reveal", &reveal).await),
+        ("GET /reveal", c.get(&reveal_at).await),
+        ("POST /reveal", c.post(&reveal_at, &reveal).await),
         ("GET /audit", c.get("/audit").await),
         ("GET unknown path", c.get("/nothing-here").await),
         (
             "refused post",
-            c.post_as("/reveal", &reveal, None, Origin::Own).await,
+            c.post_as(&reveal_at, &reveal, None, Origin::Own).await,
         ),
     ] {
         assert_hardened(&reply, what);
@@ -151,6 +158,13 @@ async fn every_response_carries_the_security_headers() {
         }
         if what == "GET export" {
             assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+        }
+        if what == "POST text" {
+            assert_eq!(reply.status, StatusCode::OK);
+            assert_eq!(
+                reply.header("content-type"),
+                Some("text/plain; charset=utf-8")
+            );
         }
     }
     server.stop().await.unwrap();
@@ -192,20 +206,21 @@ async fn forms_without_the_sessions_token_or_from_another_origin_are_refused() {
     assert_eq!(c.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
     let mut other_session = Client::new(base.clone());
     assert_eq!(
-        other_session.login(DEMO_AUDITOR).await,
+        other_session.login(DEMO_ANALYST).await,
         StatusCode::SEE_OTHER
     );
     let own = c.csrf.clone().unwrap_or_default();
     let foreign = other_session.csrf.clone().unwrap_or_default();
     let id = &f.demo_trajectory;
     let token = f.token_of("EMAIL_ADDRESS", EMAIL).await;
-    let reveal = format!(
-        "trajectory={id}&tenant=demo&token={}&reason={}",
-        form_encode(&token),
-        form_encode("Subject access request #4411")
+    let reveal_at = format!(
+        "/reveal?trajectory={id}&tenant=demo&token={}",
+        form_encode(&token)
     );
+    let reveal = format!("reason={}", form_encode("Subject access request #4411"));
+    let step = &f.demo_steps[1];
     let forms = [
-        ("reveal", "/reveal".to_owned(), reveal.clone()),
+        ("reveal", reveal_at.clone(), reveal.clone()),
         (
             "search",
             "/search".to_owned(),
@@ -213,12 +228,17 @@ async fn forms_without_the_sessions_token_or_from_another_origin_are_refused() {
         ),
         (
             "open",
-            format!("/trajectories/{id}?tenant=demo"),
+            format!("/trajectory?id={id}&tenant=demo"),
             String::new(),
         ),
         (
             "export",
-            format!("/trajectories/{id}/export?tenant=demo"),
+            format!("/trajectory/export?id={id}&tenant=demo"),
+            String::new(),
+        ),
+        (
+            "text",
+            format!("/trajectory/text?id={id}&tenant=demo&step={step}&message=1"),
             String::new(),
         ),
         ("logout", "/logout".to_owned(), String::new()),
@@ -262,7 +282,7 @@ async fn forms_without_the_sessions_token_or_from_another_origin_are_refused() {
         .post_as("/search", "", Some(&own), Origin::RefererOnly(&referer))
         .await;
     assert_eq!(reply.status, StatusCode::OK);
-    let reply = c.post("/reveal", &reveal).await;
+    let reply = c.post(&reveal_at, &reveal).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert!(reply.body.contains(EMAIL));
 
@@ -314,7 +334,7 @@ async fn forms_without_the_sessions_token_or_from_another_origin_are_refused() {
     let counted = f.audit_details("kind = 'forged_request'").await;
     assert!(counted.len() <= 4, "{counted:?}");
     let total: u64 = counted.iter().map(|d| d["count"].as_u64().unwrap()).sum();
-    assert_eq!(total, 5 * 7 + 5, "{counted:?}");
+    assert_eq!(total, 6 * 7 + 5, "{counted:?}");
     for (form, _, _) in &forms {
         let n: u64 = counted
             .iter()
@@ -341,10 +361,14 @@ async fn no_get_writes_to_the_audit_trail() {
         "/healthz".to_owned(),
         "/search".to_owned(),
         "/search?entity=EMAIL_ADDRESS&text=refund".to_owned(),
-        format!("/trajectories/{id}"),
-        format!("/trajectories/{id}?tenant=demo"),
-        format!("/trajectories/{other}?tenant=other"),
-        format!("/trajectories/{id}/export?tenant=demo"),
+        format!("/trajectory?id={id}"),
+        format!("/trajectory?id={id}&tenant=demo"),
+        format!("/trajectory?id={other}&tenant=other"),
+        format!("/trajectory/export?id={id}&tenant=demo"),
+        format!(
+            "/trajectory/text?id={id}&tenant=demo&step={}&message=1",
+            f.demo_steps[0]
+        ),
         format!(
             "/reveal?trajectory={id}&tenant=demo&token={}&reason=x",
             form_encode(&token)
@@ -382,7 +406,9 @@ async fn no_get_writes_to_the_audit_trail() {
     let server = f.console().await;
     let mut c = Client::new(format!("http://{}", server.addr));
     assert_eq!(c.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
-    let reply = c.post(&format!("/trajectories/{id}?tenant=demo"), "").await;
+    let reply = c
+        .post(&format!("/trajectory?id={id}&tenant=demo"), "")
+        .await;
     assert_eq!(reply.status, StatusCode::OK);
     assert!(reply.body.contains("lookup_customer"));
     server.stop().await.unwrap();
@@ -572,4 +598,76 @@ async fn a_revoked_auditor_is_signed_out_without_a_restart() {
     let mut fresh = Client::new(format!("http://{}", server.addr));
     assert_eq!(fresh.login(&added.key).await, StatusCode::SEE_OTHER);
     server.stop().await.unwrap();
+}
+
+/// Whether `c`'s session cookie and form token still work (on a page and on a form).
+async fn signed_in(c: &Client) -> bool {
+    let page = c.get("/search").await;
+    let search = c.post("/search", "").await;
+    match (page.status, search.status) {
+        (StatusCode::OK, StatusCode::OK) => true,
+        (StatusCode::SEE_OTHER, StatusCode::SEE_OTHER) => {
+            assert_eq!(page.header("location"), Some("/login"));
+            false
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One live session per auditor and per browser: logging in again ends the session whose
+/// cookie the browser presents and every other session of the same auditor, so an old or
+/// stolen cookie stops working; another auditor's sessions in other browsers stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_ends_the_earlier_sessions_of_its_browser_and_of_its_auditor() {
+    let f = fixture().await;
+    let server = f.console().await;
+    let base = format!("http://{}", server.addr);
+    let browser = |n: u8| Client::from_address(base.clone(), loopback(0, 4, n));
+
+    // The same browser logs in again: its old cookie is dead, the new one works.
+    let mut a = browser(1);
+    assert_eq!(a.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    let mut old = browser(1);
+    old.cookie = a.cookie.clone();
+    old.csrf = a.csrf.clone();
+    a.login_form = None;
+    assert_eq!(a.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    assert_ne!(a.cookie, old.cookie);
+    assert!(!signed_in(&old).await, "the old cookie still works");
+    assert!(signed_in(&a).await);
+
+    // The same auditor in another browser: the first browser's session ends.
+    let mut b = browser(2);
+    assert_eq!(b.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    assert!(!signed_in(&a).await, "two sessions of one auditor");
+    assert!(signed_in(&b).await);
+
+    // Another auditor, in a third browser, which then logs in as the first auditor: the
+    // session it presents ends (whoever it belonged to), and so does the auditor's in b.
+    let mut c = browser(3);
+    assert_eq!(c.login(DEMO_ANALYST).await, StatusCode::SEE_OTHER);
+    let analyst = (c.cookie.clone(), c.csrf.clone());
+    c.login_form = None;
+    assert_eq!(c.login(DEMO_AUDITOR).await, StatusCode::SEE_OTHER);
+    let mut gone = browser(3);
+    (gone.cookie, gone.csrf) = analyst;
+    assert!(!signed_in(&gone).await, "the presented session ended");
+    assert!(!signed_in(&b).await, "the auditor's other session ended");
+    assert!(signed_in(&c).await);
+    // The analyst in a fourth browser is not held back.
+    let mut d = browser(4);
+    assert_eq!(d.login(DEMO_ANALYST).await, StatusCode::SEE_OTHER);
+    assert!(signed_in(&d).await);
+    assert!(signed_in(&c).await);
+    server.stop().await.unwrap();
+
+    // Each login says how many sessions it ended.
+    let mut ended: Vec<u64> = f
+        .audit_details("kind = 'login' AND decision = 'allow'")
+        .await
+        .iter()
+        .map(|d| d["ends_sessions"].as_u64().unwrap())
+        .collect();
+    ended.sort();
+    assert_eq!(ended, [0, 0, 0, 1, 1, 2]);
 }

@@ -1,13 +1,20 @@
 //! Finding personal data and secrets in text.
 //!
+//! The pattern detectors (the shaped entity types, secrets and custom entities) read a
+//! normalised view of the text (`normal.rs`: digits of every script as ASCII digits, every
+//! space as `' '`, every dash as `'-'`, fullwidth forms as ASCII, invisible format characters
+//! removed), so that a value reads the same to them however it is spelled; their spans are
+//! mapped back to the text's own byte offsets. The name detectors read the text itself.
+//!
 //! Every detector's pattern is compiled once into one `RegexSet`, which tells in a single
-//! pass over the text which detectors can match at all; only those run to find their spans.
+//! pass over the view which detectors can match at all; only those run to find their spans.
 //! Matches are then validated (Luhn, mod-97, SSN rules, address parsers, entropy), checked
 //! not to sit inside a longer token (an id, a hash, a longer number), scored with context
 //! words, and overlapping spans resolved in favour of the higher score, then the longer span.
 
 mod cache;
 mod names;
+mod normal;
 mod patterns;
 mod validate;
 
@@ -19,6 +26,9 @@ use serde::Serialize;
 
 use crate::config::{CustomEntity, CustomMatch, DetectionConfig};
 use crate::error::{Error, Result};
+
+#[doc(hidden)]
+pub use normal::Normalized;
 
 /// A detected span: `start..end` are UTF-8 byte offsets into the scanned text.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,6 +60,8 @@ struct Detector {
     raise: Vec<String>,
     /// Lower-case words that lower it.
     lower: Vec<String>,
+    /// Lower-case words of which one must precede a match as a whole word (empty: none).
+    cue: &'static [&'static str],
 }
 
 /// The compiled detectors.
@@ -194,7 +206,7 @@ impl Scanner {
         let mut patterns = Vec::new();
         for spec in patterns::BUILTIN.iter().filter(|p| wanted(p.entity)) {
             let (raise, lower) = context(spec.entity, spec.context, &[]);
-            patterns.push(spec.pattern.to_owned());
+            patterns.push(spec.trigger.unwrap_or(spec.pattern).to_owned());
             detectors.push(Detector {
                 entity: spec.entity,
                 matcher: Matcher::Regex {
@@ -205,6 +217,7 @@ impl Scanner {
                 validate: spec.validate,
                 raise,
                 lower,
+                cue: spec.cue,
             });
         }
         let custom: Vec<&CustomEntity> = config.custom.iter().filter(|c| wanted(&c.name)).collect();
@@ -300,17 +313,27 @@ impl Scanner {
 
     /// The spans of personal data and secrets in `text`, ordered by start, never overlapping.
     pub fn scan(&self, text: &str) -> Vec<Span> {
+        // The pattern and dictionary detectors read the normalised view; their spans are
+        // mapped back to `text`. The name detectors read `text` itself: the tagger was trained
+        // on text as it is written, and its features (capitals, the lists' words with their
+        // accents) are read from it.
+        let view = normal::Normalized::new(text);
         let mut candidates = Vec::new();
         for (set, members) in &self.sets {
-            for index in set.matches(text).iter() {
+            for index in set.matches(view.as_str()).iter() {
                 if let Some(detector) = members.get(index).and_then(|i| self.detectors.get(*i)) {
-                    self.candidates(detector, text, &mut candidates);
+                    self.candidates(detector, &view, &mut candidates);
                 }
             }
         }
         for detector in &self.detectors {
             if matches!(detector.matcher, Matcher::Words(_)) {
-                self.candidates(detector, text, &mut candidates);
+                self.candidates(detector, &view, &mut candidates);
+            }
+        }
+        if !view.is_identity() {
+            for span in &mut candidates {
+                (span.start, span.end) = view.original(span.start, span.end);
             }
         }
         if let Some(lexicon) = self.lexicon {
@@ -364,7 +387,9 @@ impl Scanner {
         }
     }
 
-    fn candidates(&self, detector: &Detector, text: &str, out: &mut Vec<Span>) {
+    /// The spans `detector` finds in the view, in the view's byte offsets.
+    fn candidates(&self, detector: &Detector, view: &normal::Normalized<'_>, out: &mut Vec<Span>) {
+        let text = view.as_str();
         let bytes = text.as_bytes();
         let whole_value = !matches!(detector.matcher, Matcher::Regex { group, .. } if group != 0);
         for ((start, mut end), whole) in Scanner::matches(detector, text) {
@@ -379,11 +404,13 @@ impl Scanner {
                     end -= 1;
                 }
             }
-            // Part of a longer token (a UUID, a hash, a longer number): not this entity.
-            if whole.0 > 0 && joins(bytes[whole.0 - 1]) && whole_value {
+            // Part of a longer token (a UUID, a hash, a longer number): not this entity. A
+            // character the view removed between them (a zero-width space) keeps them apart.
+            if whole.0 > 0 && joins(bytes[whole.0 - 1]) && whole_value && !view.removed_at(whole.0)
+            {
                 continue;
             }
-            if end < bytes.len() && joins(bytes[end]) {
+            if end < bytes.len() && joins(bytes[end]) && !view.removed_at(end) {
                 continue;
             }
             if !text.is_char_boundary(start) || !text.is_char_boundary(end) {
@@ -412,8 +439,14 @@ impl Scanner {
             {
                 continue;
             }
+            if detector.entity == "PHONE_NUMBER" && !phone_alone(text, start, end) {
+                continue;
+            }
             let value_text = &text[start..end];
             if detector.validate.is_some_and(|valid| !valid(value_text)) {
+                continue;
+            }
+            if !detector.cue.is_empty() && !has_cue(text, start, detector.cue) {
                 continue;
             }
             let score = adjusted(
@@ -449,6 +482,7 @@ fn custom_detector(
         validate: None,
         raise,
         lower,
+        cue: &[],
     }
 }
 
@@ -475,6 +509,61 @@ fn has_context(text: &str, start: usize, words: &[String]) -> bool {
     }
     let window = text[from..start].to_lowercase();
     words.iter().any(|w| window.contains(w.as_str()))
+}
+
+/// Whether one of `words` appears as a whole word (not inside a longer word, so `tin` is not
+/// found in `meeting`) within the window before `start`, case-insensitive.
+fn has_cue(text: &str, start: usize, words: &[&str]) -> bool {
+    let mut from = start.saturating_sub(CONTEXT_WINDOW);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let window = text[from..start].to_lowercase();
+    let word_char = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    words.iter().any(|word| {
+        window.match_indices(word).any(|(at, found)| {
+            !word_char(window[..at].chars().next_back())
+                && !word_char(window[at + found.len()..].chars().next())
+        })
+    })
+}
+
+/// Currency signs, and currency codes and words (lower case): a number next to one is an
+/// amount.
+const CURRENCY_SIGNS: &[char] = &['€', '$', '£', '¥', '₹', '₽', '₩', '₺', '¢', '円', '元'];
+const CURRENCY_WORDS: &[&str] = &[
+    "eur", "euro", "euros", "usd", "dollar", "dollars", "gbp", "chf", "pln", "zł", "zl", "jpy",
+    "yen", "inr", "rupees", "brl", "reais", "aud", "cad", "kr",
+];
+
+/// Whether a phone-shaped match at `start..end` of the view stands alone: not continued by a
+/// time or a decimal (`10:30`, `345,67`), not part of a longer number grouped by spaces
+/// (`1 912 345 678`), and not an amount (a currency sign, code or word before or after it).
+fn phone_alone(text: &str, start: usize, end: usize) -> bool {
+    let bytes = text.as_bytes();
+    let digit_at = |at: usize| bytes.get(at).is_some_and(u8::is_ascii_digit);
+    if matches!(bytes.get(end), Some(b':' | b',' | b' ')) && digit_at(end + 1) {
+        return false;
+    }
+    if start >= 2 && bytes[start - 1] == b' ' && digit_at(start - 2) {
+        return false;
+    }
+    let after = text[end..].trim_start_matches(' ');
+    let before = text[..start].trim_end_matches(' ');
+    let sign = |c: Option<char>| c.is_some_and(|c| CURRENCY_SIGNS.contains(&c));
+    if sign(after.chars().next()) || sign(before.chars().next_back()) {
+        return false;
+    }
+    let word_after: String = after.chars().take_while(|c| c.is_alphabetic()).collect();
+    let mut word_before: Vec<char> = before
+        .chars()
+        .rev()
+        .take_while(|c| c.is_alphabetic())
+        .collect();
+    word_before.reverse();
+    let word_before: String = word_before.into_iter().collect();
+    let currency = |word: String| CURRENCY_WORDS.contains(&word.to_lowercase().as_str());
+    !currency(word_after) && !currency(word_before)
 }
 
 /// `name` as it is when it overlaps no span of `shaped` (ordered by start, not overlapping);
@@ -535,5 +624,7 @@ fn resolve_overlaps(mut candidates: Vec<Span>) -> Vec<Span> {
     kept.into_values().collect()
 }
 
+#[cfg(test)]
+mod spelling_tests;
 #[cfg(test)]
 mod tests;

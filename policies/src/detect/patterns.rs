@@ -5,6 +5,9 @@ use super::validate;
 /// One built-in detector.
 pub(crate) struct PatternSpec {
     pub entity: &'static str,
+    /// Matched against the scanner's normalised view of the text (`normal.rs`): digits are
+    /// ASCII, spaces `' '`, dashes `'-'`, so the patterns name ASCII only (`[0-9]`, not the
+    /// Unicode-wide `\d`).
     pub pattern: &'static str,
     /// Score of a match without context words.
     pub score: f32,
@@ -12,8 +15,16 @@ pub(crate) struct PatternSpec {
     pub validate: Option<fn(&str) -> bool>,
     /// Words shortly before the match that raise the score.
     pub context: &'static [&'static str],
+    /// Words of which one must precede the match, as a whole word within the context window,
+    /// for it to be reported at all (empty: none needed).
+    pub cue: &'static [&'static str],
     /// The capture group that is the value (0: the whole match).
     pub group: usize,
+    /// What the scanner's `RegexSet` looks for instead of `pattern`, when given: a cheaper
+    /// pattern that matches wherever `pattern` does. (The set's lazy DFA holds every pattern
+    /// at once; a pattern with large Unicode classes makes each of its states slow to build
+    /// and multiplies them.)
+    pub trigger: Option<&'static str>,
 }
 
 /// A secret with a known shape: the pattern alone identifies it.
@@ -24,91 +35,193 @@ const fn secret(pattern: &'static str) -> PatternSpec {
         score: 1.0,
         validate: None,
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: None,
+    }
+}
+
+/// A phone number format, validated by `validate`.
+const fn phone(pattern: &'static str, score: f32, validate: fn(&str) -> bool) -> PatternSpec {
+    PatternSpec {
+        entity: "PHONE_NUMBER",
+        pattern,
+        score,
+        validate: Some(validate),
+        context: PHONE_CONTEXT,
+        cue: &[],
+        group: 0,
+        trigger: None,
     }
 }
 
 const PHONE_CONTEXT: &[&str] = &[
-    "phone", "call", "tel", "mobile", "cell", "fax", "whatsapp", "sms",
+    "phone", "call", "tel", "mobile", "cell", "fax", "whatsapp", "sms", "handy", "móvil", "movil",
+    "portable", "celular", "komórk", "電話", "携帯",
 ];
+
+/// Words that raise an SSN's score.
+const SSN_CONTEXT: &[&str] = &["ssn", "social security", "itin", "taxpayer", "tax id"];
+
+/// Words after which an SSN-shaped number is an SSN even when the issuance rules say no
+/// number was issued so (a typo, a test record, a number read back wrong: still someone's).
+const SSN_CUES: &[&str] = &[
+    "ssn",
+    "ssns",
+    "social security",
+    "tax id",
+    "taxid",
+    "taxpayer",
+    "itin",
+    "tin",
+];
+
+const SSN_SHAPE: &str = r"[0-9]{3}-[0-9]{2}-[0-9]{4}|[0-9]{3} [0-9]{2} [0-9]{4}";
+
+/// An e-mail address: a local part, `@`, labels each followed by `.`, and a top-level domain.
+/// Letters of every script count. A local part or a label is a run of either the letters,
+/// marks and digits of the scripts written with spaces between words (all but Han, Hiragana,
+/// Katakana and Hangul) or of those written without, so that an address inside Japanese or
+/// Chinese prose does not take in the words before it; and the top-level domain tries ASCII
+/// letters first, so `example.jpまで` ends at `jp`. (Each class is a large automaton: the
+/// pattern names each as few times as it can, and never under a counted repetition.)
+const EMAIL: &str = concat!(
+    r"(?:[[\p{L}\p{M}0-9._%+-]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+",
+    r"|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}0-9._%+-]+)",
+    "@",
+    r"(?:(?:[[\p{L}\p{M}0-9]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+",
+    r"(?:-+[[\p{L}\p{M}0-9]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+)*",
+    r"|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+)\.)+",
+    r"(?:[A-Za-z]{2,24}|xn--[A-Za-z0-9-]{1,59}",
+    r"|[\p{L}\p{M}--\p{ASCII}--\p{Han}--\p{Hiragana}--\p{Katakana}--\p{Hangul}]{2,}",
+    r"|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]{2,})",
+);
 
 pub(crate) const BUILTIN: &[PatternSpec] = &[
     PatternSpec {
         entity: "EMAIL_ADDRESS",
-        pattern: r"(?i)[a-z0-9._%+-]+@[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.[a-z]{2,24}",
+        pattern: EMAIL,
         score: 1.0,
         validate: None,
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: Some(r"[^\s@]@[^\s@]"),
     },
-    // International: +CC then 6 to 14 more digits in groups.
-    PatternSpec {
-        entity: "PHONE_NUMBER",
-        pattern: r"\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){2,4}",
-        score: 0.75,
-        validate: Some(validate::phone),
-        context: PHONE_CONTEXT,
-        group: 0,
-    },
-    // North American national format: (415) 555-0132, 415-555-0132, 415.555.0132.
-    PatternSpec {
-        entity: "PHONE_NUMBER",
-        pattern: r"(?:\(\d{3}\)\s?|\d{3}[.-])\d{3}[.-]\d{4}",
-        score: 0.6,
-        validate: Some(validate::phone),
-        context: PHONE_CONTEXT,
-        group: 0,
-    },
-    // European national formats with a trunk 0 and at least two groups: 020 7946 0958,
-    // 06 12 34 56 78 (a single group such as 030 1234567 is too ambiguous without context).
-    PatternSpec {
-        entity: "PHONE_NUMBER",
-        pattern: r"0\d{1,4}(?:[ ]\d{2,4}){2,4}",
-        score: 0.45,
-        validate: Some(validate::phone),
-        context: PHONE_CONTEXT,
-        group: 0,
-    },
+    // International: `+`, a country code, an optional `(0)` and area code in parentheses,
+    // then runs of digits, each run taken whole (the validator counts the digits).
+    phone(
+        r"\+[1-9][0-9]{0,2}(?:[ ./-]?\(0\))?(?:[ ./-]?\([0-9]{1,4}\))?[ ./-]?[0-9]+(?:[ ./-][0-9]{2,})*",
+        0.75,
+        validate::phone,
+    ),
+    // International with the `00` prefix: 0049 30 1234567 (ids share the shape).
+    phone(
+        r"00[1-9][0-9]{0,2}[ -](?:\(0\) ?)?[0-9]+(?:[ -][0-9]{2,})+",
+        0.45,
+        validate::phone,
+    ),
+    // North American and other 3-3-4 numbers (Italian mobiles): (415) 555-0132, 415 555 0132,
+    // 1-415-555-0132.
+    phone(
+        r"(?:1[ .-]?)?(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])[0-9]{3}[ .-][0-9]{4}",
+        0.6,
+        validate::phone_national,
+    ),
+    // National numbers with a trunk 0 (UK, DE, FR, IT, NL, IN, JP, AU, …): an area code of
+    // two to five digits, optionally in parentheses, then groups: 020 7946 0958,
+    // 030/1234567, 06 12 34 56 78, 03-1234-5678, (02) 9876 5432.
+    phone(
+        r"(?:\(0[1-9][0-9]{0,3}\) ?|0[1-9][0-9]{1,3}/|0[1-9][0-9]{0,3}[ -])[0-9]{2,}(?:[ -][0-9]{2,})*",
+        0.6,
+        validate::phone_national,
+    ),
+    // French numbers in dotted pairs: 01.23.45.67.89.
+    phone(r"0[1-9](?:\.[0-9]{2}){4}", 0.6, validate::phone_national),
+    // Brazilian: (11) 91234-5678, (11) 3456-7890, 11 91234-5678.
+    phone(
+        r"\([1-9][0-9]\) ?9?[0-9]{4}-[0-9]{4}|[1-9][0-9] 9[0-9]{4}-[0-9]{4}",
+        0.6,
+        validate::phone_national,
+    ),
+    // Indian mobiles: 98765 43210.
+    phone(r"[6-9][0-9]{4}[ -][0-9]{5}", 0.6, validate::phone_national),
+    // Australian 13/1300/1800 numbers: 1300 123 456.
+    phone(
+        r"1[38]00[ -][0-9]{3}[ -]?[0-9]{3}",
+        0.6,
+        validate::phone_national,
+    ),
+    // Nine digits without a trunk 0 (ES, PL): 912 345 678, 612 34 56 78, 12 345 67 89.
+    phone(
+        r"[5-9][0-9]{2}[ -][0-9]{3}[ -][0-9]{3}|[5-9][0-9]{2}(?:[ -][0-9]{2}){3}|[1-9][0-9][ -][0-9]{3}[ -][0-9]{2}[ -][0-9]{2}",
+        0.5,
+        validate::phone_national,
+    ),
+    // Digits only (4155550172, 0612345678): reported after a context word only.
+    phone(r"[0-9]{9,}", 0.4, validate::phone_digits),
     // American Express in its printed 4-6-5 grouping.
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"3[47]\d{2}[ -]\d{6}[ -]\d{5}",
+        pattern: r"3[47][0-9]{2}[ -][0-9]{6}[ -][0-9]{5}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: None,
     },
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"[2-6]\d{3}(?:[ -]?\d{4}){2}[ -]?\d{1,7}",
+        pattern: r"[2-6][0-9]{3}(?:[ -]?[0-9]{4}){2}[ -]?[0-9]{1,7}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: None,
     },
+    // Issued SSNs and ITINs.
     PatternSpec {
         entity: "US_SSN",
-        pattern: r"\d{3}-\d{2}-\d{4}|\d{3} \d{2} \d{4}",
+        pattern: SSN_SHAPE,
         score: 0.85,
         validate: Some(validate::us_ssn),
-        context: &["ssn", "social security"],
+        context: SSN_CONTEXT,
+        cue: &[],
         group: 0,
+        trigger: None,
+    },
+    // Any SSN-shaped number after a cue word.
+    PatternSpec {
+        entity: "US_SSN",
+        pattern: SSN_SHAPE,
+        score: 0.6,
+        validate: None,
+        context: &[],
+        cue: SSN_CUES,
+        group: 0,
+        trigger: None,
     },
     PatternSpec {
         entity: "IBAN_CODE",
-        pattern: r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?",
+        pattern: r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?|[a-z]{2}[0-9]{2}(?: ?[a-z0-9]{4}){2,7}(?: ?[a-z0-9]{1,4})?",
         score: 1.0,
         validate: Some(validate::iban),
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: None,
     },
     PatternSpec {
         entity: "IP_ADDRESS",
-        pattern: r"\d{1,3}(?:\.\d{1,3}){3}",
+        pattern: r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}",
         score: 0.8,
         validate: Some(validate::ipv4),
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: None,
     },
     PatternSpec {
         entity: "IP_ADDRESS",
@@ -116,7 +229,9 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         score: 0.8,
         validate: Some(validate::ipv6),
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: None,
     },
     PatternSpec {
         entity: "URL",
@@ -124,7 +239,9 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         score: 1.0,
         validate: None,
         context: &[],
+        cue: &[],
         group: 0,
+        trigger: None,
     },
     // Secrets with a known shape.
     secret(r"sk-ant-[a-z0-9]{2,10}-[A-Za-z0-9_-]{32,}"),
@@ -144,6 +261,8 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         score: 0.9,
         validate: Some(validate::generic_secret),
         context: &[],
+        cue: &[],
         group: 1,
+        trigger: None,
     },
 ];

@@ -177,8 +177,12 @@ fn spans_are_byte_offsets_and_never_overlap() {
     let text = "é mail: ü@example.org and jane@example.org";
     let scanner = Scanner::new(None).unwrap();
     let spans = scanner.scan(text);
-    assert_eq!(spans.len(), 1, "{spans:?}");
-    assert_eq!(&text[spans[0].start..spans[0].end], "jane@example.org");
+    assert_eq!(
+        spans.iter().map(|s| (s.start, s.end)).collect::<Vec<_>>(),
+        [(9, 23), (28, 44)]
+    );
+    assert_eq!(&text[spans[0].start..spans[0].end], "ü@example.org");
+    assert_eq!(&text[spans[1].start..spans[1].end], "jane@example.org");
     let overlapping = "postgres://app:s3cr3tPassw0rd99xyz@db.example.com";
     let spans = scanner.scan(overlapping);
     assert_eq!(spans.len(), 1, "{spans:?}");

@@ -28,9 +28,12 @@ pub(crate) fn luhn(text: &str) -> bool {
     sum.is_multiple_of(10) && digits.iter().any(|d| *d != digits[0])
 }
 
-/// US SSN rules: area not 000, 666 or 900–999; group not 00; serial not 0000; not all one
-/// digit; and not one of the numbers published in advertising or used as examples
-/// (078-05-1120, 219-09-9999, 123-45-6789).
+/// An issued US SSN or an ITIN.
+///
+/// SSN issuance rules: area not 000, 666 or 900–999; group not 00; serial not 0000; not all
+/// one digit; and not one of the numbers published in advertising or used as examples
+/// (078-05-1120, 219-09-9999, 123-45-6789). An ITIN (Individual Taxpayer Identification
+/// Number, same shape) has area 900–999 and group 50–65, 70–88, 90–92 or 94–99.
 pub(crate) fn us_ssn(text: &str) -> bool {
     let digits = digits(text);
     if digits.len() != 9 {
@@ -39,9 +42,10 @@ pub(crate) fn us_ssn(text: &str) -> bool {
     let number = |range: std::ops::Range<usize>| digits[range].iter().fold(0, |n, d| n * 10 + d);
     let (area, group, serial) = (number(0..3), number(3..5), number(5..9));
     let all_same = digits.iter().all(|d| *d == digits[0]);
-    area != 0
+    let itin = area >= 900 && matches!(group, 50..=65 | 70..=88 | 90..=92 | 94..=99);
+    (area < 900 || itin)
+        && area != 0
         && area != 666
-        && area < 900
         && group != 0
         && serial != 0
         && !all_same
@@ -51,9 +55,13 @@ pub(crate) fn us_ssn(text: &str) -> bool {
         )
 }
 
-/// IBAN: known country, the country's length, and the ISO 7064 mod-97 check.
+/// IBAN: known country, the country's length, and the ISO 7064 mod-97 check, in either case.
 pub(crate) fn iban(text: &str) -> bool {
-    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let compact: String = text
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
     let Some(country) = compact.get(0..2) else {
         return false;
     };
@@ -174,10 +182,33 @@ pub(crate) fn ipv6(text: &str) -> bool {
         && text.chars().any(|c| c.is_ascii_hexdigit())
 }
 
-/// A phone number has 7 to 15 digits (E.164), not all the same.
+/// An international phone number has 7 to 15 digits (E.164), not all the same, and does not
+/// end in six zeros (a round figure).
 pub(crate) fn phone(text: &str) -> bool {
     let digits = digits(text);
-    (7..=15).contains(&digits.len()) && digits.iter().any(|d| *d != digits[0])
+    (7..=15).contains(&digits.len()) && plausible_number(&digits)
+}
+
+/// A national phone number has 9 to 12 digits, not all the same, does not end in six zeros,
+/// and is not grouped as an SSN (3-2-4).
+pub(crate) fn phone_national(text: &str) -> bool {
+    let digits = digits(text);
+    let groups: Vec<usize> = text
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|g| !g.is_empty())
+        .map(str::len)
+        .collect();
+    (9..=12).contains(&digits.len()) && plausible_number(&digits) && groups != [3, 2, 4]
+}
+
+/// A phone number written as digits only: a national number ([`phone_national`]) that starts
+/// with 2–9, or with a trunk 0 and then 1–9.
+pub(crate) fn phone_digits(text: &str) -> bool {
+    !text.starts_with('1') && !text.starts_with("00") && phone_national(text)
+}
+
+fn plausible_number(digits: &[u32]) -> bool {
+    digits.iter().any(|d| *d != digits[0]) && !digits.ends_with(&[0; 6])
 }
 
 /// Shannon entropy in bits per character.
@@ -236,10 +267,23 @@ mod tests {
     #[test]
     fn ssn_rules() {
         assert!(us_ssn("536-22-1234"));
+        // ITINs.
+        for itin in [
+            "900-70-0001",
+            "912-50-1234",
+            "999-99-1234",
+            "950-65-1234",
+            "901-90-1234",
+        ] {
+            assert!(us_ssn(itin), "{itin}");
+        }
         for bad in [
             "000-12-3456",
             "666-12-3456",
             "912-12-3456",
+            "912-69-1234",
+            "912-89-1234",
+            "912-93-1234",
             "536-00-1234",
             "536-22-0000",
             "078-05-1120",
@@ -256,6 +300,8 @@ mod tests {
             "GB82WEST12345698765432",
             "FR1420041010050500013M02606",
             "NL91ABNA0417164300",
+            "de89 3704 0044 0532 0130 00",
+            "gb82west12345698765432",
         ] {
             assert!(iban(good), "{good}");
         }
@@ -278,6 +324,23 @@ mod tests {
         assert!(!ipv6("12:30"));
         assert!(!ipv6("::"));
         assert!(ipv6("::1"));
+    }
+
+    #[test]
+    fn phones() {
+        assert!(phone("+44 20 7946 0958"));
+        assert!(!phone("+1 800 000 000"));
+        assert!(!phone("+1 23"));
+        assert!(phone_national("020 7946 0958"));
+        assert!(phone_national("06 12 34 56 78"));
+        assert!(!phone_national("750 000 000"));
+        assert!(!phone_national("078-05-1120"));
+        assert!(!phone_national("777 777 777"));
+        assert!(!phone_national("01-02-2024"));
+        assert!(phone_digits("4155550172"));
+        assert!(phone_digits("02079460958"));
+        assert!(!phone_digits("1650000000"));
+        assert!(!phone_digits("0049301234567"));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use super::parse::Node;
 use super::path::Path;
-use super::{JsonMasker, Pass, deeper, escape};
+use super::{JsonMasker, Pass, deeper, escape, parts};
 use crate::error::Result;
 
 impl JsonMasker<'_> {
@@ -17,7 +17,7 @@ impl JsonMasker<'_> {
         pass: &mut Pass,
     ) -> Result<bool> {
         match node {
-            Node::String(text) => match self.mask_string(text, path, depth, pass)? {
+            Node::String(text) => match self.mask_string(text, path, depth, pass, false)? {
                 Some(masked) => {
                     *text = Cow::Owned(masked);
                     Ok(true)
@@ -34,28 +34,63 @@ impl JsonMasker<'_> {
             Node::Array(items) => {
                 let depth = deeper(depth)?;
                 let mut changed = false;
-                for (index, item) in items.iter_mut().enumerate() {
-                    changed |= self.walk_node(item, &Path::Index(path, index), depth, pass)?;
-                }
-                Ok(changed)
-            }
-            Node::Object(members) => {
-                let depth = deeper(depth)?;
-                let keys = members.iter().map(|(key, _)| key.as_ref());
-                let renamed = self.mask_keys(keys, path, depth, pass)?;
-                let mut changed = !renamed.is_empty();
-                for (index, name) in renamed {
-                    if let Some((key, _)) = members.get_mut(index) {
-                        *key = Cow::Owned(name);
+                let mut index = 0;
+                while let Some(rest) = items.get_mut(index..).filter(|r| !r.is_empty()) {
+                    let run = parts::run_length(rest, parts::node_text);
+                    if run >= 2 {
+                        let run_items = rest.get_mut(..run).unwrap_or_default();
+                        changed |= self.walk_node_run(run_items, path, index, depth, pass)?;
+                        index += run;
+                    } else {
+                        if let Some(item) = rest.first_mut() {
+                            let at = Path::Index(path, index);
+                            changed |= self.walk_node(item, &at, depth, pass)?;
+                        }
+                        index += 1;
                     }
                 }
-                for (key, value) in members.iter_mut() {
-                    changed |= self.walk_node(value, &Path::Key(path, key), depth, pass)?;
-                }
                 Ok(changed)
             }
+            Node::Object(members) => self.walk_node_object(members, path, depth, pass, false),
             Node::Null | Node::Bool(_) => Ok(false),
         }
+    }
+
+    /// Walks an object one level below `depth`, as `walk_object` does; whether anything in it
+    /// changed.
+    pub(super) fn walk_node_object(
+        &self,
+        members: &mut [(Cow<'_, str>, Node<'_>)],
+        path: &Path<'_>,
+        depth: usize,
+        pass: &mut Pass,
+        part: bool,
+    ) -> Result<bool> {
+        let depth = deeper(depth)?;
+        let keys = members.iter().map(|(key, _)| key.as_ref());
+        let renamed = self.mask_keys(keys, path, depth, pass)?;
+        let mut changed = !renamed.is_empty();
+        for (index, name) in renamed {
+            if let Some((key, _)) = members.get_mut(index) {
+                *key = Cow::Owned(name);
+            }
+        }
+        for (key, value) in members.iter_mut() {
+            let member = Path::Key(path, key);
+            changed |= match value {
+                Node::String(text) if part && key == "text" => {
+                    match self.mask_string(text, &member, depth, pass, true)? {
+                        Some(masked) => {
+                            *text = Cow::Owned(masked);
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                _ => self.walk_node(value, &member, depth, pass)?,
+            };
+        }
+        Ok(changed)
     }
 }
 

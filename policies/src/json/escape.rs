@@ -99,6 +99,46 @@ pub(crate) fn decode(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// `text` with its JSON escapes decoded once, as [`decode`] decodes them, and where each byte
+/// of the result comes from: `from[i]` is the offset in `text` of the character or escape
+/// that byte `i` belongs to (of the byte itself in an unescaped character), and the last entry
+/// is `text.len()`. `None` when there was nothing to decode.
+pub(crate) fn decode_mapped(text: &str) -> Option<(String, Vec<usize>)> {
+    let first = text.find('\\')?;
+    let mut out = String::with_capacity(text.len());
+    let mut from = Vec::with_capacity(text.len() + 1);
+    let mut changed = false;
+    let copy = |out: &mut String, from: &mut Vec<usize>, start: usize, end: usize| {
+        out.push_str(text.get(start..end).unwrap_or_default());
+        from.extend(start..end);
+    };
+    let mut at = 0;
+    let mut next = Some(first);
+    while let Some(slash) = next {
+        copy(&mut out, &mut from, at, slash);
+        let after = text.get(slash + 1..).unwrap_or_default();
+        match escape(after, LoneSurrogate::Replace) {
+            Some((c, used)) => {
+                out.push(c);
+                from.extend(std::iter::repeat_n(slash, c.len_utf8()));
+                changed = true;
+                at = slash + 1 + used;
+            }
+            None => {
+                copy(&mut out, &mut from, slash, slash + 1);
+                at = slash + 1;
+            }
+        }
+        next = text
+            .get(at..)
+            .and_then(|rest| rest.find('\\'))
+            .map(|i| at + i);
+    }
+    copy(&mut out, &mut from, at, text.len());
+    from.push(text.len());
+    changed.then_some((out, from))
+}
+
 /// Appends `text` as a JSON string, quotes included, escaped as serde_json escapes it.
 pub(crate) fn write_string(text: &str, out: &mut String) {
     out.push('"');
@@ -151,6 +191,25 @@ mod tests {
             escape("uD83D\\uDE00", LoneSurrogate::Refuse),
             Some(('\u{1F600}', 11))
         );
+    }
+
+    #[test]
+    fn decoding_with_a_map_decodes_as_decode_does_and_says_where_each_byte_was() {
+        for text in [
+            r#"a\"b\\c\/d\be\ff\ng\rh\ti\u0040j"#,
+            r"\ud83d\ude00 \ud83d x \ude00 é",
+            r"\u005cu0040 \x \",
+        ] {
+            let (decoded, from) = decode_mapped(text).unwrap();
+            assert_eq!(decoded, decode(text), "{text}");
+            assert_eq!(from.len(), decoded.len() + 1);
+            assert_eq!(from.last(), Some(&text.len()));
+        }
+        let (decoded, from) = decode_mapped(r"ja\u006ee@x é").unwrap();
+        assert_eq!(decoded, "jane@x é");
+        assert_eq!(from, [0, 1, 2, 8, 9, 10, 11, 12, 13, 14]);
+        assert_eq!(decode_mapped(r"C:\x no escape"), None);
+        assert_eq!(decode_mapped("plain"), None);
     }
 
     #[test]

@@ -1,28 +1,43 @@
 //! Masking a whole JSON document: every string value and every object key, numbers (card
 //! numbers are bare digits), and JSON carried inside strings (tool-call arguments, tool
 //! results), which is parsed, masked and written back, at any depth. What exactly is read is
-//! in docs/policies.md, "What the JSON masker reads".
+//! in docs/policies.md, "What the JSON masker reads". Adjacent text parts of a message are
+//! also read joined, as the provider reads them (`parts`), and values known from elsewhere
+//! (the request's, when its reply is masked) are masked by their exact text (`known`).
 //!
 //! The walk allocates nothing for what it finds nothing in: paths are built on the stack and
 //! written out only for a span, JSON inside strings is parsed into a tree that borrows from
-//! the string, and a string without a backslash is scanned once.
+//! the string, and a string without a backslash is scanned once. Only a run of text parts
+//! allocates its joined text, which it scans once more. Without known values, what the scanner
+//! finds is masked as it found it; known values cost one more pass over each text.
+//!
+//! Invariants: every placeholder this masking writes stays in the text (none is masked
+//! again: `find::outside_placeholders`), and every vault entry is a placeholder of the
+//! output.
 
 mod embedded;
 mod escape;
+mod find;
+mod known;
 mod number;
 mod parse;
+mod parts;
 mod path;
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Write;
+use std::ops::Range;
 
 use serde_json::{Map, Value};
 
-use crate::detect::{Scanner, Span};
+pub use known::{FoundValues, KnownValues, MIN_KNOWN_CHARS};
+
+use crate::detect::Scanner;
 use crate::error::{Error, Result};
-use crate::mask::{Action, MaskPolicy, MaskedSpan, VaultItem, mask};
+use crate::mask::{Action, MaskPolicy, MaskedSpan, VaultItem, mask_ranges};
 use crate::vault::KeyRing;
+use find::outside_placeholders;
 use parse::Fail;
 use path::Path;
 
@@ -35,6 +50,9 @@ pub struct JsonMasked {
     pub spans: Vec<(String, MaskedSpan)>,
     /// Originals to store in the vault.
     pub vault: Vec<VaultItem>,
+    /// The originals of the values masked (every span whose action is not `allow`), to mask
+    /// them by their exact text elsewhere ([`KnownValues`]). Kept in memory only.
+    pub values: FoundValues,
 }
 
 /// Masks `document` in place.
@@ -48,6 +66,9 @@ pub struct JsonMasker<'a> {
     pub tenant: &'a str,
     /// The keys.
     pub keys: &'a KeyRing,
+    /// Values masked wherever they occur, whatever the scanner finds there, each as its
+    /// entity with the policy's action for it (`allow` leaves them).
+    pub known: Option<&'a KnownValues>,
 }
 
 /// How deep the walk goes: arrays, objects and steps into JSON inside a string, counted
@@ -71,6 +92,45 @@ struct Pass {
     found: JsonMasked,
     /// Short texts in which nothing was found.
     clean: HashSet<Box<str>>,
+    /// The spans (in `found.spans`) whose tokens a run of text parts wrote into the part being
+    /// walked, one range per run around it: scans there must not mask them again.
+    protected: Vec<Range<usize>>,
+}
+
+impl Pass {
+    /// The spans recorded in the protected ranges and in `since`.
+    fn protected_spans(&self, since: Option<Range<usize>>) -> Vec<&MaskedSpan> {
+        let spans = &self.found.spans;
+        self.protected
+            .iter()
+            .chain(since.as_ref())
+            .flat_map(|range| spans.get(range.clone()).unwrap_or_default())
+            .map(|(_, span)| span)
+            .collect()
+    }
+
+    /// Whether an `allow` span equal to `span` was recorded at `path`, or at the string that
+    /// holds the JSON `path` is in, in the protected ranges or in `since`.
+    fn allowed_already(&self, path: &str, span: &MaskedSpan, since: Option<Range<usize>>) -> bool {
+        let spans = &self.found.spans;
+        let same_place = |recorded: &str| {
+            path.strip_prefix(recorded)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
+        };
+        self.protected
+            .iter()
+            .chain(since.as_ref())
+            .flat_map(|range| spans.get(range.clone()).unwrap_or_default())
+            .any(|(recorded, s)| s == span && same_place(recorded))
+    }
+}
+
+/// The error for a text hidden under more than [`MAX_DECODE_ROUNDS`] levels of escapes.
+fn hidden_too_deep() -> Error {
+    Error::Mask(format!(
+        "a string hides its text under more than {MAX_DECODE_ROUNDS} levels of JSON escapes, \
+         so it cannot be checked; decode it before sending"
+    ))
 }
 
 /// The depth one level below `depth`, or the error that refuses the document.
@@ -103,7 +163,7 @@ impl JsonMasker<'_> {
     ) -> Result<()> {
         match value {
             Value::String(text) => {
-                if let Some(masked) = self.mask_string(text, path, depth, pass)? {
+                if let Some(masked) = self.mask_string(text, path, depth, pass, false)? {
                     *text = masked;
                 }
             }
@@ -122,34 +182,67 @@ impl JsonMasker<'_> {
             }
             Value::Array(items) => {
                 let depth = deeper(depth)?;
-                for (index, item) in items.iter_mut().enumerate() {
-                    self.walk(item, &Path::Index(path, index), depth, pass)?;
+                let mut index = 0;
+                while let Some(rest) = items.get_mut(index..).filter(|r| !r.is_empty()) {
+                    let run = parts::run_length(rest, parts::value_text);
+                    if run >= 2 {
+                        let run_items = rest.get_mut(..run).unwrap_or_default();
+                        self.walk_value_run(run_items, path, index, depth, pass)?;
+                        index += run;
+                    } else {
+                        if let Some(item) = rest.first_mut() {
+                            self.walk(item, &Path::Index(path, index), depth, pass)?;
+                        }
+                        index += 1;
+                    }
                 }
             }
-            Value::Object(map) => {
-                let depth = deeper(depth)?;
-                let renamed = self.mask_keys(map.keys().map(String::as_str), path, depth, pass)?;
-                if !renamed.is_empty() {
-                    rename(map, renamed);
-                }
-                for (key, item) in map.iter_mut() {
-                    self.walk(item, &Path::Key(path, key), depth, pass)?;
-                }
-            }
+            Value::Object(map) => self.walk_object(map, path, depth, pass, false)?,
             Value::Null | Value::Bool(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Walks an object one level below `depth`: its keys, then its members. The `text` of a
+    /// text part in a run (`part`) is not scanned again as it stands.
+    fn walk_object(
+        &self,
+        map: &mut Map<String, Value>,
+        path: &Path<'_>,
+        depth: usize,
+        pass: &mut Pass,
+        part: bool,
+    ) -> Result<()> {
+        let depth = deeper(depth)?;
+        let renamed = self.mask_keys(map.keys().map(String::as_str), path, depth, pass)?;
+        if !renamed.is_empty() {
+            rename(map, renamed);
+        }
+        for (key, item) in map.iter_mut() {
+            let member = Path::Key(path, key);
+            match item {
+                Value::String(text) if part && key == "text" => {
+                    if let Some(masked) = self.mask_string(text, &member, depth, pass, true)? {
+                        *text = masked;
+                    }
+                }
+                _ => self.walk(item, &member, depth, pass)?,
+            }
         }
         Ok(())
     }
 
     /// The masked form of one string (a value or a key), or `None` when nothing in it
     /// changed. A string holding JSON is masked as JSON and written back only when something
-    /// in it changed or a key in it was given twice; otherwise its bytes are kept.
+    /// in it changed or a key in it was given twice; otherwise its bytes are kept. `scanned`:
+    /// the text as it stands was scanned already (as a part of a run).
     fn mask_string(
         &self,
         text: &str,
         path: &Path<'_>,
         depth: usize,
         pass: &mut Pass,
+        scanned: bool,
     ) -> Result<Option<String>> {
         let trimmed = text.trim_start();
         if trimmed.starts_with('{') || trimmed.starts_with('[') {
@@ -175,15 +268,26 @@ impl JsonMasker<'_> {
                 Err(Fail::Syntax) => {}
             }
         }
-        self.mask_text(text, path, pass)
+        self.mask_text(text, path, pass, scanned)
     }
 
     /// Masks `text` as plain text. A text with a backslash is also checked with its JSON
     /// escapes decoded, again until none is left, after masking what each level shows: when a
     /// decoded level had something to mask, the decoded, masked text replaces the string.
-    fn mask_text(&self, text: &str, path: &Path<'_>, pass: &mut Pass) -> Result<Option<String>> {
+    /// `scanned`: the text as it stands was scanned and masked already.
+    fn mask_text(
+        &self,
+        text: &str,
+        path: &Path<'_>,
+        pass: &mut Pass,
+        scanned: bool,
+    ) -> Result<Option<String>> {
         let first = pass.found.spans.len();
-        let raw = self.scan_and_mask(text, path, None, pass)?;
+        let raw = if scanned {
+            None
+        } else {
+            self.scan_and_mask(text, path, None, pass)?
+        };
         if !text.contains('\\') {
             return Ok(raw.filter(|masked| masked != text));
         }
@@ -193,10 +297,7 @@ impl JsonMasker<'_> {
         while let Cow::Owned(decoded) = escape::decode(&current) {
             rounds += 1;
             if rounds > MAX_DECODE_ROUNDS {
-                return Err(Error::Mask(format!(
-                    "a string hides its text under more than {MAX_DECODE_ROUNDS} levels of JSON \
-                     escapes, so it cannot be checked; decode it before sending"
-                )));
+                return Err(hidden_too_deep());
             }
             current = match self.scan_and_mask(&decoded, path, Some(first), pass)? {
                 Some(masked) => {
@@ -212,10 +313,11 @@ impl JsonMasker<'_> {
         Ok(raw.filter(|masked| masked != text))
     }
 
-    /// Scans `text` and masks what was found, recording the spans at `path`; `None` when
-    /// nothing was found. Spans that `allow` leaves in place are found again in a decoded
-    /// level: with `seen_from`, such a span already recorded since that index is not recorded
-    /// twice.
+    /// Scans `text` and masks what was found, recording the spans at `path` and the masked
+    /// originals; `None` when nothing was found. Placeholders written earlier in the same
+    /// string (from `seen_from` on) or by a run of text parts around it are not masked again.
+    /// Spans that `allow` leaves in place are found again there: such a span already recorded
+    /// at the same place is not recorded twice.
     fn scan_and_mask(
         &self,
         text: &str,
@@ -223,42 +325,29 @@ impl JsonMasker<'_> {
         seen_from: Option<usize>,
         pass: &mut Pass,
     ) -> Result<Option<String>> {
-        let short = text.len() <= MEMO_BYTES;
-        if short && pass.clean.contains(text) {
+        let mut hits = self.find(text, pass)?;
+        let recorded = pass.found.spans.len();
+        let since = seen_from.map(|from| from..recorded);
+        let guarded = since.is_some() || !pass.protected.is_empty();
+        if guarded && !hits.is_empty() {
+            hits = outside_placeholders(text, hits, &pass.protected_spans(since.clone()));
+        }
+        if hits.is_empty() {
             return Ok(None);
         }
-        let mut spans = self.scanner.scan_for(self.tenant, text);
-        if let Some(from) = seen_from {
-            spans = outside_placeholders(
-                text,
-                spans,
-                pass.found.spans.get(from..).unwrap_or_default(),
-            );
-        }
-        if spans.is_empty() {
-            if short {
-                pass.clean.insert(text.into());
-            }
-            return Ok(None);
-        }
-        let masked = mask(text, &spans, self.policy, self.tenant, self.keys)?;
+        let ranges = hits.iter().map(|h| (h.range(), h.entity));
+        let masked = mask_ranges(text, ranges, self.policy, self.tenant, self.keys)?;
         let path = path.render();
-        let found = &mut pass.found;
-        for span in masked.spans {
-            let seen = seen_from.is_some_and(|from| {
-                span.action == Action::Allow
-                    && found
-                        .spans
-                        .get(from..)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|(p, s)| *p == path && *s == span)
-            });
-            if !seen {
-                found.spans.push((path.clone(), span));
+        for (hit, span) in hits.iter().zip(masked.spans) {
+            if span.action != Action::Allow {
+                let original = text.get(hit.range()).unwrap_or_default();
+                pass.found.values.insert(original, hit.entity);
+            } else if guarded && pass.allowed_already(&path, &span, since.clone()) {
+                continue;
             }
+            pass.found.spans.push((path.clone(), span));
         }
-        absorb_vault(&mut found.vault, masked.vault);
+        absorb_vault(&mut pass.found.vault, masked.vault);
         Ok(Some(masked.text))
     }
 
@@ -295,7 +384,7 @@ impl JsonMasker<'_> {
         let mut found: Vec<(usize, &str, Option<String>, std::ops::Range<usize>)> = Vec::new();
         for (index, key) in keys.clone().enumerate() {
             let first = pass.found.spans.len();
-            let masked = self.mask_string(key, &Path::Root, depth, pass)?;
+            let masked = self.mask_string(key, &Path::Root, depth, pass, false)?;
             let spans = first..pass.found.spans.len();
             if masked.is_some() || !spans.is_empty() {
                 found.push((index, key, masked, spans));
@@ -334,68 +423,6 @@ impl JsonMasker<'_> {
     }
 }
 
-/// `spans` less what lies in the placeholders that earlier rounds of the same string wrote
-/// (`written`): a decoded level shows those placeholders in a new context (`api_key =
-/// "<SECRET_…>"` once an escaped quote is decoded), and masking a placeholder again would
-/// leave the vault entry it stands for out of the text. The rest of such a span is masked
-/// on its own, piece by piece; a piece without a letter or digit is dropped.
-fn outside_placeholders(
-    text: &str,
-    spans: Vec<Span>,
-    written: &[(String, MaskedSpan)],
-) -> Vec<Span> {
-    let mut tokens: Vec<&str> = written
-        .iter()
-        .filter(|(_, span)| span.action != Action::Allow && !span.token.is_empty())
-        .map(|(_, span)| span.token.as_str())
-        .collect();
-    tokens.sort_unstable();
-    tokens.dedup();
-    if tokens.is_empty() || spans.is_empty() {
-        return spans;
-    }
-    // One pass for every placeholder (a text can hold thousands).
-    let Ok(automaton) = aho_corasick::AhoCorasick::new(&tokens) else {
-        return spans;
-    };
-    let mut placed: Vec<(usize, usize)> = automaton
-        .find_overlapping_iter(text)
-        .map(|m| (m.start(), m.end()))
-        .collect();
-    // Placeholders never contain one another, so by start they are also by end.
-    placed.sort_unstable();
-    if placed.is_empty() {
-        return spans;
-    }
-    let mut kept = Vec::with_capacity(spans.len());
-    for span in spans {
-        let mut from = span.start;
-        let piece = |start: usize, end: usize, kept: &mut Vec<Span>| {
-            if text[start..end].chars().any(char::is_alphanumeric) {
-                kept.push(Span { start, end, ..span });
-            }
-        };
-        // The placeholders that end after the span starts, in order of start.
-        let first = placed.partition_point(|&(_, end)| end <= span.start);
-        for &(start, end) in placed.get(first..).unwrap_or_default() {
-            if start >= span.end {
-                break;
-            }
-            if end <= from {
-                continue;
-            }
-            if start > from {
-                piece(from, start, &mut kept);
-            }
-            from = from.max(end);
-        }
-        if from < span.end {
-            piece(from, span.end, &mut kept);
-        }
-    }
-    kept
-}
-
 /// `name`, or with the first `~N` (from 2) that makes it a name not in `taken`.
 fn free_name(name: String, taken: &HashSet<String>) -> String {
     if !taken.contains(&name) {
@@ -421,7 +448,7 @@ fn rename(map: &mut Map<String, Value>, renamed: Vec<(usize, String)>) {
 }
 
 /// Adds `items` to `vault`, one entry per token.
-fn absorb_vault(vault: &mut Vec<VaultItem>, items: Vec<VaultItem>) {
+pub(super) fn absorb_vault(vault: &mut Vec<VaultItem>, items: Vec<VaultItem>) {
     for item in items {
         if !vault.iter().any(|v| v.token == item.token) {
             vault.push(item);

@@ -29,6 +29,7 @@ impl Fixture {
             policy: &self.policy,
             tenant: "acme",
             keys: &self.keys,
+            known: None,
         }
     }
 
@@ -73,6 +74,7 @@ fn masks_messages_tool_arguments_and_unmodelled_fields() {
         policy: &policy,
         tenant: "acme",
         keys: &keys,
+        known: None,
     };
     let original = serde_json::json!({
         "model": "gpt-4.1-mini",
@@ -496,4 +498,410 @@ fn a_placeholder_that_a_decoded_escape_puts_in_a_new_context_is_not_masked_again
         );
         assert!(restored.contains("Zx8vQ2mN"), "{restored}");
     }
+}
+
+/// The texts of the parts of `parts`, joined as the provider reads them.
+fn joined(parts: &Value) -> String {
+    parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["text"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_value_split_across_adjacent_text_parts_is_masked_as_one_value() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let mut document = json!({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "write to ja"},
+        {"type": "text", "text": "ne@example.com please", "cache_control": {"type": "ephemeral"}}
+    ]}]});
+    let masked = fixture.mask(&mut document);
+    let token = fixture.token("EMAIL_ADDRESS", "jane@example.com");
+    let content = &document["messages"][0]["content"];
+    // One token, in the part where the value starts; its piece in the next part is gone.
+    assert_eq!(content[0]["text"], format!("write to {token}"));
+    assert_eq!(content[1]["text"], " please");
+    assert_eq!(content[1]["cache_control"], json!({"type": "ephemeral"}));
+    assert_eq!(paths(&masked), ["messages[0].content[0].text"]);
+    assert_eq!(entities(&masked), ["EMAIL_ADDRESS"]);
+    assert_eq!(masked.vault.len(), 1);
+    let text = joined(content);
+    assert_eq!(text.matches("<EMAIL_ADDRESS_").count(), 1, "{text}");
+    assert_eq!(
+        fixture.unmask(&text, &masked),
+        "write to jane@example.com please"
+    );
+    let values: Vec<(&str, &str)> = masked.values.iter().collect();
+    assert_eq!(values, [("jane@example.com", "EMAIL_ADDRESS")]);
+}
+
+#[test]
+fn a_context_word_in_one_part_counts_for_the_value_in_the_next() {
+    let fixture = Fixture::new(Action::Tokenize);
+    // The OpenAI Responses API's parts, at any depth: here inside a tool result's JSON.
+    let parts = json!([
+        {"type": "input_text", "text": "Call my mobile:"},
+        {"type": "input_text", "text": "0612345678"}
+    ]);
+    let mut document = json!({
+        "input": [{"role": "user", "content": parts.clone()}],
+        "tool_output": parts.to_string(),
+    });
+    let masked = fixture.mask(&mut document);
+    let token = fixture.token("PHONE_NUMBER", "0612345678");
+    let expected = json!([
+        {"type": "input_text", "text": "Call my mobile:"},
+        {"type": "input_text", "text": token}
+    ]);
+    assert_eq!(document["input"][0]["content"], expected);
+    let inside: Value = serde_json::from_str(document["tool_output"].as_str().unwrap()).unwrap();
+    assert_eq!(inside, expected);
+    assert_eq!(
+        paths(&masked),
+        ["input[0].content[1].text", "tool_output#[1].text"]
+    );
+    // Each part alone holds nothing the scanner reports.
+    let mut alone = json!({"a": "Call my mobile:", "b": "0612345678"});
+    assert!(fixture.mask(&mut alone).spans.is_empty());
+}
+
+#[test]
+fn a_value_over_many_parts_leaves_the_parts_it_covers_empty() {
+    let fixture = Fixture::new(Action::Redact);
+    // Anthropic `text` blocks and the Responses API's `output_text`; another kind of part
+    // ends a run, as it does for the provider.
+    let letters: Vec<Value> = "jane@example.com"
+        .chars()
+        .map(|c| json!({"type": "text", "text": c.to_string()}))
+        .collect();
+    let mut content = vec![json!({"type": "text", "text": "to "})];
+    content.extend(letters);
+    content.push(json!({"type": "text", "text": " or ", "citations": null}));
+    content.push(
+        json!({"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}),
+    );
+    content.push(json!({"type": "output_text", "text": "bob@exa", "annotations": []}));
+    content.push(json!({"type": "output_text", "text": "mple.com", "annotations": []}));
+    let mut document = json!({"messages": [{"role": "assistant", "content": content}]});
+    let masked = fixture.mask(&mut document);
+    let content = document["messages"][0]["content"].as_array().unwrap();
+    assert_eq!(content[0]["text"], "to ");
+    assert_eq!(content[1]["text"], "[EMAIL_ADDRESS]");
+    for part in &content[2..17] {
+        assert_eq!(part["text"], "", "{part}");
+    }
+    assert_eq!(content[17]["text"], " or ");
+    assert_eq!(content[17]["citations"], Value::Null);
+    assert_eq!(content[19]["text"], "[EMAIL_ADDRESS]");
+    assert_eq!(content[20]["text"], "");
+    assert_eq!(content[20]["annotations"], json!([]));
+    assert_eq!(
+        paths(&masked),
+        [
+            "messages[0].content[1].text",
+            "messages[0].content[19].text"
+        ]
+    );
+}
+
+#[test]
+fn every_action_masks_a_split_value_once_and_allow_reports_it_once() {
+    let document = json!({"content": [
+        {"type": "text", "text": "card 4111 1111 "},
+        {"type": "text", "text": "1111 1111 and x\\u0040example.com"}
+    ]});
+    let joined_after = |action: Action| {
+        let fixture = Fixture::new(action);
+        let mut copy = document.clone();
+        let masked = fixture.mask(&mut copy);
+        (joined(&copy["content"]), masked)
+    };
+    let (text, masked) = joined_after(Action::Redact);
+    assert_eq!(text, "card [CREDIT_CARD] and [EMAIL_ADDRESS]");
+    assert_eq!(entities(&masked), ["CREDIT_CARD", "EMAIL_ADDRESS"]);
+    let (text, _) = joined_after(Action::Mask);
+    assert!(text.starts_with("card ***************1111 and "), "{text}");
+    let (text, masked) = joined_after(Action::Allow);
+    assert_eq!(text, joined(&document["content"]));
+    assert_eq!(entities(&masked), ["CREDIT_CARD", "EMAIL_ADDRESS"]);
+    assert!(masked.values.is_empty());
+    let (_, masked) = joined_after(Action::Allow);
+    assert_eq!(
+        paths(&masked),
+        ["content[0].text", "content[1].text"],
+        "{:?}",
+        masked.spans
+    );
+}
+
+#[test]
+fn placeholders_a_run_wrote_are_not_masked_again_in_its_parts() {
+    let fixture = Fixture::new(Action::Tokenize);
+    // The part's text is JSON, walked after the run masked it: the secret's placeholder after
+    // `api_key` must stay the one in the vault.
+    let mut document = json!({"content": [
+        {"type": "text", "text": "{\"note\": \"api_key = \\\"Zx8vQ2mN7p"},
+        {"type": "text", "text": "L4kund\\\"\"}"}
+    ]});
+    let masked = fixture.mask(&mut document);
+    let output = joined(&document["content"]);
+    assert!(
+        !output.contains("Zx8vQ2mN") && !output.contains("L4kund"),
+        "{output}"
+    );
+    assert!(!masked.vault.is_empty());
+    for item in &masked.vault {
+        assert!(
+            output.contains(&item.token),
+            "{} missing from {output}",
+            item.token
+        );
+    }
+    assert!(
+        fixture
+            .unmask(&output, &masked)
+            .contains("Zx8vQ2mN7pL4kund")
+    );
+}
+
+#[test]
+fn a_long_run_of_parts_is_read_whole() {
+    let fixture = Fixture::new(Action::Redact);
+    let mut content: Vec<Value> = (0..20_000)
+        .map(|i| json!({"type": "text", "text": format!("w{i} ")}))
+        .collect();
+    content.push(json!({"type": "text", "text": "write to ja"}));
+    content.push(json!({"type": "text", "text": "ne@example.com"}));
+    let mut document = json!({ "content": content });
+    let masked = fixture.mask(&mut document);
+    assert_eq!(paths(&masked), ["content[20000].text"]);
+    assert_eq!(
+        document["content"][20000]["text"],
+        "write to [EMAIL_ADDRESS]"
+    );
+    assert_eq!(document["content"][20001]["text"], "");
+}
+
+#[test]
+fn a_value_split_across_parts_and_hidden_by_escapes_is_masked_as_one_value() {
+    let fixture = Fixture::new(Action::Redact);
+    for (first, second) in [
+        ("write to ja", r"ne\u0040example.com please"),
+        (r"write to jane\u00", "40example.com please"),
+    ] {
+        let mut document = json!({"content": [
+            {"type": "text", "text": first},
+            {"type": "text", "text": second}
+        ]});
+        let masked = fixture.mask(&mut document);
+        assert_eq!(
+            joined(&document["content"]),
+            "write to [EMAIL_ADDRESS] please",
+            "{first} | {second}"
+        );
+        assert_eq!(paths(&masked), ["content[0].text"]);
+        let values: Vec<(&str, &str)> = masked.values.iter().collect();
+        assert!(
+            values.contains(&("jane@example.com", "EMAIL_ADDRESS")),
+            "{values:?}"
+        );
+    }
+}
+
+impl Fixture {
+    fn masker_knowing<'a>(&'a self, known: &'a KnownValues) -> JsonMasker<'a> {
+        JsonMasker {
+            known: Some(known),
+            ..self.masker()
+        }
+    }
+}
+
+#[test]
+fn the_originals_of_masked_values_are_kept_and_never_printed() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let mut document = json!({
+        "messages": [{"role": "user", "content": "mail jane@example.com or jane@example.com"}],
+        "card": 4111111111111111_u64,
+        "note": r"call bob\u0040example.com"
+    });
+    let masked = fixture.mask(&mut document);
+    let values: Vec<(&str, &str)> = masked.values.iter().collect();
+    assert_eq!(
+        values,
+        [
+            ("4111111111111111", "CREDIT_CARD"),
+            ("bob@example.com", "EMAIL_ADDRESS"),
+            ("jane@example.com", "EMAIL_ADDRESS"),
+        ]
+    );
+    let printed = format!("{masked:?}");
+    assert!(printed.contains("FoundValues { count: 3 }"), "{printed}");
+    assert!(!printed.contains("jane@") && !printed.contains("4111111111111111"));
+    // What `allow` leaves in place is not a masked value.
+    let mut policy = MaskPolicy::all(Action::Tokenize);
+    policy
+        .per_entity
+        .insert("EMAIL_ADDRESS".into(), Action::Allow);
+    let masker = JsonMasker {
+        policy: &policy,
+        ..fixture.masker()
+    };
+    let found = masker
+        .mask(&mut json!({"a": "jane@example.com 4111111111111111"}))
+        .unwrap();
+    let values: Vec<(&str, &str)> = found.values.iter().collect();
+    assert_eq!(values, [("4111111111111111", "CREDIT_CARD")]);
+}
+
+#[test]
+fn a_value_found_by_its_context_is_masked_wherever_it_is_repeated() {
+    let fixture = Fixture::new(Action::Tokenize);
+    // The request: the phone number is found after "mobile".
+    let mut request =
+        json!({"messages": [{"role": "user", "content": "my mobile: 0612345678"}]});
+    let found = fixture.mask(&mut request).values;
+    assert_eq!(
+        found.iter().collect::<Vec<_>>(),
+        [("0612345678", "PHONE_NUMBER")]
+    );
+    // The reply repeats it without a context word, in a string, a key, JSON inside a string
+    // and behind an escape.
+    let reply = json!({
+        "content": "Sure, I will use 0612345678 from now on.",
+        "tool": "{\"numbers\": [\"0612345678\"]}",
+        "0612345678": "primary",
+        "escaped": r"0612\u003345678"
+    });
+    let mut alone = reply.clone();
+    assert!(fixture.mask(&mut alone).spans.is_empty(), "{alone}");
+    let known = KnownValues::new(found.iter()).unwrap();
+    let mut document = reply.clone();
+    let masked = fixture.masker_knowing(&known).mask(&mut document).unwrap();
+    let token = fixture.token("PHONE_NUMBER", "0612345678");
+    assert_eq!(
+        document["content"],
+        format!("Sure, I will use {token} from now on.")
+    );
+    assert_eq!(document["tool"], format!("{{\"numbers\":[\"{token}\"]}}"));
+    assert_eq!(document[token.as_str()], "primary");
+    assert_eq!(document["escaped"], token);
+    assert!(!document.to_string().contains("1234"), "{document}");
+    assert!(masked.spans.iter().all(|(_, s)| s.entity == "PHONE_NUMBER"));
+    assert_eq!(masked.spans.len(), 4, "{:?}", masked.spans);
+}
+
+#[test]
+fn known_values_match_whole_tokens_in_any_ascii_case_and_numbers() {
+    let fixture = Fixture::new(Action::Redact);
+    let known = KnownValues::new([
+        ("Jan", "PERSON"),
+        ("415 555 0172", "PHONE_NUMBER"),
+        ("12345678", "ACCOUNT"),
+    ])
+    .unwrap();
+    let mut document = json!({
+        "a": "January: jan and JAN wrote",
+        "b": "1415 555 01729 is not 415 555 0172",
+        "c": 12345678,
+        "d": 123456789,
+        "e": "{\"n\": 12345678.0}"
+    });
+    fixture.masker_knowing(&known).mask(&mut document).unwrap();
+    assert_eq!(document["a"], "January: [PERSON] and [PERSON] wrote");
+    assert_eq!(document["b"], "1415 555 01729 is not [PHONE_NUMBER]");
+    assert_eq!(document["c"], "[ACCOUNT]");
+    assert_eq!(document["d"], 123456789);
+    // `.` ends a token: the digits before it are the value.
+    assert_eq!(document["e"], "{\"n\":\"[ACCOUNT].0\"}");
+}
+
+#[test]
+fn a_known_value_and_a_finding_that_overlap_are_masked_as_one() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let known = KnownValues::new([("Jane Doe", "PERSON")]).unwrap();
+    let mut document = json!({"a": "mail Jane Doe@example.com now", "b": "hi Jane Doe"});
+    let masked = fixture.masker_knowing(&known).mask(&mut document).unwrap();
+    // The longer span's entity, over both.
+    let email = fixture.token("EMAIL_ADDRESS", "Jane Doe@example.com");
+    assert_eq!(document["a"], format!("mail {email} now"));
+    let person = fixture.token("PERSON", "Jane Doe");
+    assert_eq!(document["b"], format!("hi {person}"));
+    assert_eq!(entities(&masked), ["EMAIL_ADDRESS", "PERSON"]);
+}
+
+#[test]
+fn a_known_value_whose_action_is_allow_is_left() {
+    let fixture = Fixture::new(Action::Redact);
+    let mut policy = MaskPolicy::all(Action::Redact);
+    policy.per_entity.insert("PERSON".into(), Action::Allow);
+    let known = KnownValues::new([("Jane Doe", "PERSON"), ("Bluebird", "PROJECT")]).unwrap();
+    let masker = JsonMasker {
+        policy: &policy,
+        ..fixture.masker_knowing(&known)
+    };
+    let mut document = json!({"a": "Jane Doe of Bluebird"});
+    let masked = masker.mask(&mut document).unwrap();
+    assert_eq!(document["a"], "Jane Doe of [PROJECT]");
+    let values: Vec<(&str, &str)> = masked.values.iter().collect();
+    assert_eq!(values, [("Bluebird", "PROJECT")]);
+}
+
+#[test]
+fn a_known_value_split_across_text_parts_is_masked_as_one() {
+    let fixture = Fixture::new(Action::Redact);
+    let known = KnownValues::new([("Jane Doe", "PERSON")]).unwrap();
+    let mut document = json!({"content": [
+        {"type": "output_text", "text": "Dear Ja"},
+        {"type": "output_text", "text": "ne Doe,"}
+    ]});
+    fixture.masker_knowing(&known).mask(&mut document).unwrap();
+    assert_eq!(document["content"][0]["text"], "Dear [PERSON]");
+    assert_eq!(document["content"][1]["text"], ",");
+}
+
+#[test]
+fn known_values_never_enter_the_scanner_cache() {
+    let fixture = Fixture::new(Action::Redact);
+    let known = KnownValues::new([("Bluebird", "PROJECT")]).unwrap();
+    // Long enough for the scanner's cache.
+    let text = format!(
+        "{} Bluebird ships on Monday.",
+        "The weekly status of the team. ".repeat(6)
+    );
+    let mut first = json!({ "a": text });
+    fixture.masker_knowing(&known).mask(&mut first).unwrap();
+    assert!(
+        first["a"]
+            .as_str()
+            .unwrap()
+            .ends_with("[PROJECT] ships on Monday.")
+    );
+    let mut again = json!({ "a": text });
+    let masked = fixture.mask(&mut again);
+    assert!(masked.spans.is_empty(), "{:?}", masked.spans);
+    assert_eq!(again["a"], text);
+}
+
+#[test]
+fn allow_reports_a_value_in_json_inside_a_part_once() {
+    let fixture = Fixture::new(Action::Allow);
+    let original = json!({"content": [
+        {"type": "text", "text": "{\"owner\": \"jane@example.com\"}"},
+        {"type": "text", "text": "and more"}
+    ]});
+    let mut document = original.clone();
+    let masked = fixture.mask(&mut document);
+    assert_eq!(document, original);
+    assert_eq!(paths(&masked), ["content[0].text"]);
+    // Masked, the JSON inside the part stays JSON.
+    let fixture = Fixture::new(Action::Redact);
+    let mut document = original;
+    fixture.mask(&mut document);
+    assert_eq!(
+        document["content"][0]["text"],
+        "{\"owner\": \"[EMAIL_ADDRESS]\"}"
+    );
 }

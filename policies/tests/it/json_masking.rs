@@ -114,7 +114,7 @@ fn string_literal(
 
 /// The JSON text of the whole request.
 fn request(value: &str, leaf: Leaf, escape: Escape, escaped: &[bool], steps: &[Step]) -> String {
-    let mut text = match leaf {
+    let text = match leaf {
         Leaf::Text => {
             let content = format!("see {value} today");
             string_literal(&content, 4..4 + value.len(), escape, escaped)
@@ -125,6 +125,11 @@ fn request(value: &str, leaf: Leaf, escape: Escape, escaped: &[bool], steps: &[S
         ),
         Leaf::Number => value.to_owned(),
     };
+    wrapped(text, steps)
+}
+
+/// `text`, a JSON text, inside the levels of `steps`, as the content of a message.
+fn wrapped(mut text: String, steps: &[Step]) -> String {
     for step in steps {
         text = match *step {
             Step::Array { before } => {
@@ -215,7 +220,7 @@ proptest! {
         let text = request(value, leaf, escape, &escaped, &steps);
         let mut document: Value = serde_json::from_str(&text).unwrap();
         let policy = MaskPolicy::all(Action::Tokenize);
-        let masker = JsonMasker { scanner: &SCANNER, policy: &policy, tenant: "acme", keys: &KEYS };
+        let masker = JsonMasker { scanner: &SCANNER, policy: &policy, tenant: "acme", keys: &KEYS, known: None };
         let masked = masker.mask(&mut document).unwrap();
         let output = document.to_string();
         prop_assert!(!decoded(&output).contains(value), "{} left in {}", value, output);
@@ -269,6 +274,7 @@ fn a_text_scanned_again_is_masked_as_the_first_time() {
             policy: &policy,
             tenant,
             keys: &keys,
+            known: None,
         }
         .mask(&mut document)
         .unwrap();
@@ -284,5 +290,162 @@ fn a_text_scanned_again_is_masked_as_the_first_time() {
     assert!(!expected.0.to_string().contains("jane.doe"));
     for tenant in ["acme", "acme", "globex", "acme"] {
         assert_eq!(masked(&cached, tenant), expected, "{tenant}");
+    }
+}
+
+/// The joined texts of the runs of two or more adjacent text parts in `value`, JSON inside
+/// strings included.
+fn part_runs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Array(items) => {
+            fn text(item: &Value) -> Option<&str> {
+                let kind = item.get("type")?.as_str()?;
+                ["text", "input_text", "output_text"]
+                    .contains(&kind)
+                    .then(|| item.get("text")?.as_str())?
+            }
+            let mut run: Vec<&str> = Vec::new();
+            for item in items.iter().map(Some).chain([None]) {
+                match item.and_then(text) {
+                    Some(part) => run.push(part),
+                    None => {
+                        if run.len() >= 2 {
+                            out.push(run.concat());
+                        }
+                        run.clear();
+                    }
+                }
+            }
+            items.iter().for_each(|item| part_runs(item, out));
+        }
+        Value::Object(map) => map.values().for_each(|item| part_runs(item, out)),
+        Value::String(text) => {
+            if let Ok(inside) = serde_json::from_str::<Value>(text)
+                && inside.is_array() | inside.is_object()
+            {
+                part_runs(&inside, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Values the scanner does not find on their own, as a request's masking may have found
+/// them (by their context).
+const KNOWN: &[(&str, &str)] = &[
+    ("PHONE_NUMBER", "030 1234 5678"),
+    ("PHONE_NUMBER", "4155550172"),
+    ("PROJECT", "Zorblax-77"),
+    ("EMAIL_ADDRESS", "jane.doe@example.com"),
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/json_masking.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn a_value_cut_across_text_parts_is_masked_once_and_restored_whole(
+        which in 0..VALUES.len(),
+        cuts in prop::collection::btree_set(1usize..60, 1..4),
+        kind in prop_oneof![Just("text"), Just("input_text"), Just("output_text")],
+        extra in any::<bool>(),
+        steps in prop::collection::vec(step(), 0..5),
+    ) {
+        let (entity, value) = VALUES[which];
+        let text = format!("see {value} today");
+        // Cut points inside the value, on character boundaries.
+        let mut at: Vec<usize> = cuts
+            .into_iter()
+            .map(|c| 4 + c % value.len())
+            .filter(|&c| text.is_char_boundary(c) && c > 4)
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        prop_assume!(!at.is_empty());
+        let mut parts = Vec::new();
+        let mut from = 0;
+        for cut in at.into_iter().chain([text.len()]) {
+            let mut part = serde_json::json!({"type": kind, "text": &text[from..cut]});
+            if extra {
+                part["cache_control"] = serde_json::json!({"type": "ephemeral"});
+            }
+            parts.push(part);
+            from = cut;
+        }
+        // Cut-off JSON has no parts to read, nor has a string that holds a quoted string.
+        let mut steps: Vec<Step> = steps
+            .into_iter()
+            .map(|s| match s { Step::Embedded { .. } => Step::Embedded { cut: false }, s => s })
+            .collect();
+        steps.dedup_by(|a, b| matches!((a, b), (Step::Embedded { .. }, Step::Embedded { .. })));
+        let source = wrapped(Value::Array(parts).to_string(), &steps);
+        let mut document: Value = serde_json::from_str(&source).unwrap();
+        let policy = MaskPolicy::all(Action::Tokenize);
+        let masker = JsonMasker { scanner: &SCANNER, policy: &policy, tenant: "acme", keys: &KEYS, known: None };
+        let masked = masker.mask(&mut document).unwrap();
+        let output = document.to_string();
+        prop_assert!(!decoded(&output).contains(value), "{} left in {}", value, output);
+        prop_assert_eq!(masked.vault.len(), 1, "{:?}", masked.spans);
+        let token = &masked.vault[0].token;
+        prop_assert_eq!(masked.vault[0].entity.as_str(), entity);
+        let mut runs = Vec::new();
+        part_runs(&document, &mut runs);
+        prop_assert_eq!(runs.len(), 1);
+        prop_assert_eq!(runs[0].matches(token.as_str()).count(), 1, "{}", runs[0]);
+        prop_assert_eq!(runs[0].matches('<').count(), 1, "{}", runs[0]);
+        let vault: HashMap<String, VaultItem> =
+            masked.vault.iter().map(|v| (v.token.clone(), v.clone())).collect();
+        let restored: Value =
+            serde_json::from_str(&unmask(&output, "acme", &vault, &KEYS).unwrap()).unwrap();
+        let mut runs = Vec::new();
+        part_runs(&restored, &mut runs);
+        prop_assert_eq!(runs, vec![text]);
+        prop_assert!(masked.values.iter().any(|(v, e)| v == value && e == entity));
+    }
+
+    #[test]
+    fn a_known_value_never_leaves_unmasked_wherever_it_is_placed(
+        which in 0..KNOWN.len(),
+        leaf in prop_oneof![Just(Leaf::Text), Just(Leaf::Key), Just(Leaf::Number)],
+        escape in prop_oneof![Just(Escape::None), Just(Escape::Json), Just(Escape::Literal)],
+        escaped in prop::collection::vec(any::<bool>(), 1..6),
+        steps in prop::collection::vec(step(), 0..7),
+        upper in any::<bool>(),
+    ) {
+        let (entity, value) = KNOWN[which];
+        let digits = value.bytes().all(|b| b.is_ascii_digit());
+        let leaf = match leaf {
+            Leaf::Number if !digits => Leaf::Text,
+            other => other,
+        };
+        let mut embedded = 0;
+        let steps: Vec<Step> = steps
+            .into_iter()
+            .filter(|s| !matches!(s, Step::Embedded { .. }) || { embedded += 1; embedded <= 4 })
+            .collect();
+        // Found in the request in one case, repeated in another.
+        let sent = if upper { value.to_ascii_uppercase() } else { value.to_owned() };
+        let text = request(&sent, leaf, escape, &escaped, &steps);
+        let mut document: Value = serde_json::from_str(&text).unwrap();
+        let known = KnownValues::new([(value, entity)]).unwrap();
+        let policy = MaskPolicy::all(Action::Tokenize);
+        let masker = JsonMasker {
+            scanner: &SCANNER, policy: &policy, tenant: "acme", keys: &KEYS, known: Some(&known),
+        };
+        let masked = masker.mask(&mut document).unwrap();
+        let output = document.to_string();
+        prop_assert!(
+            !decoded(&output).to_ascii_lowercase().contains(&value.to_ascii_lowercase()),
+            "{} left in {}", value, output
+        );
+        let vault: HashMap<String, VaultItem> =
+            masked.vault.iter().map(|v| (v.token.clone(), v.clone())).collect();
+        let restored = unmask(&output, "acme", &vault, &KEYS).unwrap();
+        prop_assert!(decoded(&restored).contains(&sent), "{} not restored in {}", sent, restored);
     }
 }

@@ -91,7 +91,7 @@ proptest! {
         let keys = ring();
         let scanner = Scanner::new(None).unwrap();
         let policy = MaskPolicy::all(Action::Redact);
-        let masker = JsonMasker { scanner: &scanner, policy: &policy, tenant: "acme", keys: &keys };
+        let masker = JsonMasker { scanner: &scanner, policy: &policy, tenant: "acme", keys: &keys, known: None };
         let mut document = serde_json::json!({"a": [text.clone(), {"b": text}], "c": "{\"d\": \"x@example.com\"}"});
         let masked = masker.mask(&mut document).unwrap();
         prop_assert!(masked.spans.iter().any(|(path, _)| path == "c#.d"));

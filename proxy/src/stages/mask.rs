@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use atdp_policies::{Destination, JsonMasker, KeyRing, Policy, VaultItem};
+use atdp_policies::{Destination, FoundValues, JsonMasker, KeyRing, Policy, VaultItem};
 use serde_json::Value;
 
 use crate::config::Trust;
@@ -21,6 +21,8 @@ pub struct Outbound {
     pub found: Vec<String>,
     /// Placeholders to restore in the reply (token → vault item).
     pub restore: HashMap<String, VaultItem>,
+    /// The originals of every value masked, with their types (only in memory).
+    pub values: FoundValues,
 }
 
 /// The masking actions that apply to what an upstream of `trust` is sent.
@@ -49,6 +51,7 @@ pub fn mask_outbound(
         policy: policy.masking.policy(destination(trust)),
         tenant,
         keys,
+        known: None,
     };
     let masked = masker.mask(document).map_err(|error| {
         tracing::error!(tenant = %tenant, error = %error, "Masking failed; the request is refused.");
@@ -71,6 +74,7 @@ pub fn mask_outbound(
         entities,
         found,
         restore,
+        values: masked.values,
     })
 }
 

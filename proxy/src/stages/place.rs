@@ -73,5 +73,6 @@ pub fn place(
         upstream: upstream.to_owned(),
         model_requested: request.model.clone(),
         tags,
+        sent_masked: Default::default(),
     }
 }

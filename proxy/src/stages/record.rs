@@ -6,9 +6,12 @@
 //! re-tokenizes the masked reply. Any masking failure stores nothing of the step.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use atdp_policies::{Action, JsonMasker, KeyRing, MaskPolicy, Policy, Scanner, VaultItem};
+use atdp_policies::{
+    Action, FoundValues, JsonMasker, KeyRing, KnownValues, MaskPolicy, Policy, Scanner, VaultItem,
+};
 use atdp_schema::{AuditEvent, LakeWriter, PiiSpan, Step, VaultEntry};
 use serde_json::{Map, Value};
 
@@ -45,6 +48,9 @@ pub struct StepStart {
     pub model_requested: String,
     /// Tags (`session`, …).
     pub tags: BTreeMap<String, String>,
+    /// The originals of the values masked in what was sent upstream, with their types; only
+    /// in memory, for masking them by their exact text in the stored step ([`mask_step`]).
+    pub sent_masked: Arc<FoundValues>,
 }
 
 /// How a call ended.
@@ -97,48 +103,78 @@ pub fn build_step(start: &StepStart, request: &RequestView, end: StepEnd) -> Ste
 /// Masks every text field of `step` for storage, fills `step.pii`, and returns the vault
 /// items to store. Any failure is an error: the step must then not be stored at all.
 ///
-/// The fields that carry text from the conversation (`request_messages`, `tools`, `params`,
-/// `response_message`, `extra_json`) go through JSON, which the masker walks, as one object
-/// with those keys (so a span's `field` reads `request_messages[0].content`); ids, times and
-/// log-probs carry none. Token ids do: when anything in the reply is masked, they and their
-/// log-probs are dropped and the step is tagged [`TOKEN_IDS_TAG`].
+/// The fields that carry text from the conversation go through JSON, which the masker walks,
+/// as objects keyed by field (so a span's `field` reads `request_messages[0].content`); ids,
+/// times and log-probs carry none. Two passes:
+///
+/// 1. the request's fields (`request_messages`, `tools`, `params`, `extra_json`), with every
+///    value that was masked in what went upstream (`sent_masked`) masked by its exact text too,
+///    so what the policy kept from the provider is never stored in the clear;
+/// 2. the reply (`response_message`), with those values and every value pass 1 masked masked
+///    by their exact text wherever the reply repeats them: the originals restored into the
+///    reply, or a value found in the request by its context (a phone number after "mobile", a
+///    name after a cue) that the model repeats without that context, are masked in the stored
+///    reply without being detected a second time.
+///
+/// Token ids carry text too: when anything in the reply is masked, they and their log-probs are
+/// dropped and the step is tagged [`TOKEN_IDS_TAG`].
 pub fn mask_step(
     step: &mut Step,
     scanner: &Scanner,
     policy: &MaskPolicy,
     keys: &KeyRing,
+    sent_masked: &FoundValues,
 ) -> atdp_policies::Result<Vec<VaultItem>> {
     let encode = |e: serde_json::Error| atdp_policies::Error::Mask(format!("step encoding: {e}"));
-    let texts = [
+    let fields = |named: [(&str, serde_json::Result<Value>); 4]| {
+        named
+            .into_iter()
+            .map(|(name, value)| Ok((name.to_owned(), value.map_err(encode)?)))
+            .collect::<atdp_policies::Result<Map<String, Value>>>()
+    };
+    let mut request = Value::Object(fields([
         (
             "request_messages",
             serde_json::to_value(&step.request_messages),
         ),
         ("tools", serde_json::to_value(&step.tools)),
         ("params", serde_json::to_value(&step.params)),
-        (
-            "response_message",
-            serde_json::to_value(&step.response_message),
-        ),
         ("extra_json", serde_json::to_value(&step.extra_json)),
-    ]
-    .into_iter()
-    .map(|(name, value)| Ok((name.to_owned(), value.map_err(encode)?)))
-    .collect::<atdp_policies::Result<Map<String, Value>>>()?;
-    let mut texts = Value::Object(texts);
+    ])?);
+    let mut reply = Value::Object(
+        [(
+            "response_message".to_owned(),
+            serde_json::to_value(&step.response_message).map_err(encode)?,
+        )]
+        .into_iter()
+        .collect(),
+    );
+    let sent = KnownValues::new(sent_masked.iter())?;
     let masker = JsonMasker {
         scanner,
         policy,
         tenant: &step.tenant_id,
         keys,
+        known: (!sent.is_empty()).then_some(&sent),
     };
-    let masked = masker.mask(&mut texts)?;
-    let Value::Object(mut texts) = texts else {
+    let masked_request = masker.mask(&mut request)?;
+    let known = KnownValues::new(sent_masked.iter().chain(masked_request.values.iter()))?;
+    let masked_reply = JsonMasker {
+        known: (!known.is_empty()).then_some(&known),
+        ..masker
+    }
+    .mask(&mut reply)?;
+    let (Value::Object(mut request), Value::Object(mut reply)) = (request, reply) else {
         return Err(atdp_policies::Error::Mask(
             "masked fields are not an object".into(),
         ));
     };
-    let mut field = |name: &str| texts.remove(name).unwrap_or(Value::Null);
+    let mut field = |name: &str| {
+        request
+            .remove(name)
+            .or_else(|| reply.remove(name))
+            .unwrap_or(Value::Null)
+    };
     // Decoded into locals first: the step changes only when every field decodes.
     let request_messages = serde_json::from_value(field("request_messages")).map_err(encode)?;
     let tools = serde_json::from_value(field("tools")).map_err(encode)?;
@@ -150,19 +186,20 @@ pub fn mask_step(
     step.params = params;
     step.response_message = response_message;
     step.extra_json = extra_json;
-    let reply_masked = masked
+    let reply_masked = masked_reply
         .spans
         .iter()
-        .any(|(field, span)| field.starts_with("response_message") && span.action != Action::Allow);
+        .any(|(_, span)| span.action != Action::Allow);
     if reply_masked && (step.completion_token_ids.is_some() || step.completion_logprobs.is_some()) {
         step.completion_token_ids = None;
         step.completion_logprobs = None;
         step.tags
             .insert(TOKEN_IDS_TAG.0.to_owned(), TOKEN_IDS_TAG.1.to_owned());
     }
-    step.pii = masked
+    step.pii = masked_request
         .spans
         .into_iter()
+        .chain(masked_reply.spans)
         .map(|(field, span)| PiiSpan {
             field,
             entity: span.entity,
@@ -170,21 +207,34 @@ pub fn mask_step(
             action: span.action.name().to_owned(),
         })
         .collect();
-    Ok(masked.vault)
+    let mut vault = masked_request.vault;
+    for item in masked_reply.vault {
+        if !vault.iter().any(|v| v.token == item.token) {
+            vault.push(item);
+        }
+    }
+    Ok(vault)
 }
 
-/// Masks the step for storage and hands it, with its vault entries, to the lake writer. A
-/// masking failure stores nothing and is counted; it never reaches the client, which already
-/// has its response.
+/// Masks the step for storage (`sent_masked`: the values masked in what went upstream) and
+/// hands it, with its vault entries, to the lake writer. A masking failure stores nothing and
+/// is counted; it never reaches the client, which already has its response.
 pub fn store_step(
     writer: &LakeWriter,
     policy: &Policy,
     keys: &KeyRing,
     metrics: &Metrics,
     step: Step,
+    sent_masked: &FoundValues,
 ) {
     let mut step = step;
-    let vault = match mask_step(&mut step, &policy.scanner, &policy.masking.storage, keys) {
+    let vault = match mask_step(
+        &mut step,
+        &policy.scanner,
+        &policy.masking.storage,
+        keys,
+        sent_masked,
+    ) {
         Ok(vault) => vault,
         Err(error) => {
             metrics.record_errors.fetch_add(1, Ordering::Relaxed);
@@ -221,7 +271,13 @@ pub fn masked_request(
         policy_version: None,
     };
     let mut step = build_step(start, request, end);
-    let vault = mask_step(&mut step, &policy.scanner, &policy.masking.storage, keys)?;
+    let vault = mask_step(
+        &mut step,
+        &policy.scanner,
+        &policy.masking.storage,
+        keys,
+        &start.sent_masked,
+    )?;
     let encode =
         |e: serde_json::Error| atdp_policies::Error::Mask(format!("request encoding: {e}"));
     let fields = serde_json::json!({
@@ -315,6 +371,7 @@ mod tests {
             upstream: "u".into(),
             model_requested: "m".into(),
             tags: BTreeMap::new(),
+            sent_masked: Default::default(),
         };
         let response = ResponseView {
             message: Some(Message {
@@ -343,6 +400,7 @@ mod tests {
             &scanner,
             &MaskPolicy::all(Action::Tokenize),
             &keys,
+            &FoundValues::default(),
         )
         .unwrap();
         let text = serde_json::to_string(&step).unwrap();
@@ -382,6 +440,7 @@ mod tests {
             upstream: "u".into(),
             model_requested: "m".into(),
             tags: BTreeMap::new(),
+            sent_masked: Default::default(),
         };
         let response = ResponseView {
             message: Some(Message {
@@ -408,8 +467,9 @@ mod tests {
         keys.generate("acme");
         let scanner = Scanner::new(None).unwrap();
         let policy = MaskPolicy::all(Action::Tokenize);
+        let none = FoundValues::default();
         let mut masked = step_with_reply("Mail jane@example.com");
-        mask_step(&mut masked, &scanner, &policy, &keys).unwrap();
+        mask_step(&mut masked, &scanner, &policy, &keys, &none).unwrap();
         assert_eq!(masked.completion_token_ids, None);
         assert_eq!(masked.completion_logprobs, None);
         assert_eq!(
@@ -418,7 +478,7 @@ mod tests {
         );
 
         let mut clean = step_with_reply("All done.");
-        mask_step(&mut clean, &scanner, &policy, &keys).unwrap();
+        mask_step(&mut clean, &scanner, &policy, &keys, &none).unwrap();
         assert_eq!(clean.completion_token_ids, Some(vec![1, 2, 3]));
         assert!(clean.tags.is_empty());
 
@@ -429,8 +489,88 @@ mod tests {
             &scanner,
             &MaskPolicy::all(Action::Allow),
             &keys,
+            &none,
         )
         .unwrap();
         assert_eq!(allowed.completion_token_ids, Some(vec![1, 2, 3]));
+    }
+
+    fn step_with(request: &str, reply: &str) -> Step {
+        let mut step = step_with_reply(reply);
+        step.request_messages = vec![Message {
+            role: "user".into(),
+            content: Some(request.into()),
+            ..Message::default()
+        }];
+        step
+    }
+
+    fn stored_text(step: &Step) -> String {
+        serde_json::to_string(&(&step.request_messages, &step.response_message)).unwrap()
+    }
+
+    #[test]
+    fn a_value_found_in_the_request_by_its_context_is_masked_where_the_reply_repeats_it() {
+        let mut keys = KeyRing::default();
+        keys.generate("acme");
+        let scanner = Scanner::new(None).unwrap();
+        let policy = MaskPolicy::all(Action::Tokenize);
+        // "mobile" is what makes the number a phone number; the reply repeats it without.
+        let mut step = step_with(
+            "My mobile is 0612345678, call after six.",
+            "Noted: 0612345678. Anything else?",
+        );
+        mask_step(&mut step, &scanner, &policy, &keys, &FoundValues::default()).unwrap();
+        let stored = stored_text(&step);
+        assert!(!stored.contains("1234 5678"), "{stored}");
+        let tokens: Vec<&str> = step.pii.iter().map(|p| p.token.as_str()).collect();
+        assert_eq!(tokens.len(), 2, "{:?}", step.pii);
+        assert_eq!(tokens[0], tokens[1], "one value, one placeholder");
+        assert!(step.pii[1].field.starts_with("response_message"));
+        // Without the request's finding, the reply alone would be stored as it is.
+        let mut alone = step_with("Hello.", "Noted: 0612345678. Anything else?");
+        mask_step(
+            &mut alone,
+            &scanner,
+            &policy,
+            &keys,
+            &FoundValues::default(),
+        )
+        .unwrap();
+        assert!(stored_text(&alone).contains("0612345678"));
+    }
+
+    #[test]
+    fn every_value_masked_on_the_way_out_is_masked_in_storage() {
+        let mut keys = KeyRing::default();
+        keys.generate("acme");
+        let scanner = Scanner::new(None).unwrap();
+        let policy = MaskPolicy::all(Action::Tokenize);
+        // What the upstream's masking found (its context words made the number a phone).
+        let mut sent = serde_json::json!({"m": "mobile 0612345678"});
+        let outbound = JsonMasker {
+            scanner: &scanner,
+            policy: &policy,
+            tenant: "acme",
+            keys: &keys,
+            known: None,
+        }
+        .mask(&mut sent)
+        .unwrap();
+        assert_eq!(outbound.values.len(), 1);
+        // Stored without that context: the request and the reply restored from the upstream's
+        // placeholder.
+        let mut step = step_with(
+            "Ring me: 0612345678",
+            "I will ring 0612345678 at six.",
+        );
+        mask_step(&mut step, &scanner, &policy, &keys, &outbound.values).unwrap();
+        let stored = stored_text(&step);
+        assert!(!stored.contains("1234 5678"), "{stored}");
+        assert_eq!(
+            step.tags.get("token_ids").map(String::as_str),
+            Some("dropped"),
+            "the reply's ids decode to the value"
+        );
     }
 }

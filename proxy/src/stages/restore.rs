@@ -365,6 +365,7 @@ mod tests {
             upstream: "provider".to_owned(),
             model_requested: "gpt-4o".to_owned(),
             tags: BTreeMap::new(),
+            sent_masked: Default::default(),
         };
         Pump::new(
             ApiKind::OpenAiChat,

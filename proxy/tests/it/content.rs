@@ -314,3 +314,59 @@ fn parts_no_detector_reads_are_decided_by_cedar() {
         );
     }
 }
+
+#[test]
+fn a_value_the_model_repeats_out_of_context_is_stored_masked() {
+    let upstream = Upstream::start();
+    // `CUST-004211` is a customer id only near "customer" (the quickstart's masking.toml); the
+    // reply repeats it alone.
+    for trust in ["external", "internal"] {
+        let proxy = Proxy::start(upstream.port, &["--upstream-trust", trust]);
+        for stream in [false, true] {
+            let body = json!({"model": "gpt-4.1-mini", "stream": stream, "messages": [
+                {"role": "user", "content": "Please look up customer CUST-004211 [[last]]"}
+            ]});
+            let response = post(
+                proxy.port,
+                "/v1/chat/completions",
+                DEMO_KEY,
+                &[],
+                body.to_string().as_bytes(),
+            );
+            assert_eq!(response.status, 200, "{}", text(&response));
+            let read: String = if stream {
+                text(&response)
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data: "))
+                    .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+                    .filter_map(|chunk| {
+                        chunk["choices"][0]["delta"]["content"]
+                            .as_str()
+                            .map(str::to_owned)
+                    })
+                    .collect()
+            } else {
+                response.json()["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            assert_eq!(read, "Noted: CUST-004211", "the client reads the value");
+        }
+        let data = proxy.stop();
+        let lake = read_lake(data.path());
+        assert_eq!(lake.steps.len(), 2, "{trust}");
+        for step in &lake.steps {
+            let stored = serde_json::to_string(step).unwrap();
+            assert!(!stored.contains("CUST-004211"), "{trust}: {stored}");
+            let reply = step.response_message.as_ref().unwrap();
+            assert!(
+                reply
+                    .content
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with("Noted: <CUSTOMER_ID_")),
+                "{trust}: {reply:?}"
+            );
+        }
+    }
+}

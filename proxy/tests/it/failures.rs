@@ -148,6 +148,39 @@ fn policy_denials_are_403_with_the_deciding_policy_and_forward_nothing() {
 }
 
 #[test]
+fn values_spelled_with_unicode_characters_are_decided_like_their_ascii_spelling() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let spellings = [
+        "536\u{2013}22\u{2013}1234",
+        "\u{FF15}\u{FF13}\u{FF16}-\u{FF12}\u{FF12}-\u{FF11}\u{FF12}\u{FF13}\u{FF14}",
+        "536\u{A0}22\u{A0}1234",
+        "536-2\u{200B}2-1234",
+    ];
+    for ssn in spellings {
+        let denied = post(
+            proxy.port,
+            "/v1/chat/completions",
+            Some(DEMO_KEY),
+            "application/json",
+            &chat(&format!("my SSN is {ssn}"), false),
+        );
+        assert_eq!(denied.status, 403, "{ssn:?}");
+        let message = denied.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(message.contains("no-ssn-or-secrets-external"), "{message}");
+    }
+    assert!(upstream.requests().is_empty());
+    let data = proxy.stop();
+    let stored = serde_json::to_string(&read_lake(data.path()).steps).unwrap();
+    for ssn in spellings {
+        assert!(!stored.contains(ssn), "{ssn:?} is stored");
+    }
+}
+
+#[test]
 fn large_bodies_and_cut_streams() {
     let upstream = Upstream::start();
     let proxy = Proxy::start(upstream.port, &[]);

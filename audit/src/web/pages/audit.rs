@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::trail::SYSTEM_TENANT;
 use crate::verify::VerifyReport;
 use crate::web::Console;
+use crate::web::render::filters;
 
 #[derive(Template)]
 #[template(path = "audit.html")]

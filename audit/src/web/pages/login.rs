@@ -151,13 +151,22 @@ pub(crate) async fn login(
         console.note(LOGIN, client, &auditor.actor(), "throttled");
         return throttled(&console, &headers, wait);
     }
+    // The login ends this browser's earlier session and the auditor's other sessions; the
+    // event is written first, so a login the trail cannot record ends nothing.
+    let presented = Cookies::get(&headers, cookies.session_name());
     let mut record = event("login", &auditor.actor(), SYSTEM_TENANT);
     record.decision = Some("allow".into());
-    record.detail_json = Some(serde_json::json!({ "client": client.to_string() }).to_string());
+    record.detail_json = Some(
+        serde_json::json!({
+            "client": client.to_string(),
+            "ends_sessions": console.sessions.ended_by(&auditor, presented.as_deref()),
+        })
+        .to_string(),
+    );
     if let Err(e) = console.trail.record(record).await {
         return failure(&e, &Frame::new(None, None, &console));
     }
-    let session = console.sessions.login(&auditor);
+    let (session, _) = console.sessions.login(&auditor, presented.as_deref());
     let mut response = Redirect::to("/search").into_response();
     set_cookie(
         &mut response,

@@ -6,6 +6,7 @@ pub(crate) mod audit;
 pub(crate) mod login;
 pub(crate) mod reveal;
 pub(crate) mod search;
+pub(crate) mod text;
 pub(crate) mod trajectory;
 
 use std::net::IpAddr;
@@ -25,6 +26,7 @@ use super::sessions::Cookies;
 use crate::access::Auditor;
 use crate::catalog::Catalog;
 use crate::error::Error;
+use crate::web::render::filters;
 
 /// A UTC time for pages.
 pub(crate) fn time(micros: &i64) -> String {
@@ -246,19 +248,6 @@ async fn posted(
 fn text(value: &str) -> Option<String> {
     let value = value.trim();
     (!value.is_empty()).then(|| value.to_owned())
-}
-
-/// Percent-encodes a query value.
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 pub(crate) async fn home(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {

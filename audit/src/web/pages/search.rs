@@ -13,8 +13,10 @@ use serde::Deserialize;
 
 use super::{failure, html, posted, signed_in, text, time};
 use crate::error::{Error, Result};
-use crate::search::{Page, Search, Searcher};
+use crate::search::{Hit, Page, Search, Searcher};
 use crate::web::Console;
+use crate::web::links;
+use crate::web::render::filters;
 use crate::web::throttle::client_key;
 
 const STATUSES: [&str; 4] = ["ok", "upstream_error", "interrupted", "denied"];
@@ -53,6 +55,14 @@ struct SearchPage<'a> {
     filters: Vec<(&'static str, String)>,
     prev_page: Option<usize>,
     next_page: Option<usize>,
+}
+
+/// The "open" button of a hit: the page of its trajectory that shows its step.
+fn open_url(hit: &Hit) -> String {
+    format!(
+        "{}#hit",
+        links::trajectory_step(&hit.trajectory_id, &hit.tenant_id, &hit.step_id)
+    )
 }
 
 fn day_start(value: &str, what: &str) -> Result<Option<i64>> {

@@ -1,0 +1,377 @@
+//! The text the shaped detectors read: ordinary spellings folded onto the ASCII the patterns
+//! and validators name, with a map back to the original.
+//!
+//! A value can be written with characters other than the ones its pattern names and still
+//! read the same to a person: card digits grouped by no-break spaces, an SSN with en dashes,
+//! fullwidth digits and `＠`, digits of another script, a zero-width space inside an e-mail
+//! address. The scanner looks for the shaped entity types in a *view* of the text where
+//!
+//! - every Unicode decimal digit (general category Nd, any script) is its ASCII digit;
+//! - the fullwidth forms of ASCII (U+FF01–U+FF5E) are that ASCII;
+//! - every space separator (Zs: no-break, narrow no-break, figure, thin, ideographic …) is
+//!   `' '`;
+//! - every dash (Pd: hyphen, non-breaking hyphen, en and em dash, small and fullwidth
+//!   hyphen-minus …) and the minus sign U+2212 is `'-'`;
+//! - the small forms of ASCII punctuation (U+FE50–U+FE6B: `﹫`, `﹒`, `﹢` …) are that
+//!   ASCII, and the ideographic full stops `。` and `｡` are `'.'` (as in domain names);
+//! - format characters (Cf: zero-width space, joiners, word joiner, byte order mark, soft
+//!   hyphen, bidirectional marks …) and the other default-ignorable code points (variation
+//!   selectors, the combining grapheme joiner, Hangul fillers) are removed.
+//!
+//! Every other character is kept as it is. Each original character becomes at most one
+//! character of the view, so the view is never longer than the original. The tables are
+//! those of the `regex` crate's Unicode data (a test checks them against it), so that what
+//! `\d`, `\p{Zs}` or `\p{Pd}` would match is exactly what is folded.
+//!
+//! **Map.** [`Normalized::original`] turns a span of the view into the span of the original
+//! that holds the same characters: it starts at the original of its first character and ends
+//! after the original of its last, so characters removed *inside* the span lie inside the
+//! mapped span, and those removed just before or after it lie outside. Mapped offsets are
+//! character boundaries of the original whenever the view's offsets are character
+//! boundaries of the view.
+//!
+//! **Cost.** ASCII text (the common case) is its own view: no copy, no map. Other text is
+//! read once; a text with nothing to fold (prose with accents, CJK without fullwidth digits)
+//! is also its own view. Only a text with something to fold is copied, with one map entry per
+//! folded or removed character.
+
+use std::borrow::Cow;
+
+/// A text's view for the shaped detectors, and the map back to the text.
+#[derive(Debug, Clone)]
+pub struct Normalized<'a> {
+    view: Cow<'a, str>,
+    /// One entry per folded or removed character, in text order.
+    edits: Vec<Edit>,
+}
+
+/// One folded (`view_end == view + 1`) or removed (`view_end == view`) character.
+#[derive(Debug, Clone, Copy)]
+struct Edit {
+    /// Its byte offset in the view.
+    view: usize,
+    /// One past its byte in the view (`view` when it was removed).
+    view_end: usize,
+    /// One past its last byte in the original.
+    original_end: usize,
+}
+
+impl<'a> Normalized<'a> {
+    /// The view of `text`.
+    pub fn new(text: &'a str) -> Normalized<'a> {
+        let next = if text.is_ascii() {
+            None
+        } else {
+            next_fold(text, 0)
+        };
+        let Some(mut next) = next else {
+            return Normalized {
+                view: Cow::Borrowed(text),
+                edits: Vec::new(),
+            };
+        };
+        let mut view = String::with_capacity(text.len());
+        let mut edits = Vec::new();
+        let mut from = 0;
+        loop {
+            let (at, c, folded) = next;
+            view.push_str(text.get(from..at).unwrap_or_default());
+            let original_end = at + c.len_utf8();
+            match folded {
+                Folded::Removed => edits.push(Edit {
+                    view: view.len(),
+                    view_end: view.len(),
+                    original_end,
+                }),
+                Folded::Ascii(byte) => {
+                    let at = view.len();
+                    view.push(char::from(byte));
+                    edits.push(Edit {
+                        view: at,
+                        view_end: at + 1,
+                        original_end,
+                    });
+                }
+            }
+            from = original_end;
+            match next_fold(text, from) {
+                Some(found) => next = found,
+                None => break,
+            }
+        }
+        view.push_str(text.get(from..).unwrap_or_default());
+        Normalized {
+            view: Cow::Owned(view),
+            edits,
+        }
+    }
+
+    /// The view.
+    pub fn as_str(&self) -> &str {
+        &self.view
+    }
+
+    /// Whether the view is the text itself (nothing was folded or removed).
+    pub fn is_identity(&self) -> bool {
+        self.edits.is_empty()
+    }
+
+    /// The span of the original text that holds the view's `start..end` (`start <= end`,
+    /// both at most the view's length).
+    pub fn original(&self, start: usize, end: usize) -> (usize, usize) {
+        if self.edits.is_empty() {
+            return (start, end);
+        }
+        // The character at `start` comes after every edit before it, and after the
+        // characters removed at `start` itself.
+        let before_start = self
+            .edits
+            .partition_point(|e| e.view < start || (e.view == start && e.view_end == e.view));
+        // The character that ends at `end` comes after every edit that starts before `end`
+        // (a folded one may be that character), and before the characters removed at `end`.
+        let before_end = self.edits.partition_point(|e| e.view < end);
+        let start = self.shifted(start, before_start);
+        (start, self.shifted(end, before_end).max(start))
+    }
+
+    /// `at`, a view offset that follows the first `edits` edits and no other, in the
+    /// original.
+    fn shifted(&self, at: usize, edits: usize) -> usize {
+        match edits.checked_sub(1).and_then(|last| self.edits.get(last)) {
+            Some(edit) => edit.original_end + at.saturating_sub(edit.view_end),
+            None => at,
+        }
+    }
+
+    /// Whether a character was removed at the view's offset `at`: what touches there in the
+    /// view was apart in the original (a word and a number with a zero-width space between
+    /// them are not one token).
+    pub fn removed_at(&self, at: usize) -> bool {
+        let first = self.edits.partition_point(|e| e.view < at);
+        self.edits[first..]
+            .iter()
+            .take_while(|e| e.view == at)
+            .any(|e| e.view_end == e.view)
+    }
+}
+
+/// What a character becomes in the view, when not itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Folded {
+    Removed,
+    Ascii(u8),
+}
+
+/// How a range of [`FOLDS`] is folded.
+#[derive(Debug, Clone, Copy)]
+enum Fold {
+    /// Removed from the view.
+    Drop,
+    /// Replaced by this ASCII byte.
+    Byte(u8),
+    /// Decimal digits, in runs of ten from zero: replaced by the ASCII digit.
+    Digits,
+    /// Fullwidth ASCII (U+FF01–U+FF5E): replaced by the ASCII character.
+    Fullwidth,
+}
+
+/// The first character at or after `from` (a character boundary) that the view folds or
+/// removes: its offset, the character and what it becomes.
+fn next_fold(text: &str, from: usize) -> Option<(usize, char, Folded)> {
+    let bytes = text.as_bytes();
+    let mut at = from;
+    while at < bytes.len() {
+        // ASCII, eight bytes at a time.
+        if let Some(Ok(chunk)) = bytes.get(at..at + 8).map(<[u8; 8]>::try_from)
+            && u64::from_le_bytes(chunk) & 0x8080_8080_8080_8080 == 0
+        {
+            at += 8;
+            continue;
+        }
+        match bytes[at] {
+            0..0x80 => at += 1,
+            // U+00C0–U+033F and U+0380–U+057F (Latin letters, combining marks, Greek,
+            // Cyrillic, Armenian letters): two bytes each, none folded.
+            0xC3..=0xCC | 0xCE..=0xD5 => at += 2,
+            _ => {
+                let c = text.get(at..)?.chars().next()?;
+                if let Some(folded) = fold(c) {
+                    return Some((at, c, folded));
+                }
+                at += c.len_utf8();
+            }
+        }
+    }
+    None
+}
+
+fn fold(c: char) -> Option<Folded> {
+    let code = u32::from(c);
+    // Nothing below U+00A0 is folded: ASCII and the C1 controls.
+    if code < 0xA0 {
+        return None;
+    }
+    let at = FOLDS.partition_point(|(_, last, _)| *last < code);
+    let &(first, _, fold) = FOLDS.get(at).filter(|(first, _, _)| *first <= code)?;
+    let ascii = |value: u32| u8::try_from(value).ok().map(Folded::Ascii);
+    match fold {
+        Fold::Drop => Some(Folded::Removed),
+        Fold::Byte(byte) => Some(Folded::Ascii(byte)),
+        Fold::Digits => ascii(u32::from(b'0') + (code - first) % 10),
+        Fold::Fullwidth => ascii(code - 0xFEE0),
+    }
+}
+
+/// The folded characters, by range `(first, last)`, sorted and disjoint. Made from the
+/// Unicode 16.0 tables of `regex-syntax` 0.8 (the `regex` crate's `\d`, `\p{Zs}`, `\p{Pd}`,
+/// `\p{Cf}` and `\p{Default_Ignorable_Code_Point}`), plus the minus sign, the small forms
+/// and the ideographic full stops; `folds_agree_with_the_regex_unicode_tables` checks them.
+#[rustfmt::skip]
+const FOLDS: &[(u32, u32, Fold)] = &[
+    (0x00A0, 0x00A0, Fold::Byte(b' ')),
+    (0x00AD, 0x00AD, Fold::Drop),
+    (0x034F, 0x034F, Fold::Drop),
+    (0x058A, 0x058A, Fold::Byte(b'-')),
+    (0x05BE, 0x05BE, Fold::Byte(b'-')),
+    (0x0600, 0x0605, Fold::Drop),
+    (0x061C, 0x061C, Fold::Drop),
+    (0x0660, 0x0669, Fold::Digits),
+    (0x06DD, 0x06DD, Fold::Drop),
+    (0x06F0, 0x06F9, Fold::Digits),
+    (0x070F, 0x070F, Fold::Drop),
+    (0x07C0, 0x07C9, Fold::Digits),
+    (0x0890, 0x0891, Fold::Drop),
+    (0x08E2, 0x08E2, Fold::Drop),
+    (0x0966, 0x096F, Fold::Digits),
+    (0x09E6, 0x09EF, Fold::Digits),
+    (0x0A66, 0x0A6F, Fold::Digits),
+    (0x0AE6, 0x0AEF, Fold::Digits),
+    (0x0B66, 0x0B6F, Fold::Digits),
+    (0x0BE6, 0x0BEF, Fold::Digits),
+    (0x0C66, 0x0C6F, Fold::Digits),
+    (0x0CE6, 0x0CEF, Fold::Digits),
+    (0x0D66, 0x0D6F, Fold::Digits),
+    (0x0DE6, 0x0DEF, Fold::Digits),
+    (0x0E50, 0x0E59, Fold::Digits),
+    (0x0ED0, 0x0ED9, Fold::Digits),
+    (0x0F20, 0x0F29, Fold::Digits),
+    (0x1040, 0x1049, Fold::Digits),
+    (0x1090, 0x1099, Fold::Digits),
+    (0x115F, 0x1160, Fold::Drop),
+    (0x1400, 0x1400, Fold::Byte(b'-')),
+    (0x1680, 0x1680, Fold::Byte(b' ')),
+    (0x17B4, 0x17B5, Fold::Drop),
+    (0x17E0, 0x17E9, Fold::Digits),
+    (0x1806, 0x1806, Fold::Byte(b'-')),
+    (0x180B, 0x180F, Fold::Drop),
+    (0x1810, 0x1819, Fold::Digits),
+    (0x1946, 0x194F, Fold::Digits),
+    (0x19D0, 0x19D9, Fold::Digits),
+    (0x1A80, 0x1A89, Fold::Digits),
+    (0x1A90, 0x1A99, Fold::Digits),
+    (0x1B50, 0x1B59, Fold::Digits),
+    (0x1BB0, 0x1BB9, Fold::Digits),
+    (0x1C40, 0x1C49, Fold::Digits),
+    (0x1C50, 0x1C59, Fold::Digits),
+    (0x2000, 0x200A, Fold::Byte(b' ')),
+    (0x200B, 0x200F, Fold::Drop),
+    (0x2010, 0x2015, Fold::Byte(b'-')),
+    (0x202A, 0x202E, Fold::Drop),
+    (0x202F, 0x202F, Fold::Byte(b' ')),
+    (0x205F, 0x205F, Fold::Byte(b' ')),
+    (0x2060, 0x206F, Fold::Drop),
+    (0x2212, 0x2212, Fold::Byte(b'-')),
+    (0x2E17, 0x2E17, Fold::Byte(b'-')),
+    (0x2E1A, 0x2E1A, Fold::Byte(b'-')),
+    (0x2E3A, 0x2E3B, Fold::Byte(b'-')),
+    (0x2E40, 0x2E40, Fold::Byte(b'-')),
+    (0x2E5D, 0x2E5D, Fold::Byte(b'-')),
+    (0x3000, 0x3000, Fold::Byte(b' ')),
+    (0x3002, 0x3002, Fold::Byte(b'.')),
+    (0x301C, 0x301C, Fold::Byte(b'-')),
+    (0x3030, 0x3030, Fold::Byte(b'-')),
+    (0x30A0, 0x30A0, Fold::Byte(b'-')),
+    (0x3164, 0x3164, Fold::Drop),
+    (0xA620, 0xA629, Fold::Digits),
+    (0xA8D0, 0xA8D9, Fold::Digits),
+    (0xA900, 0xA909, Fold::Digits),
+    (0xA9D0, 0xA9D9, Fold::Digits),
+    (0xA9F0, 0xA9F9, Fold::Digits),
+    (0xAA50, 0xAA59, Fold::Digits),
+    (0xABF0, 0xABF9, Fold::Digits),
+    (0xFE00, 0xFE0F, Fold::Drop),
+    (0xFE31, 0xFE32, Fold::Byte(b'-')),
+    (0xFE50, 0xFE50, Fold::Byte(b',')),
+    (0xFE52, 0xFE52, Fold::Byte(b'.')),
+    (0xFE54, 0xFE54, Fold::Byte(b';')),
+    (0xFE55, 0xFE55, Fold::Byte(b':')),
+    (0xFE56, 0xFE56, Fold::Byte(b'?')),
+    (0xFE57, 0xFE57, Fold::Byte(b'!')),
+    (0xFE58, 0xFE58, Fold::Byte(b'-')),
+    (0xFE59, 0xFE59, Fold::Byte(b'(')),
+    (0xFE5A, 0xFE5A, Fold::Byte(b')')),
+    (0xFE5B, 0xFE5B, Fold::Byte(b'{')),
+    (0xFE5C, 0xFE5C, Fold::Byte(b'}')),
+    (0xFE5F, 0xFE5F, Fold::Byte(b'#')),
+    (0xFE60, 0xFE60, Fold::Byte(b'&')),
+    (0xFE61, 0xFE61, Fold::Byte(b'*')),
+    (0xFE62, 0xFE62, Fold::Byte(b'+')),
+    (0xFE63, 0xFE63, Fold::Byte(b'-')),
+    (0xFE64, 0xFE64, Fold::Byte(b'<')),
+    (0xFE65, 0xFE65, Fold::Byte(b'>')),
+    (0xFE66, 0xFE66, Fold::Byte(b'=')),
+    (0xFE68, 0xFE68, Fold::Byte(b'\\')),
+    (0xFE69, 0xFE69, Fold::Byte(b'$')),
+    (0xFE6A, 0xFE6A, Fold::Byte(b'%')),
+    (0xFE6B, 0xFE6B, Fold::Byte(b'@')),
+    (0xFEFF, 0xFEFF, Fold::Drop),
+    (0xFF01, 0xFF5E, Fold::Fullwidth),
+    (0xFF61, 0xFF61, Fold::Byte(b'.')),
+    (0xFFA0, 0xFFA0, Fold::Drop),
+    (0xFFF0, 0xFFFB, Fold::Drop),
+    (0x104A0, 0x104A9, Fold::Digits),
+    (0x10D30, 0x10D39, Fold::Digits),
+    (0x10D40, 0x10D49, Fold::Digits),
+    (0x10D6E, 0x10D6E, Fold::Byte(b'-')),
+    (0x10EAD, 0x10EAD, Fold::Byte(b'-')),
+    (0x11066, 0x1106F, Fold::Digits),
+    (0x110BD, 0x110BD, Fold::Drop),
+    (0x110CD, 0x110CD, Fold::Drop),
+    (0x110F0, 0x110F9, Fold::Digits),
+    (0x11136, 0x1113F, Fold::Digits),
+    (0x111D0, 0x111D9, Fold::Digits),
+    (0x112F0, 0x112F9, Fold::Digits),
+    (0x11450, 0x11459, Fold::Digits),
+    (0x114D0, 0x114D9, Fold::Digits),
+    (0x11650, 0x11659, Fold::Digits),
+    (0x116C0, 0x116C9, Fold::Digits),
+    (0x116D0, 0x116E3, Fold::Digits),
+    (0x11730, 0x11739, Fold::Digits),
+    (0x118E0, 0x118E9, Fold::Digits),
+    (0x11950, 0x11959, Fold::Digits),
+    (0x11BF0, 0x11BF9, Fold::Digits),
+    (0x11C50, 0x11C59, Fold::Digits),
+    (0x11D50, 0x11D59, Fold::Digits),
+    (0x11DA0, 0x11DA9, Fold::Digits),
+    (0x11F50, 0x11F59, Fold::Digits),
+    (0x13430, 0x1343F, Fold::Drop),
+    (0x16130, 0x16139, Fold::Digits),
+    (0x16A60, 0x16A69, Fold::Digits),
+    (0x16AC0, 0x16AC9, Fold::Digits),
+    (0x16B50, 0x16B59, Fold::Digits),
+    (0x16D70, 0x16D79, Fold::Digits),
+    (0x1BCA0, 0x1BCA3, Fold::Drop),
+    (0x1CCF0, 0x1CCF9, Fold::Digits),
+    (0x1D173, 0x1D17A, Fold::Drop),
+    (0x1D7CE, 0x1D7FF, Fold::Digits),
+    (0x1E140, 0x1E149, Fold::Digits),
+    (0x1E2F0, 0x1E2F9, Fold::Digits),
+    (0x1E4F0, 0x1E4F9, Fold::Digits),
+    (0x1E5F1, 0x1E5FA, Fold::Digits),
+    (0x1E950, 0x1E959, Fold::Digits),
+    (0x1FBF0, 0x1FBF9, Fold::Digits),
+    (0xE0000, 0xE0FFF, Fold::Drop),
+];
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+use proptest::prelude::*;
+use regex::Regex;
+
+use super::*;
+
+#[test]
+fn ascii_text_is_its_own_view() {
+    let text = "card 4111 1111 1111 1111, mail jane@example.com";
+    let view = Normalized::new(text);
+    assert!(matches!(view.view, Cow::Borrowed(_)));
+    assert!(view.is_identity());
+    assert_eq!(view.as_str(), text);
+    assert_eq!(view.original(5, 24), (5, 24));
+}
+
+#[test]
+fn text_with_nothing_to_fold_is_its_own_view() {
+    let text = "Grüße aus Köln, Zażółć gęślą jaźń, 東京都渋谷区、€ 12,50";
+    let view = Normalized::new(text);
+    assert!(matches!(view.view, Cow::Borrowed(_)));
+    assert_eq!(view.original(7, 12), (7, 12));
+}
+
+#[test]
+fn spellings_fold_onto_ascii() {
+    for (text, folded) in [
+        (
+            "4111\u{A0}1111\u{202F}1111\u{2007}1111",
+            "4111 1111 1111 1111",
+        ),
+        ("４１１１－１１１１", "4111-1111"),
+        (
+            "536\u{2013}22\u{2014}1234\u{2212}0\u{FE63}1\u{2010}2",
+            "536-22-1234-0-1-2",
+        ),
+        ("jane＠example．com", "jane@example.com"),
+        ("jane﹫example﹒com", "jane@example.com"),
+        ("jane@例子。广告｡cn", "jane@例子.广告.cn"),
+        (
+            "ja\u{AD}ne\u{200B}\u{200D}@ex\u{2060}am\u{FEFF}ple\u{200E}.com",
+            "jane@example.com",
+        ),
+        ("+٩٧١ ٥٠ ۱۲۳ ४५६७ ০৯", "+971 50 123 4567 09"),
+        ("𝟘𝟙𝟚 𝟿", "012 9"),
+        ("ＡＢＣ ｄｅｆ　（１）", "ABC def (1)"),
+        ("👍\u{FE0F} é\u{301}", "👍 é\u{301}"),
+    ] {
+        assert_eq!(Normalized::new(text).as_str(), folded, "{text:?}");
+    }
+}
+
+#[test]
+fn spans_map_back_over_what_was_removed_inside_them() {
+    let text = "mail: \u{200B}ja\u{AD}ne＠example.com\u{200D}.";
+    let view = Normalized::new(text);
+    assert_eq!(view.as_str(), "mail: jane@example.com.");
+    let start = view.as_str().find("jane").unwrap();
+    let end = start + "jane@example.com".len();
+    let (from, to) = view.original(start, end);
+    // The soft hyphen inside is covered; the zero-width space before and the joiner after
+    // are not.
+    assert_eq!(&text[from..to], "ja\u{AD}ne＠example.com");
+    assert!(view.removed_at(start));
+    assert!(view.removed_at(end));
+    assert!(!view.removed_at(start + 1));
+    // The fullwidth `＠` alone.
+    assert_eq!(view.original(start + 4, start + 5), (from + 6, from + 9));
+}
+
+/// The view's tables say what the `regex` crate's Unicode data says, for every character.
+#[test]
+fn folds_agree_with_the_regex_unicode_tables() {
+    let digit = Regex::new(r"^\d$").unwrap();
+    let space = Regex::new(r"^\p{Zs}$").unwrap();
+    let dash = Regex::new(r"^[\p{Pd}\u{2212}]$").unwrap();
+    let removed = Regex::new(r"^[\p{Cf}\p{Default_Ignorable_Code_Point}]$").unwrap();
+    let mut buffer = [0u8; 4];
+    for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+        let one: &str = c.encode_utf8(&mut buffer);
+        let folded = fold(c);
+        if c.is_ascii() {
+            assert_eq!(folded, None);
+        } else if removed.is_match(one) {
+            assert_eq!(folded, Some(Folded::Removed), "{c:?}");
+        } else if digit.is_match(one) {
+            assert!(
+                matches!(folded, Some(Folded::Ascii(b'0'..=b'9'))),
+                "{c:?}: {folded:?}"
+            );
+        } else if space.is_match(one) {
+            assert_eq!(folded, Some(Folded::Ascii(b' ')), "{c:?}");
+        } else if dash.is_match(one) {
+            assert_eq!(folded, Some(Folded::Ascii(b'-')), "{c:?}");
+        } else if ('\u{FF01}'..='\u{FF5E}').contains(&c) {
+            assert_eq!(
+                folded,
+                Some(Folded::Ascii((u32::from(c) - 0xFEE0) as u8)),
+                "{c:?}"
+            );
+        } else if let Some(Folded::Ascii(byte)) = folded {
+            // The small forms and the ideographic full stops: ASCII punctuation.
+            assert!(byte.is_ascii_punctuation(), "{c:?}: {byte}");
+        } else {
+            assert_eq!(folded, None, "{c:?}");
+        }
+    }
+    // The two-byte characters `next_fold` skips without decoding.
+    for c in ('\u{C0}'..='\u{33F}').chain('\u{380}'..='\u{57F}') {
+        assert_eq!(fold(c), None, "{c:?}");
+    }
+    // Digit values: the zeros, nines and a middle digit of a few scripts.
+    for (c, value) in [
+        ('٠', b'0'),
+        ('٩', b'9'),
+        ('۴', b'4'),
+        ('९', b'9'),
+        ('๓', b'3'),
+        ('０', b'0'),
+        ('𝟵', b'9'),
+        ('𝟎', b'0'),
+        ('\u{116E3}', b'9'),
+    ] {
+        assert_eq!(fold(c), Some(Folded::Ascii(value)), "{c:?}");
+    }
+}
+
+/// Text made of pieces the view folds, removes or keeps.
+fn spellings() -> impl Strategy<Value = String> {
+    let pieces = prop::sample::select(vec![
+        "4",
+        "1",
+        "٤",
+        "۱",
+        "४",
+        "４",
+        "𝟗",
+        " ",
+        "\u{A0}",
+        "\u{202F}",
+        "\u{3000}",
+        "-",
+        "\u{2013}",
+        "\u{2212}",
+        "－",
+        "@",
+        "＠",
+        "﹫",
+        ".",
+        "。",
+        "\u{200B}",
+        "\u{200D}",
+        "\u{AD}",
+        "\u{FEFF}",
+        "\u{FE0F}",
+        "\u{E0041}",
+        "a",
+        "é",
+        "e\u{301}",
+        "東",
+        "👍",
+        "Ａ",
+    ]);
+    prop::collection::vec(pieces, 0..40).prop_map(|p| p.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Every span of the view maps to a span of the original, on character boundaries,
+    /// whose own view is that span of the view: nothing of the value is left out, and
+    /// nothing is added but characters the view removes inside it.
+    #[test]
+    fn mapped_spans_are_the_original_of_the_view(text in prop_oneof![any::<String>(), spellings()]) {
+        let normalized = Normalized::new(&text);
+        let view = normalized.as_str();
+        prop_assert!(view.len() <= text.len());
+        let bounds: Vec<usize> = view.char_indices().map(|(at, _)| at).chain([view.len()]).collect();
+        let mut last = (0, 0);
+        for (i, &start) in bounds.iter().enumerate() {
+            for &end in &bounds[i..] {
+                let (from, to) = normalized.original(start, end);
+                prop_assert!(from <= to && to <= text.len(), "{start}..{end} -> {from}..{to}");
+                prop_assert!(text.is_char_boundary(from) && text.is_char_boundary(to));
+                let again = Normalized::new(&text[from..to]);
+                prop_assert_eq!(again.as_str(), &view[start..end]);
+                if start < end {
+                    // Nothing removed at either edge.
+                    let first = text[from..to].chars().next();
+                    let last_char = text[from..to].chars().next_back();
+                    prop_assert!(first.is_some_and(|c| fold(c) != Some(Folded::Removed)));
+                    prop_assert!(last_char.is_some_and(|c| fold(c) != Some(Folded::Removed)));
+                }
+            }
+            let here = normalized.original(start, start);
+            prop_assert!(here >= last, "mapping goes backwards at {start}");
+            last = here;
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! Values written with characters other than the ASCII ones the patterns name (no-break
+//! spaces, Unicode dashes, digits of other scripts, fullwidth forms, invisible format
+//! characters), the national phone formats, and the numbers that must stay unreported.
+
+use std::sync::LazyLock;
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// Every built-in detector.
+static ALL: LazyLock<Scanner> = LazyLock::new(|| Scanner::new(None).unwrap());
+
+/// The shaped detectors: the name detectors left out.
+static SHAPED: LazyLock<Scanner> = LazyLock::new(|| {
+    let shaped: Vec<String> = builtin_entities()
+        .into_iter()
+        .filter(|e| !names::ENTITIES.contains(e))
+        .map(str::to_owned)
+        .collect();
+    Scanner::new(Some(&shaped)).unwrap()
+});
+
+fn found(text: &str) -> Vec<(&'static str, String)> {
+    ALL.scan(text)
+        .into_iter()
+        .map(|s| (s.entity, text[s.start..s.end].to_owned()))
+        .collect()
+}
+
+#[track_caller]
+fn assert_finds(entity: &str, text: &str, value: &str) {
+    let spans = found(text);
+    assert!(
+        spans.iter().any(|(e, v)| *e == entity && v == value),
+        "expected {entity} {value:?} in {text:?}, found {spans:?}"
+    );
+}
+
+/// Nothing of a shaped type (the name detectors left out) in `text`.
+#[track_caller]
+fn assert_clean(text: &str) {
+    let spans: Vec<(&str, &str)> = SHAPED
+        .scan(text)
+        .into_iter()
+        .map(|s| (s.entity, &text[s.start..s.end]))
+        .collect();
+    assert!(
+        spans.is_empty(),
+        "expected nothing in {text:?}, found {spans:?}"
+    );
+}
+
+/// Each of `values` found as `entity` inside `template` (`{}` is the value).
+#[track_caller]
+fn assert_each(entity: &str, template: &str, values: &[&str]) {
+    for value in values {
+        assert_finds(entity, &template.replace("{}", value), value);
+    }
+}
+
+#[test]
+fn cards_grouped_with_no_break_spaces() {
+    for space in ['\u{A0}', '\u{202F}', '\u{2007}', '\u{2009}', '\u{3000}'] {
+        let card = ["4111", "1111", "1111", "1111"].join(&space.to_string());
+        assert_finds("CREDIT_CARD", &format!("card {card} exp 12/29"), &card);
+    }
+}
+
+#[test]
+fn cards_in_fullwidth_and_other_digits() {
+    assert_each(
+        "CREDIT_CARD",
+        "カード番号：{}、有効期限１２／２９",
+        &[
+            "４１１１ １１１１ １１１１ １１１１",
+            "４１１１１１１１１１１１１１１１",
+        ],
+    );
+    // Arabic-Indic digits, and a mix of scripts within one number.
+    assert_each(
+        "CREDIT_CARD",
+        "card {} on file",
+        &["٤١١١ ١١١١ ١١١١ ١١١١", "4111 ١١١١ ११११ 1111"],
+    );
+}
+
+#[test]
+fn ssns_with_unicode_dashes() {
+    for dash in [
+        '\u{2010}', '\u{2011}', '\u{2012}', '\u{2013}', '\u{2014}', '\u{2015}', '\u{2212}',
+        '\u{FE63}', '\u{FF0D}',
+    ] {
+        let ssn = format!("536{dash}22{dash}1234");
+        assert_finds("US_SSN", &format!("SSN {ssn} on file"), &ssn);
+        assert_finds("US_SSN", &format!("employee record: {ssn}."), &ssn);
+    }
+    assert_finds(
+        "US_SSN",
+        "SSN ５３６－２２－１２３４",
+        "５３６－２２－１２３４",
+    );
+}
+
+#[test]
+fn fullwidth_and_small_at_signs_and_dots_in_emails() {
+    assert_each(
+        "EMAIL_ADDRESS",
+        "write to {} today",
+        &[
+            "jane.doe＠example.com",
+            "jane.doe﹫example.com",
+            "jane.doe@example．com",
+            "ｊａｎｅ＠ｅｘａｍｐｌｅ．ｃｏｍ",
+            "jane@example。com",
+        ],
+    );
+}
+
+#[test]
+fn format_characters_inside_values_are_covered() {
+    // Each value is found whole: the span runs from its first to its last visible
+    // character, the invisible ones inside it included.
+    for (entity, value) in [
+        ("EMAIL_ADDRESS", "jane\u{200D}@example.com"),
+        ("EMAIL_ADDRESS", "jane\u{200B}@example.com"),
+        ("EMAIL_ADDRESS", "jane@exam\u{2060}ple.com"),
+        ("EMAIL_ADDRESS", "ja\u{AD}ne.doe@example.com"),
+        ("EMAIL_ADDRESS", "jane\u{FEFF}.doe@example.com"),
+        ("EMAIL_ADDRESS", "jane@\u{200E}example.com"),
+        ("CREDIT_CARD", "4111\u{200B}1111\u{200C}1111\u{2060}1111"),
+        ("CREDIT_CARD", "4111 1111 \u{FE0F}1111 1111"),
+        ("US_SSN", "536-\u{FEFF}22-1234"),
+        ("PHONE_NUMBER", "+44 20\u{200B} 7946 0958"),
+        (
+            "IBAN_CODE",
+            "DE89\u{AD}3704\u{AD}0044\u{AD}0532\u{AD}0130\u{AD}00",
+        ),
+    ] {
+        assert_finds(entity, &format!("value: {value} (end)"), value);
+        // Invisible characters around the value stay outside its span.
+        assert_finds(
+            entity,
+            &format!("value: \u{200B}{value}\u{200D} (end)"),
+            value,
+        );
+    }
+    // An invisible character between a word and a value separates them.
+    assert_finds(
+        "CREDIT_CARD",
+        "Kartennummer\u{200B}4111 1111 1111 1111",
+        "4111 1111 1111 1111",
+    );
+}
+
+#[test]
+fn internationalised_email_addresses() {
+    assert_each(
+        "EMAIL_ADDRESS",
+        "Schreiben Sie an {} oder rufen Sie an.",
+        &[
+            "info@müller-bäckerei.de",
+            "jürgen.müller@firma.de",
+            "zoë@café.fr",
+            "łukasz.żółć@poczta.pl",
+            "почта@пример.рф",
+            "δοκιμή@παράδειγμα.δοκιμή",
+            "用户@例子.广告",
+            "info@xn--mller-bckerei-9gb1p.de",
+        ],
+    );
+    // Next to text of a script written without spaces the address stops at the script
+    // change.
+    assert_finds(
+        "EMAIL_ADDRESS",
+        "メールはyamada@example.jpまでお送りください。",
+        "yamada@example.jp",
+    );
+}
+
+#[test]
+fn phones_in_digits_of_other_scripts() {
+    assert_each(
+        "PHONE_NUMBER",
+        "رقم الهاتف {} شكرا",
+        &["+٩٧١ ٥٠ ١٢٣ ٤٥٦٧", "+٤٤ ٢٠ ٧٩٤٦ ٠٩٥٨"],
+    );
+    assert_each(
+        "PHONE_NUMBER",
+        "شماره {} است",
+        &["۰۹۱۲ ۳۴۵ ۶۷۸۹", "+۹۸ ۹۱۲ ۳۴۵ ۶۷۸۹"],
+    );
+    assert_each(
+        "PHONE_NUMBER",
+        "संपर्क {} पर करें",
+        &["+९१ ९८७६५ ४३२१०", "९८७६५ ४३२१०"],
+    );
+    assert_each(
+        "PHONE_NUMBER",
+        "電話番号は{}です。",
+        &[
+            "０３－１２３４－５６７８",
+            "０９０-１２３４-５６７８",
+            "＋８１ ３ １２３４ ５６７８",
+        ],
+    );
+}
+
+#[test]
+fn us_and_canadian_numbers() {
+    assert_each(
+        "PHONE_NUMBER",
+        "Reach the front desk at {} after nine.",
+        &[
+            "415 555 0172",
+            "+1 415 555 0172",
+            "1-415-555-0172",
+            "1 415 555 0172",
+            "(415) 555-0172",
+            "(415)555-0172",
+            "1 (415) 555-0172",
+            "415.555.0172",
+            "604-555-0172",
+        ],
+    );
+    assert_finds("PHONE_NUMBER", "call me on 4155550172", "4155550172");
+}
+
+#[test]
+fn national_phone_formats_of_the_supported_locales() {
+    // Without a context word; the country code given or not.
+    let locales: &[(&str, &[&str])] = &[
+        (
+            "UK",
+            &[
+                "020 7946 0958",
+                "0161 496 0000",
+                "07700 900123",
+                "01632 960983",
+                "+44 7700 900123",
+                "+44 (0)20 7946 0958",
+            ],
+        ),
+        (
+            "DE",
+            &[
+                "030 1234567",
+                "030/1234567",
+                "030-1234567",
+                "0170 1234567",
+                "0151 23456789",
+                "089 123456-78",
+                "(030) 1234567",
+                "+49 30 1234567",
+                "+49 (0)170 1234567",
+                "+49 30/1234567",
+            ],
+        ),
+        (
+            "FR",
+            &[
+                "01 23 45 67 89",
+                "06.12.34.56.78",
+                "06-12-34-56-78",
+                "+33 6 12 34 56 78",
+                "+33 (0)1 23 45 67 89",
+            ],
+        ),
+        (
+            "ES",
+            &[
+                "912 345 678",
+                "612 34 56 78",
+                "91 234 56 78",
+                "+34 612 345 678",
+            ],
+        ),
+        (
+            "IT",
+            &[
+                "06 1234 5678",
+                "02 1234 5678",
+                "0471 123456",
+                "333 123 4567",
+                "+39 06 1234 5678",
+                "+39 333 123 4567",
+            ],
+        ),
+        (
+            "NL",
+            &[
+                "020 123 4567",
+                "06 12345678",
+                "06-12345678",
+                "+31 6 12345678",
+                "+31 (0)20 123 4567",
+            ],
+        ),
+        ("PL", &["601 234 567", "12 345 67 89", "+48 601 234 567"]),
+        (
+            "IN",
+            &[
+                "98765 43210",
+                "011 2345 6789",
+                "022-23456789",
+                "+91 98765 43210",
+                "+91-9876543210",
+            ],
+        ),
+        (
+            "BR",
+            &[
+                "(11) 91234-5678",
+                "(11) 3456-7890",
+                "11 91234-5678",
+                "+55 11 91234-5678",
+            ],
+        ),
+        (
+            "JP",
+            &[
+                "03-1234-5678",
+                "090-1234-5678",
+                "0120-123-456",
+                "045-123-4567",
+                "0467-12-3456",
+                "+81 3-1234-5678",
+                "+81 90-1234-5678",
+            ],
+        ),
+        (
+            "AU",
+            &[
+                "(02) 9876 5432",
+                "02 9876 5432",
+                "0412 345 678",
+                "1300 123 456",
+                "1800 123 456",
+                "+61 2 9876 5432",
+                "+61 412 345 678",
+            ],
+        ),
+    ];
+    for (locale, numbers) in locales {
+        for number in *numbers {
+            for template in ["Kontakt: {}, danke.", "Tel. {}", "{}"] {
+                let text = template.replace("{}", number);
+                let spans = found(&text);
+                assert!(
+                    spans.contains(&("PHONE_NUMBER", (*number).to_owned())),
+                    "{locale}: {number:?} in {text:?}, found {spans:?}"
+                );
+            }
+        }
+    }
+    // The international prefix `00` and numbers written without separators are phones
+    // after a context word only.
+    for number in [
+        "0049 30 1234567",
+        "0044 20 7946 0958",
+        "02079460958",
+        "0612345678",
+    ] {
+        assert_finds("PHONE_NUMBER", &format!("phone: {number}"), number);
+        assert_clean(&format!("ref {number}"));
+    }
+}
+
+#[test]
+fn lower_case_ibans() {
+    assert_each(
+        "IBAN_CODE",
+        "überweisen an {} bis freitag",
+        &[
+            "de89 3704 0044 0532 0130 00",
+            "de89370400440532013000",
+            "gb82 west 1234 5698 7654 32",
+            "fr14 2004 1010 0505 0001 3m02 606",
+        ],
+    );
+    assert_clean("de89 3704 0044 0532 0130 01 is a typo");
+}
+
+#[test]
+fn ssn_shapes_failing_the_issuance_rules_after_a_cue() {
+    for (cue, number) in [
+        ("SSN:", "912-12-3456"),
+        ("ssn", "000-12-3456"),
+        ("Social Security number", "666-12-3456"),
+        ("social security no.", "536-00-1234"),
+        ("Tax ID", "536-22-0000"),
+        ("taxpayer identification number", "999-99-9999"),
+        ("ITIN", "912 93 1234"),
+        ("TIN:", "078-05-1120"),
+    ] {
+        let text = format!("{cue} {number} on file");
+        let spans = ALL.scan(&text);
+        assert!(
+            spans.iter().any(|s| s.entity == "US_SSN"
+                && &text[s.start..s.end] == number
+                && s.score >= 0.5
+                && s.score < 0.85),
+            "{text:?}: {spans:?}"
+        );
+    }
+    // Without a cue, or with the cue only inside a longer word, these are not SSNs.
+    assert_clean("meeting 912-12-3456 at noon");
+    assert_clean("continue 000-12-3456");
+    assert_clean("reference 666-12-3456");
+}
+
+#[test]
+fn itins_are_reported_as_us_ssn() {
+    for itin in [
+        "912-70-1234",
+        "900-50-0001",
+        "999-88-1234",
+        "987-65-4321",
+        "950-94-1234",
+    ] {
+        assert_finds("US_SSN", &format!("record {itin} filed"), itin);
+    }
+    // Area 9xx outside the ITIN groups is neither.
+    assert_clean("record 912-93-1234 and 912-69-1234 filed");
+}
+
+#[test]
+fn prose_prices_dates_and_versions_stay_clean() {
+    for text in [
+        // German, French and Polish prose with prices grouped by (narrow) no-break spaces.
+        "Die Lieferung für Frau Schäfer kostet 1\u{A0}299,00\u{A0}€ (inkl. MwSt.); \
+         Termin am 15.03.2024 um 10:30 Uhr, Version 2.10.3 läuft.",
+        "Le prix est de 1\u{202F}299,00\u{A0}€ TTC, livraison le 05/12/2024 ; \
+         référence 2024-0815, année fiscale 2023–2024.",
+        "Cena wynosi 12\u{A0}499,99\u{A0}zł, termin płatności 2024-03-15, wersja 3.1.4. \
+         Zażółć gęślą jaźń.",
+        "価格は１２，８００円（税込）です。２０２４年３月１５日発売、バージョン１．２．３。",
+        "東京都渋谷区の会議は午前１０：３０から。",
+        // Large figures grouped by spaces, with and without a currency.
+        "Budget: 750\u{A0}000\u{A0}000 euros, Umsatz 912\u{A0}345\u{A0}678\u{A0}€",
+        "a total of 1 912 345 678 rows in 1 234 567 890 bytes",
+        "Preis: 1\u{2009}299 € und 12\u{2009}345,67 €",
+        // Dates, times, timestamps and versions.
+        "logged 05-01-2024 10:30, 2024-03-15 08:30:00, 15.03.2024 10:30 and 03/2024 1500 units",
+        "built 2024‐01‐15 — version 10.4.2 – v2.0.0−rc.1",
+        "ISBN 978-3-16-148410-0, build 0815 4711, epoch 1650000000 and 1800000000",
+        "zip 94105-1234, order #1234567, room 0042 floor 12",
+    ] {
+        assert_clean(text);
+    }
+}
+
+/// Text made of pieces the normalised view folds or removes, next to digits, separators and
+/// the characters values are made of.
+fn spellings() -> impl Strategy<Value = String> {
+    let pieces = prop::sample::select(vec![
+        "4111", "1111", "536", "22", "1234", "٤١", "۰۹", "४२", "４１", "０", "+", "@", "＠", "﹫",
+        ".", "。", "-", "\u{2013}", "\u{2212}", "－", " ", "\u{A0}", "\u{202F}", "\u{3000}",
+        "\u{200B}", "\u{200D}", "\u{AD}", "\u{FEFF}", "\u{FE0F}", "(", ")", "jane", "müller",
+        "例子", "de89", "DE89", "ssn ", "tin ", "€", "é", "\u{301}", "👍",
+    ]);
+    prop::collection::vec(pieces, 0..40).prop_map(|p| p.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the spelling, the scanner's spans are ordered, disjoint, on character
+    /// boundaries of the text, and never start or end with a character the view removes.
+    #[test]
+    fn spans_of_any_spelling_lie_on_the_text(text in prop_oneof![any::<String>(), spellings()]) {
+        let spans = SHAPED.scan(&text);
+        let mut last_end = 0;
+        for span in &spans {
+            prop_assert!(span.start >= last_end && span.start < span.end && span.end <= text.len());
+            prop_assert!(text.is_char_boundary(span.start) && text.is_char_boundary(span.end));
+            let value = &text[span.start..span.end];
+            let invisible = |c: Option<char>| c.is_some_and(|c| Normalized::new(&c.to_string()).as_str().is_empty());
+            prop_assert!(!invisible(value.chars().next()) && !invisible(value.chars().next_back()), "{value:?}");
+            last_end = span.end;
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! What to mask in one text: the scanner's spans and the known values' occurrences, merged,
+//! less what lies in placeholders that this masking wrote itself.
+//!
+//! The scanner's spans come from its cache when it has the text; the known values are
+//! matched after that lookup and never enter the cache (they belong to one masking, the
+//! cache to every request of the tenant). Where spans overlap they become one span covering
+//! them all, of the entity of the longest (then the earliest), so that no piece of either
+//! stays in the clear.
+
+use std::ops::Range;
+
+use super::{JsonMasker, MEMO_BYTES, Pass};
+use crate::error::Result;
+use crate::mask::{Action, MaskedSpan};
+
+/// A byte range of a text to mask as `entity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hit<'e> {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) entity: &'e str,
+}
+
+impl Hit<'_> {
+    pub(crate) fn range(&self) -> Range<usize> {
+        self.start..self.end
+    }
+}
+
+impl<'a> JsonMasker<'a> {
+    /// What to mask in `text`, ordered and not overlapping. Short texts found clean are
+    /// remembered for the rest of the document.
+    pub(super) fn find(&self, text: &str, pass: &mut Pass) -> Result<Vec<Hit<'a>>> {
+        let short = text.len() <= MEMO_BYTES;
+        if short && pass.clean.contains(text) {
+            return Ok(Vec::new());
+        }
+        let mut hits: Vec<Hit<'a>> = self
+            .scanner
+            .scan_for(self.tenant, text)
+            .into_iter()
+            .map(|s| Hit {
+                start: s.start,
+                end: s.end,
+                entity: s.entity,
+            })
+            .collect();
+        if let Some(known) = self.known {
+            let scanned = hits.len();
+            known.find(text, &mut hits)?;
+            if hits.len() > scanned {
+                hits = merged(hits);
+            }
+        }
+        if short && hits.is_empty() {
+            pass.clean.insert(text.into());
+        }
+        Ok(hits)
+    }
+}
+
+/// `hits` ordered by start and without overlaps: hits that overlap become one, spanning them
+/// all, with the entity of the longest of them (of equal lengths, the one that starts first,
+/// then the one given first).
+pub(crate) fn merged(mut hits: Vec<Hit<'_>>) -> Vec<Hit<'_>> {
+    hits.sort_by_key(|h| (h.start, std::cmp::Reverse(h.end)));
+    let mut out: Vec<Hit<'_>> = Vec::with_capacity(hits.len());
+    let mut longest = 0;
+    for hit in hits {
+        match out.last_mut() {
+            Some(last) if hit.start < last.end => {
+                if hit.end - hit.start > longest {
+                    longest = hit.end - hit.start;
+                    last.entity = hit.entity;
+                }
+                last.end = last.end.max(hit.end);
+            }
+            _ => {
+                longest = hit.end - hit.start;
+                out.push(hit);
+            }
+        }
+    }
+    out
+}
+
+/// `hits` less what lies in the placeholders that this masking already wrote into the text
+/// (`written`): a decoded level of escapes shows those placeholders in a new context
+/// (`api_key = "<SECRET_…>"` once an escaped quote is decoded), and a run of text parts
+/// writes them before the parts are walked. Masking a placeholder again would leave the vault
+/// entry it stands for out of the text. The rest of such a hit is masked on its own, piece by
+/// piece; a piece without a letter or digit is dropped.
+pub(crate) fn outside_placeholders<'e>(
+    text: &str,
+    hits: Vec<Hit<'e>>,
+    written: &[&MaskedSpan],
+) -> Vec<Hit<'e>> {
+    if hits.is_empty() {
+        return hits;
+    }
+    let mut tokens: Vec<&str> = written
+        .iter()
+        .filter(|span| span.action != Action::Allow && !span.token.is_empty())
+        .map(|span| span.token.as_str())
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    if tokens.is_empty() {
+        return hits;
+    }
+    // One pass for every placeholder (a text can hold thousands).
+    let Ok(automaton) = aho_corasick::AhoCorasick::new(&tokens) else {
+        return hits;
+    };
+    let mut placed: Vec<(usize, usize)> = automaton
+        .find_overlapping_iter(text)
+        .map(|m| (m.start(), m.end()))
+        .collect();
+    // Placeholders never contain one another, so by start they are also by end.
+    placed.sort_unstable();
+    if placed.is_empty() {
+        return hits;
+    }
+    let mut kept = Vec::with_capacity(hits.len());
+    for hit in hits {
+        let mut from = hit.start;
+        let piece = |start: usize, end: usize, kept: &mut Vec<Hit<'e>>| {
+            if text
+                .get(start..end)
+                .is_some_and(|piece| piece.chars().any(char::is_alphanumeric))
+            {
+                kept.push(Hit { start, end, ..hit });
+            }
+        };
+        // The placeholders that end after the hit starts, in order of start.
+        let first = placed.partition_point(|&(_, end)| end <= hit.start);
+        for &(start, end) in placed.get(first..).unwrap_or_default() {
+            if start >= hit.end {
+                break;
+            }
+            if end <= from {
+                continue;
+            }
+            if start > from {
+                piece(from, start, &mut kept);
+            }
+            from = from.max(end);
+        }
+        if from < hit.end {
+            piece(from, hit.end, &mut kept);
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(start: usize, end: usize, entity: &str) -> Hit<'_> {
+        Hit { start, end, entity }
+    }
+
+    #[test]
+    fn overlapping_hits_become_one_of_the_longest_entity() {
+        let hits = vec![
+            hit(10, 14, "D"),
+            hit(0, 8, "A"),
+            hit(5, 20, "B"),
+            hit(12, 13, "C"),
+            hit(20, 25, "E"),
+            hit(30, 33, "F"),
+            hit(30, 33, "G"),
+        ];
+        assert_eq!(
+            merged(hits),
+            [hit(0, 20, "B"), hit(20, 25, "E"), hit(30, 33, "F")]
+        );
+    }
+}

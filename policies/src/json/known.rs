@@ -1,0 +1,264 @@
+//! Values masked by their exact text: the originals that one masking masked
+//! ([`FoundValues`]), and values to mask wherever they occur again, whatever the detectors
+//! find there ([`KnownValues`]). A value found in a request by its context (a phone number
+//! after "mobile", a name after a cue word) that the model repeats elsewhere in its reply is
+//! masked in the reply as well when the reply is masked with the request's values.
+//!
+//! Invariants: neither type prints or serializes a value (`Debug` shows a count), so they
+//! stay in memory. Matching is exact text, ASCII case-insensitive, on token boundaries: a
+//! value that starts (ends) with a letter, digit or `_` matches only where no letter, digit
+//! or `_` comes before (after) it, so `Jan` is not found in `January` and `415 555 0172` not
+//! in `1415 555 01729`. One Aho-Corasick automaton finds every value in one pass over a text,
+//! whatever the number of values; its cost is the text's length plus the matches it
+//! reports, and at one position only values that end each other can match.
+
+use std::collections::{BTreeSet, HashSet};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+
+use super::find::Hit;
+use crate::error::{Error, Result};
+
+/// Values shorter than this many characters are not kept: they would mask common words.
+pub const MIN_KNOWN_CHARS: usize = 3;
+
+/// The originals of the values that a masking replaced (every span whose action is not
+/// `allow`), each with its entity type, once each. Personal data: `Debug` prints only their
+/// number, and the type cannot be serialized.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct FoundValues {
+    /// (original, entity), in sort order.
+    values: BTreeSet<(String, String)>,
+}
+
+impl FoundValues {
+    /// How many distinct (original, entity) pairs there are.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether nothing was masked.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Each (original, entity) pair, in sort order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(v, e)| (v.as_str(), e.as_str()))
+    }
+
+    pub(crate) fn insert(&mut self, original: &str, entity: &str) {
+        self.values.insert((original.to_owned(), entity.to_owned()));
+    }
+}
+
+impl std::fmt::Debug for FoundValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FoundValues")
+            .field("count", &self.values.len())
+            .finish()
+    }
+}
+
+/// Values to mask wherever a [`JsonMasker`](super::JsonMasker) reads them, each as its entity
+/// type with the policy's action for that type. Built from (original, entity) pairs, such as
+/// [`FoundValues::iter`]. A value with fewer than [`MIN_KNOWN_CHARS`] characters, or without a
+/// letter or digit, is ignored; of values that differ only in ASCII case, the first given is
+/// kept with its entity. Personal data: `Debug` prints only the number of values.
+#[derive(Clone)]
+pub struct KnownValues {
+    /// Every value, ASCII case-insensitively; `None` when there is none.
+    automaton: Option<AhoCorasick>,
+    /// For each value of the automaton, by pattern index: its entity type, and whether its
+    /// first and its last character continue a token.
+    values: Vec<(Box<str>, bool, bool)>,
+}
+
+/// Whether `c` continues a token: a value next to one is part of something longer.
+fn joins(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+impl KnownValues {
+    /// The values of `pairs`, each `(original, entity)`. An error when the automaton cannot
+    /// be built (more values than it can hold): the caller must not store text it could not
+    /// check.
+    pub fn new<'v>(pairs: impl IntoIterator<Item = (&'v str, &'v str)>) -> Result<KnownValues> {
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut patterns: Vec<&str> = Vec::new();
+        let mut values = Vec::new();
+        for (original, entity) in pairs {
+            let long = original.chars().nth(MIN_KNOWN_CHARS - 1).is_some();
+            if !long || !original.chars().any(char::is_alphanumeric) {
+                continue;
+            }
+            if !seen.insert(original.to_ascii_lowercase()) {
+                continue;
+            }
+            let starts = original.chars().next().is_some_and(joins);
+            let ends = original.chars().next_back().is_some_and(joins);
+            patterns.push(original);
+            values.push((Box::from(entity), starts, ends));
+        }
+        if patterns.is_empty() {
+            return Ok(KnownValues {
+                automaton: None,
+                values,
+            });
+        }
+        let automaton = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::Standard)
+            .build(&patterns)
+            .map_err(|e| {
+                Error::Mask(format!(
+                    "the {} known values cannot be compiled for matching ({e}); mask with fewer",
+                    patterns.len()
+                ))
+            })?;
+        Ok(KnownValues {
+            automaton: Some(automaton),
+            values,
+        })
+    }
+
+    /// How many values are matched.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether there is no value to match.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Appends to `out` every occurrence of a value in `text` on token boundaries, in the
+    /// order they end; occurrences may overlap.
+    pub(super) fn find<'k>(&'k self, text: &str, out: &mut Vec<Hit<'k>>) -> Result<()> {
+        let Some(automaton) = &self.automaton else {
+            return Ok(());
+        };
+        let all = automaton
+            .try_find_overlapping_iter(text)
+            .map_err(|e| Error::Mask(format!("known values: {e}")))?;
+        for found in all {
+            let Some((entity, starts, ends)) = self.values.get(found.pattern().as_usize()) else {
+                continue;
+            };
+            let (start, end) = (found.start(), found.end());
+            let before = text.get(..start).and_then(|t| t.chars().next_back());
+            let after = text.get(end..).and_then(|t| t.chars().next());
+            if (*starts && before.is_some_and(joins)) || (*ends && after.is_some_and(joins)) {
+                continue;
+            }
+            out.push(Hit { start, end, entity });
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for KnownValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnownValues")
+            .field("count", &self.values.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(known: &KnownValues, text: &str) -> Vec<(String, String)> {
+        let mut hits = Vec::new();
+        known.find(text, &mut hits).unwrap();
+        hits.sort_by_key(|h| (h.start, h.end));
+        hits.iter()
+            .map(|h| (text[h.start..h.end].to_owned(), h.entity.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn values_match_on_token_boundaries_whatever_their_ascii_case() {
+        let known = KnownValues::new([
+            ("Jan", "PERSON"),
+            ("415 555 0172", "PHONE_NUMBER"),
+            ("+44 20 7946 0958", "PHONE_NUMBER"),
+            ("jane@example.com", "EMAIL_ADDRESS"),
+        ])
+        .unwrap();
+        assert!(
+            found(
+                &known,
+                "January and Jans, 1415 555 01729, xjane@example.comx"
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            found(
+                &known,
+                "jan, JAN. (415 555 0172) call+44 20 7946 0958; JANE@EXAMPLE.COM"
+            ),
+            [
+                ("jan".into(), "PERSON".into()),
+                ("JAN".into(), "PERSON".into()),
+                ("415 555 0172".into(), "PHONE_NUMBER".into()),
+                ("+44 20 7946 0958".into(), "PHONE_NUMBER".into()),
+                ("JANE@EXAMPLE.COM".into(), "EMAIL_ADDRESS".into()),
+            ]
+        );
+        // A value starting with `+` may follow a letter; `_` continues a token.
+        assert!(found(&known, "id_Jan Jan_2").is_empty());
+        // Letters beyond ASCII continue a token too, and are matched exactly.
+        let known = KnownValues::new([("Zoë", "PERSON")]).unwrap();
+        assert_eq!(
+            found(&known, "Zoë, Zoëy, ZOË"),
+            [("Zoë".into(), "PERSON".into())]
+        );
+    }
+
+    #[test]
+    fn overlapping_values_are_all_reported_so_none_hides_another() {
+        // Leftmost-longest matching would take `555 0172` and skip the valid `0172 99`.
+        let known = KnownValues::new([("555 0172", "A"), ("0172 99", "B")]).unwrap();
+        assert_eq!(
+            found(&known, "1555 0172 99"),
+            [("0172 99".into(), "B".into())]
+        );
+        let known = KnownValues::new([("Jane Doe", "A"), ("Doe Street", "B")]).unwrap();
+        assert_eq!(
+            found(&known, "Jane Doe Street"),
+            [
+                ("Jane Doe".into(), "A".into()),
+                ("Doe Street".into(), "B".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn short_empty_and_repeated_values_are_ignored_and_nothing_is_printed() {
+        let known = KnownValues::new([
+            ("", "A"),
+            ("Al", "PERSON"),
+            ("--- ", "X"),
+            ("Bob", "PERSON"),
+            ("BOB", "LOCATION"),
+            ("Zoë", "PERSON"),
+        ])
+        .unwrap();
+        assert_eq!(known.len(), 2);
+        assert_eq!(found(&known, "bob Al"), [("bob".into(), "PERSON".into())]);
+        assert_eq!(format!("{known:?}"), "KnownValues { count: 2 }");
+        let none = KnownValues::new([]).unwrap();
+        assert!(none.is_empty());
+        assert!(found(&none, "Bob").is_empty());
+
+        let mut values = FoundValues::default();
+        values.insert("jane@example.com", "EMAIL_ADDRESS");
+        values.insert("jane@example.com", "EMAIL_ADDRESS");
+        values.insert("030 1234 5678", "PHONE_NUMBER");
+        assert_eq!(values.len(), 2);
+        assert_eq!(format!("{values:?}"), "FoundValues { count: 2 }");
+        assert_eq!(KnownValues::new(values.iter()).unwrap().len(), 2);
+    }
+}
