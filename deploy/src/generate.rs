@@ -89,7 +89,10 @@ impl PromptFormat {
                 .and_modify(|known| *known = None)
                 .or_insert(Some(id));
         }
-        let mut end_ids: Vec<u32> = tokenizer.token_to_id(chat.eos_token()).into_iter().collect();
+        let mut end_ids: Vec<u32> = tokenizer
+            .token_to_id(chat.eos_token())
+            .into_iter()
+            .collect();
         let generation = dir.join(GENERATION_CONFIG_FILE);
         if let Ok(text) = std::fs::read_to_string(&generation) {
             let config: Value = serde_json::from_str(&text)
@@ -319,7 +322,11 @@ pub(crate) async fn whole(engine: &Engine, job: &Job) -> std::result::Result<Gen
                     return Err(error);
                 }
             }
-            None => return Err(ApiError::server("the model ended the request without a reply")),
+            None => {
+                return Err(ApiError::server(
+                    "the model ended the request without a reply",
+                ));
+            }
         }
     };
     let Some(choice) = done.choices.into_iter().next() else {
@@ -393,12 +400,13 @@ impl Detokenizer {
         self.ids.push(id);
         let before = format.decode(&self.ids[self.prefix..self.read]);
         let now = format.decode(&self.ids[self.prefix..]);
-        if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
-            if let Some(new) = now.get(before.len()..) {
-                self.prefix = self.read;
-                self.read = self.ids.len();
-                return new.to_owned();
-            }
+        if now.len() > before.len()
+            && !now.ends_with('\u{FFFD}')
+            && let Some(new) = now.get(before.len()..)
+        {
+            self.prefix = self.read;
+            self.read = self.ids.len();
+            return new.to_owned();
         }
         String::new()
     }
@@ -504,13 +512,19 @@ impl TokenStream {
             let last = entry.as_ref().and_then(|e| self.format.identify(e));
             let tokens = known.len() + 1;
             let finish = finish.unwrap_or_else(|| {
-                if tokens >= self.max_tokens { "length" } else { "stop" }.to_owned()
+                if tokens >= self.max_tokens {
+                    "length"
+                } else {
+                    "stop"
+                }
+                .to_owned()
             });
             step.logprobs.extend(entry);
             match last {
                 Some(last) => {
                     if !self.format.is_end(last) {
-                        step.text.push_str(&self.detokenizer.push(&self.format, last));
+                        step.text
+                            .push_str(&self.detokenizer.push(&self.format, last));
                     }
                     let ids: Vec<u32> = known.iter().copied().chain([last]).collect();
                     (Some(ids), tokens, finish)

@@ -60,7 +60,6 @@ impl ApiError {
     }
 }
 
-
 #[derive(Debug, Deserialize)]
 struct RawMessage {
     role: String,
@@ -180,7 +179,11 @@ impl ChatRequest {
             .map(Tools::for_template)
             .unwrap_or_default();
         let prompt = format.prompt(&self.messages, &offered)?;
-        let constraint = match self.tools.as_ref().and_then(|t| t.grammar(format.markers())) {
+        let constraint = match self
+            .tools
+            .as_ref()
+            .and_then(|t| t.grammar(format.markers()))
+        {
             Some(lark) => Constraint::Lark(lark),
             None => self.constraint.clone(),
         };
@@ -431,8 +434,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     sampling.frequency_penalty = raw.frequency_penalty;
     sampling.presence_penalty = raw.presence_penalty;
     let constraint = constraint(raw.response_format.as_ref(), raw.grammar.as_ref())?;
-    if tools.as_ref().is_some_and(Tools::constrained) && !matches!(constraint, Constraint::None)
-    {
+    if tools.as_ref().is_some_and(Tools::constrained) && !matches!(constraint, Constraint::None) {
         return Err(ApiError::invalid(
             "`tool_choice` `required` or a named function, and `strict` functions, constrain the reply to tool calls: they cannot be combined with `grammar` or `response_format`",
             Some("tool_choice"),
@@ -471,8 +473,14 @@ mod tests {
                 r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#.into(),
                 Some("messages"),
             ),
-            (format!(r#"{{{user}, "max_tokens": 0}}"#), Some("max_tokens")),
-            (format!(r#"{{{user}, "temperature": 3}}"#), Some("temperature")),
+            (
+                format!(r#"{{{user}, "max_tokens": 0}}"#),
+                Some("max_tokens"),
+            ),
+            (
+                format!(r#"{{{user}, "temperature": 3}}"#),
+                Some("temperature"),
+            ),
             (format!(r#"{{{user}, "stop": [""]}}"#), Some("stop")),
             (
                 format!(r#"{{{user}, "tools": [{{"type": "function"}}]}}"#),

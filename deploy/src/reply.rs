@@ -257,7 +257,12 @@ impl StreamWriter {
         }
     }
 
-    fn chunk(&mut self, delta: Value, logprobs: Vec<Value>, extra: Option<Map<String, Value>>) -> Value {
+    fn chunk(
+        &mut self,
+        delta: Value,
+        logprobs: Vec<Value>,
+        extra: Option<Map<String, Value>>,
+    ) -> Value {
         let mut delta = delta;
         if !self.started {
             self.started = true;
@@ -357,10 +362,7 @@ impl StreamWriter {
             &self.shape.version,
         );
         out.insert("choices".into(), json!([]));
-        out.insert(
-            "usage".into(),
-            usage(self.shape.prompt_tokens, self.tokens),
-        );
+        out.insert("usage".into(), usage(self.shape.prompt_tokens, self.tokens));
         Value::Object(out)
     }
 }

@@ -435,10 +435,7 @@ impl ReplyParser {
                 self.in_call = true;
             } else {
                 let keep = partial_marker(&self.pending, OPEN);
-                let ready: String = self
-                    .pending
-                    .drain(..self.pending.len() - keep)
-                    .collect();
+                let ready: String = self.pending.drain(..self.pending.len() - keep).collect();
                 let text = self.text(&ready);
                 if !text.is_empty() {
                     let (body, whitespace) = split_trailing_whitespace(&text);
@@ -559,7 +556,10 @@ mod tests {
         };
         assert_eq!(
             whole(&text, usize::MAX),
-            (Some("Let me check.".into()), vec![weather(), lookup.clone()])
+            (
+                Some("Let me check.".into()),
+                vec![weather(), lookup.clone()]
+            )
         );
         // With parallel calls off, the second block stays text.
         assert_eq!(
@@ -590,7 +590,11 @@ mod tests {
         ];
         for case in cases {
             let text = format!("Hi\n{case}");
-            assert_eq!(whole(&text, usize::MAX), (Some(text.clone()), vec![]), "{case}");
+            assert_eq!(
+                whole(&text, usize::MAX),
+                (Some(text.clone()), vec![]),
+                "{case}"
+            );
         }
         // A good call after a bad one is still a call.
         let text = format!("{}\n{WEATHER}", cases[1]);
@@ -649,7 +653,10 @@ mod tests {
                 Piece::Call(c) => calls.push(c),
             }
         }
-        ((!content.is_empty() || calls.is_empty()).then_some(content), calls)
+        (
+            (!content.is_empty() || calls.is_empty()).then_some(content),
+            calls,
+        )
     }
 
     #[test]
@@ -667,12 +674,19 @@ mod tests {
             rendered[0].parameters.as_deref(),
             Some(r#"{"type":"object","properties":{"city":{"type":"string"}}}"#)
         );
-        assert!(matches!(Tools::parse(None, Some(&json!("none")), None), Ok(None)));
+        assert!(matches!(
+            Tools::parse(None, Some(&json!("none")), None),
+            Ok(None)
+        ));
         let refused = [
             (json!([{"type": "web_search"}]), json!("auto"), "tools"),
             (json!([{"type": "function"}]), json!("auto"), "tools"),
             (tools.clone(), json!("always"), "tool_choice"),
-            (tools.clone(), json!({"type": "function", "function": {"name": "x"}}), "tool_choice"),
+            (
+                tools.clone(),
+                json!({"type": "function", "function": {"name": "x"}}),
+                "tool_choice",
+            ),
             (json!([]), json!("required"), "tool_choice"),
         ];
         for (tools, choice, param) in refused {
@@ -713,8 +727,13 @@ mod tests {
             "{grammar}"
         );
         // The non-strict function's arguments are any object; the strict one's its schema.
-        assert!(grammar.contains(r#"%json {"type":"object","x-guidance""#), "{grammar}");
-        let none = Tools::parse(Some(&tools), Some(&json!("none")), None).ok().flatten();
+        assert!(
+            grammar.contains(r#"%json {"type":"object","x-guidance""#),
+            "{grammar}"
+        );
+        let none = Tools::parse(Some(&tools), Some(&json!("none")), None)
+            .ok()
+            .flatten();
         assert_eq!(none.as_ref().and_then(|t| t.grammar(&markers)), None);
         assert!(none.is_some_and(|t| !t.callable() && t.for_template().len() == 2));
     }

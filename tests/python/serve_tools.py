@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Drives `atdp-serve` directly with the official `openai` SDK and the OpenAI Agents SDK
+"""Drives `atdp-serve` (directly or through `atdp-proxy`) with the official `openai` SDK and the OpenAI Agents SDK
 (`openai-agents`), with one function tool, and prints ONE JSON line of what they got, for
 deploy/tests/it/tools.rs to assert on.
 
-    python serve_tools.py --base-url http://127.0.0.1:PORT [--model M]
+    python serve_tools.py --base-url http://127.0.0.1:PORT [--model M] [--api-key KEY]
+
+The base URL is `atdp-serve`'s, or the proxy's in front of it (then `--api-key` is the agent's
+key).
 
 The tool is `get_weather(city: "Paris" | "Oslo" | "Lima", unit: "c" | "f")`; every call forces it
 (`tool_choice` names it, or `"required"` for the agent), because a tiny random model never
@@ -75,10 +78,10 @@ def calls_of(tool_calls: Any) -> list:
     ]
 
 
-def run_openai(base_url: str, model: str) -> dict:
+def run_openai(base_url: str, model: str, api_key: str) -> dict:
     client = OpenAI(
         base_url=base_url + "/v1",
-        api_key="unused",
+        api_key=api_key,
         max_retries=0,
         _strict_response_validation=True,
     )
@@ -148,7 +151,7 @@ def run_openai(base_url: str, model: str) -> dict:
     return out
 
 
-async def run_agents(base_url: str, model_name: str) -> dict:
+async def run_agents(base_url: str, model_name: str, api_key: str) -> dict:
     set_tracing_disabled(True)
     out = {}
     for mode in ("agent", "agent_streamed"):
@@ -160,7 +163,7 @@ async def run_agents(base_url: str, model_name: str) -> dict:
             calls.append({"city": city, "unit": unit})
             return f"{city}: 12 degrees {unit}"
 
-        client = AsyncOpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+        client = AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0)
         agent = Agent(
             name="weather",
             instructions="Use the tools.",
@@ -186,9 +189,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--model", default="agent")
+    parser.add_argument("--api-key", default="unused")
     args = parser.parse_args()
-    report = run_openai(args.base_url, args.model)
-    report.update(asyncio.run(run_agents(args.base_url, args.model)))
+    report = run_openai(args.base_url, args.model, args.api_key)
+    report.update(asyncio.run(run_agents(args.base_url, args.model, args.api_key)))
     print(json.dumps(report))
 
 
