@@ -37,8 +37,8 @@ pub use cycle::{
 pub use env::{Env, EnvArgs, Environment, Episode, SeedRng};
 pub use error::{Error, Result, blocking};
 pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
-pub use gate::{Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids,
-    request_ids,
+pub use gate::{
+    Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids, request_ids,
 };
 pub use live::{RollbackConfig, VersionReward, check_rollback, live_rewards};
 pub use trail::Trail;

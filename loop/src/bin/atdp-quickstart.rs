@@ -55,7 +55,10 @@ fn main() -> ExitCode {
     let Some(env) = Env::from_name(&cli.env) else {
         return fail(
             "atdp-quickstart",
-            format!("unknown environment {:?} (routing, guess, tool_use)", cli.env),
+            format!(
+                "unknown environment {:?} (routing, guess, tool_use)",
+                cli.env
+            ),
         );
     };
     let mut config = QuickstartConfig::new(cli.dir);
@@ -81,7 +84,11 @@ fn main() -> ExitCode {
             let (b, a) = (&report.before, &report.after);
             println!(
                 "\n{} on {} held-out {} episodes: before {:.1}% [95% CI {:.1}–{:.1}], after {:.1}% [{:.1}–{:.1}]",
-                if env == Env::ToolUse { "tool-call accuracy" } else { "success rate" },
+                if env == Env::ToolUse {
+                    "tool-call accuracy"
+                } else {
+                    "success rate"
+                },
                 a.episodes,
                 env.name(),
                 b.success_rate * 100.0,

@@ -226,11 +226,13 @@ pub(super) async fn play(
     } else {
         &call.id
     };
-    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{
-        "id": id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }]}));
+    messages.push(
+        json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }]}),
+    );
     messages.push(json!({"role": "tool", "tool_call_id": id, "content": result.to_string()}));
     let answer = agent
         .chat_json(json!({
@@ -266,13 +268,13 @@ mod tests {
         for seed in 0..200 {
             let t = task(seed);
             let ticket = &t.messages[1].content;
-            let choices: Vec<&str> = t.tools[0]["function"]["parameters"]["properties"]
-                ["reference"]["enum"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap())
-                .collect();
+            let choices: Vec<&str> =
+                t.tools[0]["function"]["parameters"]["properties"]["reference"]["enum"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+                    .collect();
             assert_eq!(choices.len(), 2);
             assert!(choices.contains(&t.number.as_str()));
             assert_ne!(choices[0].as_bytes()[0], choices[1].as_bytes()[0]);
@@ -311,7 +313,8 @@ mod tests {
         let tools = schema_tools(&task(3));
         assert_eq!(tools.len(), 4);
         assert_eq!(tools[1].name, "refund");
-        let parameters: Value = serde_json::from_str(tools[1].parameters.as_ref().unwrap()).unwrap();
+        let parameters: Value =
+            serde_json::from_str(tools[1].parameters.as_ref().unwrap()).unwrap();
         assert_eq!(parameters["required"], json!(["reference"]));
     }
 }
