@@ -484,7 +484,9 @@ fn separate_lists(text: &str, found: &mut [Span]) {
 }
 
 /// `span` without the common words it starts with (`check if schenk groep` is `schenk
-/// groep`); `None` when nothing but the legal form is left.
+/// groep`). A common word is kept when the rest is a legal form proper (`Demo Corp`,
+/// `Apple Inc.`); with a word that also names a line of business (`Customer Services`,
+/// `the Group`), nothing is left and the result is `None`.
 fn trim_common(lexicon: &Lexicon, text: &str, mut span: Span) -> Option<Span> {
     let mut buffer = String::new();
     loop {
@@ -498,9 +500,37 @@ fn trim_common(lexicon: &Lexicon, text: &str, mut span: Span) -> Option<Span> {
             return Some(span);
         }
         let rest = &value[first_end..];
-        span.start += first_end + (rest.len() - rest.trim_start_matches([' ', ',']).len());
+        let rest = rest.trim_start_matches([' ', ',']);
+        if !rest.contains([' ', ',']) {
+            // One word is left: the legal form. The word before it names the organisation
+            // when it is capitalised and not a word that only points at one.
+            let named = value.starts_with(char::is_uppercase)
+                && !PARTICLES.contains(&buffer.as_str())
+                && !POINTERS.contains(&buffer.as_str());
+            fold(rest.trim_end_matches('.'), &mut buffer);
+            let proper = !GENERIC_FORMS.contains(&buffer.as_str());
+            return (named && proper).then_some(span);
+        }
+        span.start += value.len() - rest.len();
     }
 }
+
+/// Words that point at an organisation without naming it (`The Corp.`, `Our Ltd`).
+const POINTERS: &[&str] = &[
+    "the", "a", "an", "our", "your", "my", "their", "his", "her", "its", "this", "that", "any",
+    "each", "every", "no", "which", "whose",
+];
+
+/// Words that end organisation names but are also ordinary words for a line of business:
+/// a common word before one of them is not taken for a name.
+const GENERIC_FORMS: &[&str] = &[
+    "company", "group", "groep", "grupo", "gruppo", "gruppe", "grupp", "holding", "holdings",
+    "partners", "associates", "technologies", "technology", "systems", "solutions", "labs",
+    "laboratories", "industries", "consulting", "logistics", "foundation", "trust", "bank",
+    "insurance", "capital", "ventures", "media", "software", "pharma", "motors", "airlines",
+    "hotels", "enterprises", "investment", "investments", "international", "worldwide",
+    "services",
+];
 
 #[cfg(test)]
 mod tests;
