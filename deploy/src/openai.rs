@@ -28,6 +28,8 @@ pub struct ApiError {
     pub message: String,
     /// `error.param`.
     pub param: Option<&'static str>,
+    /// `error.code` (`model_not_found`), when OpenAI gives one.
+    pub code: Option<&'static str>,
 }
 
 impl ApiError {
@@ -37,6 +39,7 @@ impl ApiError {
             kind: "invalid_request_error",
             message: message.into(),
             param,
+            code: None,
         }
     }
 
@@ -46,6 +49,7 @@ impl ApiError {
             kind: "server_error",
             message: message.into(),
             param: None,
+            code: None,
         }
     }
 
@@ -55,7 +59,7 @@ impl ApiError {
             "message": self.message,
             "type": self.kind,
             "param": self.param,
-            "code": Value::Null,
+            "code": self.code,
         }})
     }
 }
@@ -103,6 +107,8 @@ struct StreamOptions {
 struct RawRequest {
     messages: Vec<RawMessage>,
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     stream: bool,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
@@ -140,6 +146,8 @@ struct RawRequest {
 
 /// A checked request.
 pub struct ChatRequest {
+    /// The policy asked for (`support`, `support@v7`).
+    pub model: Option<String>,
     pub(crate) messages: Vec<Message>,
     pub(crate) tools: Option<Tools>,
     pub(crate) sampling: SamplingParams,
@@ -441,6 +449,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         ));
     }
     Ok(ChatRequest {
+        model: raw.model,
         messages,
         tools,
         sampling,

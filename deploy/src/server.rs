@@ -1,9 +1,10 @@
-//! The HTTP side of `atdp-serve`: an OpenAI-compatible API over the engine currently
-//! served, the swap between engines, and `/atdp/status`.
+//! The HTTP side of `atdp-serve`: an OpenAI-compatible API over the engines the fleet's
+//! policies serve, the swap between a policy's engines, and `/atdp/status`.
 //!
-//! Each request takes the current engine (an `Arc`) when it arrives and keeps it until its
-//! last byte is sent, so a response comes whole from one version; a swap only changes which
-//! engine the next request takes. The old engine stops when its last request finishes.
+//! Each request takes its policy's current engine (an `Arc`) when it arrives and keeps it
+//! until its last byte is sent, so a response comes whole from one version; a swap only
+//! changes which engine the next request takes. The old engine stops when its last request
+//! finishes.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, RwLock};
@@ -19,6 +20,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::engine::{Engine, Shared};
+use crate::fleet::{Fleet, FleetStatus};
 use crate::generate;
 use crate::openai::{self, ApiError};
 use crate::reply::{self, Shape, StreamWriter};
@@ -115,6 +117,17 @@ impl Serving {
         }
     }
 
+    /// Counts a request answered (`failed`: the engine failed it).
+    pub(crate) fn count(&self, failed: bool) {
+        self.update(|s| {
+            if failed {
+                s.failures += 1;
+            } else {
+                s.requests += 1;
+            }
+        });
+    }
+
     /// Records that a version was refused.
     pub fn refused(&self, message: String) {
         self.update(|s| s.last_refusal = Some(message));
@@ -156,15 +169,15 @@ impl Serving {
     }
 }
 
-/// The API's routes.
-pub fn router(serving: Arc<Serving>) -> Router {
+/// The API's routes over the policies of `fleet`.
+pub fn router(fleet: Arc<Fleet>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/atdp/status", get(status))
         .fallback(not_found)
-        .with_state(serving)
+        .with_state(fleet)
 }
 
 fn error_response(error: &ApiError, version: Option<&str>) -> Response {
@@ -182,6 +195,7 @@ async fn not_found() -> Response {
         message: "unknown path: atdp-serve answers POST /v1/chat/completions and GET /v1/models"
             .into(),
         param: None,
+        code: None,
     };
     error_response(&error, None)
 }
@@ -190,37 +204,37 @@ async fn health() -> &'static str {
     "ok"
 }
 
-async fn status(State(serving): State<Arc<Serving>>) -> axum::Json<Status> {
-    axum::Json(serving.status())
+async fn status(State(fleet): State<Arc<Fleet>>) -> axum::Json<FleetStatus> {
+    axum::Json(fleet.status().await)
 }
 
-async fn models(State(serving): State<Arc<Serving>>) -> Response {
-    let engine = serving.current();
-    let version = engine.version.to_string();
-    let body = json!({
-        "object": "list",
-        "data": [{
-            "id": engine.version.policy,
-            "object": "model",
-            "created": 0,
-            "owned_by": "atdp",
-            "version": version,
-        }],
-    });
-    let mut response = axum::Json(body).into_response();
-    if let Ok(v) = HeaderValue::from_str(&version) {
-        response.headers_mut().insert(VERSION_HEADER, v);
-    }
-    response
+/// Every served policy, with the version it serves now.
+async fn models(State(fleet): State<Arc<Fleet>>) -> Response {
+    let data: Vec<Value> = fleet
+        .policies()
+        .filter_map(|policy| fleet.serving(policy))
+        .map(|serving| {
+            let engine = serving.current();
+            json!({
+                "id": engine.version.policy,
+                "object": "model",
+                "created": 0,
+                "owned_by": "atdp",
+                "version": engine.version.to_string(),
+            })
+        })
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
-async fn chat(State(serving): State<Arc<Serving>>, body: Bytes) -> Response {
+async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
     if body.len() > MAX_BODY {
         let error = ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             kind: "invalid_request_error",
             message: format!("the request body is over {} MiB", MAX_BODY >> 20),
             param: None,
+            code: None,
         };
         return error_response(&error, None);
     }
@@ -229,7 +243,10 @@ async fn chat(State(serving): State<Arc<Serving>>, body: Bytes) -> Response {
         Err(e) => return error_response(&e, None),
     };
     // The engine is taken once: every byte of this response comes from it.
-    let engine = serving.current();
+    let (serving, engine) = match fleet.route(request.model.as_deref()).await {
+        Ok(route) => (route.serving, route.engine),
+        Err(e) => return error_response(&e, None),
+    };
     let version = engine.version.to_string();
     let job = match request.job(&engine.format) {
         Ok(job) => job,
@@ -250,7 +267,7 @@ async fn chat(State(serving): State<Arc<Serving>>, body: Bytes) -> Response {
     let results = futures::future::join_all(runs).await;
     match results.into_iter().collect::<Result<Vec<_>, _>>() {
         Ok(choices) => {
-            serving.update(|s| s.requests += 1);
+            serving.count(false);
             let tools = request.tools;
             let body = reply::completion(&shape, choices, || parser(tools.as_ref()));
             let mut response = axum::Json(body).into_response();
@@ -261,7 +278,7 @@ async fn chat(State(serving): State<Arc<Serving>>, body: Bytes) -> Response {
         }
         Err(e) => {
             if e.status.is_server_error() {
-                serving.update(|s| s.failures += 1);
+                serving.count(true);
                 // The message may quote the prompt: log only that it failed.
                 tracing::warn!(version = %version, "Engine failed a request.");
             }
@@ -316,12 +333,12 @@ fn stream(
             }
         }
         if let Some(error) = failed {
-            serving.update(|s| s.failures += 1);
+            serving.count(true);
             tracing::warn!(version = %version, "Engine failed a streamed request.");
             let _ = tx.send(sse(&error.body())).await;
             return;
         }
-        serving.update(|s| s.requests += 1);
+        serving.count(false);
         if request.include_usage {
             let _ = tx.send(sse(&writer.usage_chunk())).await;
         }

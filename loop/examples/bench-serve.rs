@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use atdp_deploy::{BaseModel, EngineOptions, Registry, Watcher};
+use atdp_deploy::{BaseModel, EngineOptions, Fleet, Registry, Watcher};
 use atdp_trainer::{InitSpec, LoadOptions, Lora, LoraConfig, Model, save_adapter};
 use candle_core::{Device, Tensor};
 use clap::Parser;
@@ -188,7 +188,9 @@ async fn main() {
         drain: Duration::from_secs(60),
     };
     let started = Instant::now();
-    let serving = watcher.start().await.unwrap();
+    let policy = registry.policy().to_owned();
+    let fleet = Fleet::start(vec![watcher], None, 0).await.unwrap();
+    let serving = fleet.serving(&policy).unwrap().clone();
     println!(
         "preset {}: first engine loaded in {:.2} s",
         args.preset,
@@ -196,8 +198,8 @@ async fn main() {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(watcher.run(serving.clone(), Duration::from_millis(20)));
-    let app = atdp_deploy::router(serving.clone());
+    fleet.follow(Duration::from_millis(20));
+    let app = atdp_deploy::router(fleet.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     for clients in [1, 4] {

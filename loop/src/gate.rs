@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use atdp_deploy::{BaseModel, Engine, EngineOptions, Registry, Serving, Watcher};
+use atdp_deploy::{BaseModel, Engine, EngineOptions, Fleet, Registry, Watcher};
 use atdp_trainer::{Adapter, ChatFormat, LoadOptions, Model, load_adapter};
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
@@ -251,7 +251,7 @@ async fn serve_locally(engine: Engine) -> Result<Local> {
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Io(format!("no local address: {e}")))?;
-    let app = atdp_deploy::router(Serving::new(engine));
+    let app = atdp_deploy::router(Fleet::fixed(engine));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app)

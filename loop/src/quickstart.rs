@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use atdp_deploy::{BaseModel, EngineOptions, Registry, Serving, Watcher};
+use atdp_deploy::{BaseModel, EngineOptions, Fleet, Registry, Serving, Watcher};
 use atdp_trainer::{Arch, InitSpec, RawRunConfig, Selection};
 use serde::{Deserialize, Serialize};
 
@@ -256,15 +256,19 @@ async fn start_serve(
         options: EngineOptions::default(),
         drain: Duration::from_secs(30),
     };
-    let serving = watcher.start().await?;
+    let fleet = Fleet::start(vec![watcher], None, 0).await?;
+    let serving = fleet
+        .serving(registry.policy())
+        .cloned()
+        .ok_or_else(|| Error::Loop("the fleet lost its only policy".into()))?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| Error::Io(format!("cannot listen on loopback: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Io(format!("no local address: {e}")))?;
-    tokio::spawn(watcher.run(serving.clone(), Duration::from_millis(200)));
-    let app = atdp_deploy::router(serving.clone());
+    fleet.follow(Duration::from_millis(200));
+    let app = atdp_deploy::router(fleet);
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });

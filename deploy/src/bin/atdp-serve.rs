@@ -1,6 +1,6 @@
-//! `atdp-serve`: serve a base model with a policy's promoted LoRA adapter (mistral.rs, an
-//! OpenAI-compatible API), and drive the adapter registry: publish, promote, rollback,
-//! status. See docs/deploy.md.
+//! `atdp-serve`: serve a base model with the promoted LoRA adapters of one or several
+//! policies (mistral.rs, an OpenAI-compatible API, the policy chosen per request by `model`),
+//! and drive the adapter registry: publish, promote, rollback, status. See docs/deploy.md.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use atdp_deploy::{BaseModel, EngineOptions, Registry, State, Watcher};
+use atdp_deploy::{BaseModel, EngineOptions, Fleet, Registry, State, Watcher};
 use atdp_schema::cli::{LakeArgs, init_logging, run_async};
 use clap::{Args, Parser, Subcommand};
 
@@ -39,8 +39,20 @@ struct Common {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve the promoted version and follow the registry.
+    /// Serve the promoted version of each policy and follow their registries.
     Run {
+        /// The policies to serve, comma-separated (default: `--policy`); a request picks one
+        /// by its `model` field.
+        #[arg(long, env = "ATDP_SERVE_POLICIES", value_delimiter = ',')]
+        policies: Vec<String>,
+        /// The policy that answers requests whose `model` names none of the served policies
+        /// (with one policy served, that policy; with several and none named, such requests
+        /// are a 404).
+        #[arg(long, env = "ATDP_SERVE_DEFAULT_POLICY")]
+        default_policy: Option<String>,
+        /// Pinned versions (`support@v3`) kept loaded at once; 0 refuses pins.
+        #[arg(long, default_value_t = 2)]
+        max_pinned: usize,
         /// The base model directory (Hugging Face layout: config.json, safetensors,
         /// tokenizer.json, tokenizer_config.json).
         #[arg(long, env = "ATDP_BASE_MODEL")]
@@ -110,6 +122,9 @@ async fn serve(cli: Cli) -> Result<()> {
     let registry = Registry::open(&c.lake.url(), c.lake.options()?, &c.policy)?;
     match cli.command {
         Command::Run {
+            policies,
+            default_policy,
+            max_pinned,
             base,
             listen,
             cache,
@@ -127,26 +142,36 @@ async fn serve(cli: Cli) -> Result<()> {
                 engine.force_cpu = false;
                 engine.dtype = mistralrs::core::ModelDType::Auto;
             }
-            let watcher = Watcher {
-                registry,
-                base,
-                cache,
-                options: engine,
-                drain: Duration::from_secs(drain_secs),
+            let policies = if policies.is_empty() {
+                vec![c.policy.clone()]
+            } else {
+                policies
             };
-            let serving = watcher
-                .start()
+            let mut watchers = Vec::with_capacity(policies.len());
+            for policy in &policies {
+                watchers.push(Watcher {
+                    registry: Registry::open(&c.lake.url(), c.lake.options()?, policy)?,
+                    base: base.clone(),
+                    cache: cache.clone(),
+                    options: engine.clone(),
+                    drain: Duration::from_secs(drain_secs),
+                });
+            }
+            let fleet = Fleet::start(watchers, default_policy, max_pinned)
                 .await
-                .context("loading the promoted version")?;
+                .context("loading the promoted versions")?;
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("binding {listen}"))?;
             let address = listener.local_addr()?;
-            tracing::info!(%address, serving = %serving.status().serving, "Serving.");
+            let status = fleet.status().await;
+            for (policy, s) in &status.policies {
+                tracing::info!(%address, %policy, serving = %s.serving, "Serving.");
+            }
             // A line a supervising script can wait for.
             println!("atdp-serve listening on http://{address}");
-            tokio::spawn(watcher.run(serving.clone(), Duration::from_millis(poll_ms.max(50))));
-            axum::serve(listener, atdp_deploy::router(serving))
+            fleet.follow(Duration::from_millis(poll_ms.max(50)));
+            axum::serve(listener, atdp_deploy::router(fleet))
                 .with_graceful_shutdown(async {
                     let _ = tokio::signal::ctrl_c().await;
                 })

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atdp_deploy::{BaseModel, EngineOptions, Registry, Serving, Status, VERSION_HEADER, Watcher};
+use atdp_deploy::{
+    BaseModel, EngineOptions, Fleet, Registry, Serving, Status, VERSION_HEADER, Watcher,
+};
 use atdp_trainer::{
     Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model, Rng, init_model, save_adapter,
 };
@@ -49,31 +51,51 @@ pub fn random_adapter(base: &Path, out: &Path, scale: f64, seed: u64) {
     save_adapter(&lora, out, &base.display().to_string()).unwrap();
 }
 
-/// A server on 127.0.0.1:0 following `registry`, polling it every 20 ms.
+/// A server on 127.0.0.1:0 following its registries, polling them every 20 ms.
 pub struct Server {
     pub addr: SocketAddr,
+    /// The first policy's serving.
     pub serving: Arc<Serving>,
+    pub fleet: Arc<Fleet>,
     pub _cache: TempDir,
 }
 
 pub async fn start(registry: Registry, base: &Path) -> Server {
+    start_fleet(vec![registry], base, None, 2).await
+}
+
+/// A server of several policies over one base model.
+pub async fn start_fleet(
+    registries: Vec<Registry>,
+    base: &Path,
+    default: Option<&str>,
+    max_pinned: usize,
+) -> Server {
     let cache = tempfile::tempdir().unwrap();
-    let watcher = Watcher {
-        registry,
-        base: BaseModel::open(base).unwrap(),
-        cache: cache.path().to_path_buf(),
-        options: EngineOptions::default(),
-        drain: Duration::from_secs(30),
-    };
-    let serving = watcher.start().await.unwrap();
+    let base = BaseModel::open(base).unwrap();
+    let watchers = registries
+        .into_iter()
+        .map(|registry| Watcher {
+            registry,
+            base: base.clone(),
+            cache: cache.path().to_path_buf(),
+            options: EngineOptions::default(),
+            drain: Duration::from_secs(30),
+        })
+        .collect();
+    let fleet = Fleet::start(watchers, default.map(str::to_owned), max_pinned)
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(watcher.run(serving.clone(), Duration::from_millis(20)));
-    let app = atdp_deploy::router(serving.clone());
+    fleet.follow(Duration::from_millis(20));
+    let app = atdp_deploy::router(fleet.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let first = fleet.policies().next().unwrap().to_owned();
     Server {
         addr,
-        serving,
+        serving: fleet.serving(&first).unwrap().clone(),
+        fleet,
         _cache: cache,
     }
 }

@@ -560,10 +560,7 @@ mod tests {
         assert_eq!(outbound.values.len(), 1);
         // Stored without that context: the request and the reply restored from the upstream's
         // placeholder.
-        let mut step = step_with(
-            "Ring me: 0612345678",
-            "I will ring 0612345678 at six.",
-        );
+        let mut step = step_with("Ring me: 0612345678", "I will ring 0612345678 at six.");
         mask_step(&mut step, &scanner, &policy, &keys, &outbound.values).unwrap();
         let stored = stored_text(&step);
         assert!(!stored.contains("1234 5678"), "{stored}");

@@ -158,7 +158,10 @@ fn organisations_that_start_with_a_capital_outside_ascii_are_found() {
 #[test]
 fn organisations_named_by_a_common_word_and_a_legal_form_are_found() {
     for (text, org) in [
-        ("You are the support agent of Demo Corp. Be brief.", "Demo Corp."),
+        (
+            "You are the support agent of Demo Corp. Be brief.",
+            "Demo Corp.",
+        ),
         ("I work at Demo Corp.", "Demo Corp."),
         ("Shares of Apple Inc. fell.", "Apple Inc."),
         ("Invoice from Summit GmbH attached.", "Summit GmbH"),
@@ -175,7 +178,9 @@ fn a_common_word_before_a_line_of_business_is_not_an_organisation() {
         "Ask our Corp. team.",
     ] {
         assert!(
-            found(text).iter().all(|(entity, _)| *entity != "ORGANIZATION"),
+            found(text)
+                .iter()
+                .all(|(entity, _)| *entity != "ORGANIZATION"),
             "{text}: {:?}",
             found(text)
         );
