@@ -10,7 +10,7 @@ use deltalake::datafusion::prelude::{Expr, SessionContext, col, lit};
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::record::{AuditEvent, Reward, Step, Table, VaultEntry, date_of_micros};
+use crate::record::{AuditEvent, Reward, Step, Table, Unmarked, VaultEntry, date_of_micros};
 
 /// Which rows to read. Unset fields do not filter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,6 +77,25 @@ pub fn time_range(time_column: &str, since: Option<i64>, until: Option<i64>) -> 
         parts.push(col(time_column).lt(timestamp(until)));
     }
     parts
+}
+
+/// The predicate that keeps the `steps` rows a training reader may read at `now` (µs since
+/// epoch, UTC): eligible (or unmarked, when `unmarked` says they are), and not past
+/// `retention_until`; the same rule as [`Step::training_exclusion`]. `marked` says whether
+/// the table has the governance columns: a table of protocol version 1 has none, and all its
+/// rows are unmarked.
+pub fn trainable_predicate(marked: bool, now: i64, unmarked: Unmarked) -> Expr {
+    if !marked {
+        return lit(unmarked == Unmarked::Eligible);
+    }
+    let eligible = match unmarked {
+        Unmarked::Excluded => col("training_eligible").is_true(),
+        Unmarked::Eligible => col("training_eligible").is_not_false(),
+    };
+    let retained = col("retention_until")
+        .is_null()
+        .or(col("retention_until").gt(timestamp(now)));
+    eligible.and(retained)
 }
 
 /// The filter as a DataFusion predicate; `date` bounds are derived from the time range so
