@@ -23,6 +23,7 @@ use mistralrs::core::{
 };
 
 use crate::error::{Error, Result};
+use crate::generate::PromptFormat;
 
 /// A local base model directory in Hugging Face layout, checked once.
 #[derive(Debug, Clone)]
@@ -35,6 +36,7 @@ pub struct BaseModel {
     pub sha256: String,
     weights: Vec<PathBuf>,
     loader: NormalLoaderType,
+    format: Arc<PromptFormat>,
 }
 
 impl BaseModel {
@@ -54,6 +56,7 @@ impl BaseModel {
                 return Err(bad(format!("{file} is missing")));
             }
         }
+        let format = Arc::new(PromptFormat::load(&dir)?);
         let loader = match config.arch {
             atdp_trainer::Arch::Llama => NormalLoaderType::Llama,
             atdp_trainer::Arch::Qwen2 => NormalLoaderType::Qwen2,
@@ -65,6 +68,7 @@ impl BaseModel {
             sha256,
             weights,
             loader,
+            format,
         })
     }
 
@@ -202,6 +206,8 @@ pub struct Engine {
     pub model: mistralrs::Model,
     /// How long loading took.
     pub loaded_in: Duration,
+    /// The base model's chat template and tokenizer, which render every prompt.
+    pub(crate) format: Arc<PromptFormat>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -287,6 +293,7 @@ impl Engine {
             version,
             model: mistralrs::Model::new(runner),
             loaded_in: started.elapsed(),
+            format: base.format.clone(),
         })
     }
 }

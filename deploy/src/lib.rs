@@ -24,9 +24,12 @@
 
 mod engine;
 mod error;
+mod generate;
 mod openai;
 mod registry;
+mod reply;
 mod server;
+mod tools;
 mod watch;
 
 pub use engine::{Adapter, BaseModel, Engine, EngineOptions, Shared, Version};

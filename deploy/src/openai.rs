@@ -1,10 +1,18 @@
-//! The OpenAI chat-completions wire format: requests into mistral.rs requests, mistral.rs
-//! responses into OpenAI JSON and SSE chunks, errors into OpenAI's error JSON.
+//! OpenAI chat-completions requests: the body read into the conversation (messages and tools
+//! shaped as the proxy records them, so that the trainer renders the same prompt from the
+//! recorded step), the sampling settings and the decoding constraint; and errors in OpenAI's
+//! error JSON. Replies are written by `reply`.
 
+use std::sync::Arc;
+
+use atdp_schema::{Message, ToolCall};
 use axum::http::StatusCode;
-use mistralrs::{Constraint, RequestBuilder, SamplingParams, StopTokens, TextMessageRole};
+use mistralrs::{Constraint, SamplingParams, StopTokens};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::generate::{Job, PromptFormat};
+use crate::tools::Tools;
 
 /// The default `max_tokens` when the client sets none.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
@@ -58,9 +66,29 @@ struct RawMessage {
     #[serde(default)]
     content: Option<Value>,
     #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
     tool_call_id: Option<String>,
     #[serde(default)]
-    tool_calls: Option<Value>,
+    tool_calls: Option<Vec<RawToolCall>>,
+    #[serde(default)]
+    function_call: Option<RawFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: RawFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFunction {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,6 +129,10 @@ struct RawRequest {
     #[serde(default)]
     tools: Option<Value>,
     #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
     response_format: Option<Value>,
     #[serde(default)]
     grammar: Option<Value>,
@@ -108,30 +140,95 @@ struct RawRequest {
 
 /// A checked request.
 pub struct ChatRequest {
-    /// The mistral.rs request.
-    pub builder: RequestBuilder,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) tools: Option<Tools>,
+    pub(crate) sampling: SamplingParams,
+    pub(crate) constraint: Constraint,
+    pub(crate) max_tokens: usize,
+    /// Completions asked for.
+    pub(crate) n: usize,
+    /// Stop sequences (cut from the reply text).
+    pub(crate) stop: Vec<String>,
+    /// The client asked for log-probabilities.
+    pub(crate) logprobs: bool,
     /// Stream the reply as SSE.
     pub stream: bool,
     /// Send a final usage chunk (streaming).
     pub include_usage: bool,
 }
 
-fn text_of(content: Option<&Value>) -> Result<String, ApiError> {
+impl std::fmt::Debug for ChatRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The messages are prompt text: never printed.
+        f.debug_struct("ChatRequest")
+            .field("stream", &self.stream)
+            .field("include_usage", &self.include_usage)
+            .field("n", &self.n)
+            .field("max_tokens", &self.max_tokens)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatRequest {
+    /// What the engine generates for one choice: the prompt rendered with `format`, and a
+    /// forced tool call's grammar.
+    pub(crate) fn job(&self, format: &PromptFormat) -> Result<Job, ApiError> {
+        let offered = self
+            .tools
+            .as_ref()
+            .map(Tools::for_template)
+            .unwrap_or_default();
+        let prompt = format.prompt(&self.messages, &offered)?;
+        let constraint = match self
+            .tools
+            .as_ref()
+            .and_then(|t| t.grammar(format.markers()))
+        {
+            Some(lark) => Constraint::Lark(lark),
+            None => self.constraint.clone(),
+        };
+        let ban = self
+            .tools
+            .as_ref()
+            .filter(|t| !t.callable())
+            .and_then(|_| format.open_id());
+        Ok(Job {
+            prompt: Arc::new(prompt),
+            sampling: self.sampling.clone(),
+            constraint,
+            max_tokens: self.max_tokens,
+            ban,
+        })
+    }
+}
+
+/// Text of `content` as the proxy records it: a string, or text (and refusal) parts joined
+/// with nothing between them. Other parts are refused: this model reads text only.
+fn text_of(content: Option<&Value>) -> Result<Option<String>, ApiError> {
     match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(Value::Array(parts)) => {
-            let mut text = String::new();
+            let mut text: Option<String> = None;
             for part in parts {
-                match (part.get("type").and_then(Value::as_str), part.get("text")) {
-                    (Some("text"), Some(Value::String(t))) => text.push_str(t),
+                let kind = part.get("type").and_then(Value::as_str);
+                let field = match kind {
+                    Some("text") => "text",
+                    Some("refusal") => "refusal",
                     _ => {
                         return Err(ApiError::invalid(
                             "only text content parts are supported by this model",
                             Some("messages"),
                         ));
                     }
-                }
+                };
+                let Some(t) = part.get(field).and_then(Value::as_str) else {
+                    return Err(ApiError::invalid(
+                        format!("a `{field}` content part needs its `{field}` string"),
+                        Some("messages"),
+                    ));
+                };
+                text.get_or_insert_with(String::new).push_str(t);
             }
             Ok(text)
         }
@@ -142,14 +239,54 @@ fn text_of(content: Option<&Value>) -> Result<String, ApiError> {
     }
 }
 
-impl std::fmt::Debug for ChatRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The messages are prompt text: never printed.
-        f.debug_struct("ChatRequest")
-            .field("stream", &self.stream)
-            .field("include_usage", &self.include_usage)
-            .finish_non_exhaustive()
+/// A function call's arguments as the proxy records them: a string as it is, anything else
+/// as its JSON text.
+fn arguments_text(arguments: Option<&Value>) -> String {
+    match arguments {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
     }
+}
+
+/// One message, shaped as the proxy records it. The role goes to the chat template as sent
+/// (a template that does not know a role, such as Qwen2.5's for `developer`, leaves the
+/// message out, for the served model and for the trainer alike).
+fn message(raw: RawMessage) -> Result<Message, ApiError> {
+    if !matches!(
+        raw.role.as_str(),
+        "system" | "developer" | "user" | "assistant" | "tool"
+    ) {
+        return Err(ApiError::invalid(
+            format!("unknown message role `{}`", raw.role),
+            Some("messages"),
+        ));
+    }
+    let content = text_of(raw.content.as_ref())?.or(raw.refusal);
+    let mut tool_calls: Vec<ToolCall> = raw
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| ToolCall {
+            id: c.id.unwrap_or_default(),
+            name: c.function.name,
+            arguments: arguments_text(c.function.arguments.as_ref()),
+        })
+        .collect();
+    if let Some(f) = raw.function_call {
+        tool_calls.push(ToolCall {
+            id: String::new(),
+            name: f.name,
+            arguments: arguments_text(f.arguments.as_ref()),
+        });
+    }
+    Ok(Message {
+        role: raw.role,
+        content,
+        name: raw.name,
+        tool_call_id: raw.tool_call_id,
+        tool_calls,
+    })
 }
 
 /// The decoding constraint of a request: OpenAI's `response_format` (`json_object`,
@@ -216,36 +353,16 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             Some("messages"),
         ));
     }
-    if raw.tools.as_ref().is_some_and(|t| !t.is_null()) {
-        return Err(ApiError::invalid(
-            "tools are not supported by atdp-serve yet; describe the actions in the prompt",
-            Some("tools"),
-        ));
-    }
-    let mut builder = RequestBuilder::new();
-    for message in &raw.messages {
-        if message.tool_calls.as_ref().is_some_and(|t| !t.is_null()) {
-            return Err(ApiError::invalid(
-                "assistant tool calls in the history are not supported by atdp-serve yet",
-                Some("messages"),
-            ));
-        }
-        let text = text_of(message.content.as_ref())?;
-        builder = match message.role.as_str() {
-            "system" | "developer" => builder.add_message(TextMessageRole::System, text),
-            "user" => builder.add_message(TextMessageRole::User, text),
-            "assistant" => builder.add_message(TextMessageRole::Assistant, text),
-            "tool" => {
-                builder.add_tool_message(text, message.tool_call_id.clone().unwrap_or_default())
-            }
-            other => {
-                return Err(ApiError::invalid(
-                    format!("unknown message role `{other}`"),
-                    Some("messages"),
-                ));
-            }
-        };
-    }
+    let tools = Tools::parse(
+        raw.tools.as_ref(),
+        raw.tool_choice.as_ref(),
+        raw.parallel_tool_calls,
+    )?;
+    let messages = raw
+        .messages
+        .into_iter()
+        .map(message)
+        .collect::<Result<Vec<_>, _>>()?;
     let max_tokens = raw
         .max_completion_tokens
         .or(raw.max_tokens)
@@ -274,15 +391,13 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         ));
     }
     let stop = match raw.stop {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(StopTokens::Seqs(vec![s])),
-        Some(Value::Array(items)) => Some(StopTokens::Seqs(
-            items
-                .iter()
-                .map(|v| v.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| ApiError::invalid("`stop` must hold strings", Some("stop")))?,
-        )),
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::invalid("`stop` must hold strings", Some("stop")))?,
         Some(_) => {
             return Err(ApiError::invalid(
                 "`stop` must be a string or a list",
@@ -290,6 +405,12 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             ));
         }
     };
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "`stop` sequences must not be empty",
+            Some("stop"),
+        ));
+    }
     let temperature = raw.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::invalid(
@@ -307,172 +428,30 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         s.top_p = raw.top_p;
         s
     };
-    sampling.max_len = Some(max_tokens);
-    sampling.stop_toks = stop;
-    sampling.n_choices = n;
+    sampling.stop_toks = (!stop.is_empty()).then(|| StopTokens::Seqs(stop.clone()));
+    sampling.n_choices = 1;
     sampling.top_n_logprobs = top_logprobs;
     sampling.frequency_penalty = raw.frequency_penalty;
     sampling.presence_penalty = raw.presence_penalty;
     let constraint = constraint(raw.response_format.as_ref(), raw.grammar.as_ref())?;
-    builder = builder
-        .set_sampling(sampling)
-        .set_constraint(constraint)
-        .return_logprobs(raw.logprobs || top_logprobs > 0);
+    if tools.as_ref().is_some_and(Tools::constrained) && !matches!(constraint, Constraint::None) {
+        return Err(ApiError::invalid(
+            "`tool_choice` `required` or a named function, and `strict` functions, constrain the reply to tool calls: they cannot be combined with `grammar` or `response_format`",
+            Some("tool_choice"),
+        ));
+    }
     Ok(ChatRequest {
-        builder,
+        messages,
+        tools,
+        sampling,
+        constraint,
+        max_tokens,
+        n,
+        stop,
+        logprobs: raw.logprobs || top_logprobs > 0,
         stream: raw.stream,
         include_usage: raw.stream_options.is_some_and(|o| o.include_usage),
     })
-}
-
-/// A mistral.rs log-probability as OpenAI gives it. mistral.rs 0.8.1 reports log10 of the
-/// probability (`prob.log(10.0)` in its sampler); OpenAI, vLLM and the trainer use the
-/// natural logarithm, and the trainer's off-policy correction reads these values.
-fn natural_log(log10: Option<&Value>) -> Value {
-    log10
-        .and_then(Value::as_f64)
-        .map_or(Value::Null, |l| json!(l * std::f64::consts::LN_10))
-}
-
-/// One token's log-probability entry as OpenAI writes it: the token as text, its UTF-8
-/// bytes, the natural log-probability, and the alternatives as text too (mistral.rs gives
-/// their ids). Alternatives of probability zero (masked by a decoding constraint: mistral.rs
-/// reports their log-probability as null) are left out: they are not alternatives.
-fn logprob_entry(entry: &Value) -> Value {
-    let token = entry.get("token").and_then(Value::as_str).unwrap_or("");
-    let top: Vec<Value> = entry
-        .get("top_logprobs")
-        .and_then(Value::as_array)
-        .map(|alternatives| {
-            alternatives
-                .iter()
-                .filter(|alt| alt.get("logprob").and_then(Value::as_f64).is_some())
-                .map(|alt| {
-                    let text = alt
-                        .get("bytes")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| {
-                            format!(
-                                "token_id:{}",
-                                alt.get("token").and_then(Value::as_u64).unwrap_or(0)
-                            )
-                        });
-                    json!({
-                        "token": text,
-                        "logprob": natural_log(alt.get("logprob")),
-                        "bytes": text.as_bytes(),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    json!({
-        "token": token,
-        "logprob": natural_log(entry.get("logprob")),
-        "bytes": token.as_bytes(),
-        "top_logprobs": top,
-    })
-}
-
-/// Only the three usage counts (mistral.rs adds timing fields).
-fn usage(value: &Value) -> Value {
-    json!({
-        "prompt_tokens": value.get("prompt_tokens").cloned().unwrap_or(Value::Null),
-        "completion_tokens": value.get("completion_tokens").cloned().unwrap_or(Value::Null),
-        "total_tokens": value.get("total_tokens").cloned().unwrap_or(Value::Null),
-    })
-}
-
-/// `raw.choices`, each mapped by `f`.
-fn map_choices(raw: &Value, f: impl Fn(&Value) -> Value) -> Vec<Value> {
-    raw.get("choices")
-        .and_then(Value::as_array)
-        .map(|choices| choices.iter().map(f).collect())
-        .unwrap_or_default()
-}
-
-/// The fields every response and chunk carries, naming `version` as the model.
-fn envelope(raw: &Value, object: &str, version: &str) -> serde_json::Map<String, Value> {
-    let mut out = serde_json::Map::new();
-    out.insert("id".into(), raw.get("id").cloned().unwrap_or(Value::Null));
-    out.insert("object".into(), json!(object));
-    out.insert(
-        "created".into(),
-        raw.get("created").cloned().unwrap_or(json!(0)),
-    );
-    out.insert("model".into(), json!(version));
-    out.insert("system_fingerprint".into(), json!(version));
-    out
-}
-
-/// A whole response, as OpenAI writes it, naming `version` as the model.
-pub fn completion(response: &mistralrs::ChatCompletionResponse, version: &str) -> Value {
-    let raw = serde_json::to_value(response).unwrap_or(Value::Null);
-    let choices = map_choices(&raw, |c| {
-        let logprobs = c
-            .pointer("/logprobs/content")
-            .and_then(Value::as_array)
-            .map(|entries| json!({ "content": entries.iter().map(logprob_entry).collect::<Vec<_>>() }))
-            .unwrap_or(Value::Null);
-        json!({
-            "index": c.get("index").cloned().unwrap_or(json!(0)),
-            "message": {
-                "role": "assistant",
-                "content": c.pointer("/message/content").cloned().unwrap_or(Value::Null),
-            },
-            "logprobs": logprobs,
-            "finish_reason": c.get("finish_reason").cloned().unwrap_or(Value::Null),
-        })
-    });
-    let mut out = envelope(&raw, "chat.completion", version);
-    out.insert("choices".into(), Value::Array(choices));
-    out.insert(
-        "usage".into(),
-        raw.get("usage").map(usage).unwrap_or(Value::Null),
-    );
-    Value::Object(out)
-}
-
-/// One streamed chunk, as OpenAI writes it, naming `version` as the model. Returns the
-/// chunk and the usage it carried (mistral.rs puts it on the last chunk).
-pub fn chunk(
-    response: &mistralrs::ChatCompletionChunkResponse,
-    version: &str,
-) -> (Value, Option<Value>) {
-    let raw = serde_json::to_value(response).unwrap_or(Value::Null);
-    let choices = map_choices(&raw, |c| {
-        // mistral.rs gives one entry per chunk; OpenAI a list.
-        let logprobs = c
-            .get("logprobs")
-            .filter(|l| !l.is_null())
-            .map(|entry| json!({ "content": [logprob_entry(entry)] }))
-            .unwrap_or(Value::Null);
-        json!({
-            "index": c.get("index").cloned().unwrap_or(json!(0)),
-            "delta": {
-                "role": "assistant",
-                "content": c.pointer("/delta/content").cloned().unwrap_or(Value::Null),
-            },
-            "logprobs": logprobs,
-            "finish_reason": c.get("finish_reason").cloned().unwrap_or(Value::Null),
-        })
-    });
-    let mut out = envelope(&raw, "chat.completion.chunk", version);
-    out.insert("choices".into(), Value::Array(choices));
-    (
-        Value::Object(out),
-        raw.get("usage").filter(|u| !u.is_null()).map(usage),
-    )
-}
-
-/// The final usage chunk of a stream (`stream_options.include_usage`).
-pub fn usage_chunk(id: &Value, created: &Value, version: &str, usage: Value) -> Value {
-    let raw = json!({ "id": id, "created": created });
-    let mut out = envelope(&raw, "chat.completion.chunk", version);
-    out.insert("choices".into(), json!([]));
-    out.insert("usage".into(), usage);
-    Value::Object(out)
 }
 
 #[cfg(test)]
@@ -481,75 +460,123 @@ mod tests {
 
     #[test]
     fn bad_requests_are_refused_with_the_parameter_named() {
-        let cases: [(&str, Option<&str>); 9] = [
-            ("{", None),
-            (r#"{"messages": []}"#, Some("messages")),
+        let user = r#""messages": [{"role": "user", "content": "x"}]"#;
+        let tool = r#""tools": [{"type": "function", "function": {"name": "f"}}]"#;
+        let cases: Vec<(String, Option<&str>)> = vec![
+            ("{".into(), None),
+            (r#"{"messages": []}"#.into(), Some("messages")),
             (
-                r#"{"messages": [{"role": "wizard", "content": "x"}]}"#,
+                r#"{"messages": [{"role": "wizard", "content": "x"}]}"#.into(),
                 Some("messages"),
             ),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}"#,
+                r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#.into(),
+                Some("messages"),
+            ),
+            (
+                format!(r#"{{{user}, "max_tokens": 0}}"#),
                 Some("max_tokens"),
             ),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "temperature": 3}"#,
+                format!(r#"{{{user}, "temperature": 3}}"#),
                 Some("temperature"),
             ),
+            (format!(r#"{{{user}, "stop": [""]}}"#), Some("stop")),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#,
+                format!(r#"{{{user}, "tools": [{{"type": "function"}}]}}"#),
                 Some("tools"),
             ),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "grammar": {"type": "regex"}}"#,
+                format!(r#"{{{user}, "grammar": {{"type": "regex"}}}}"#),
                 Some("grammar"),
             ),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}"#,
+                format!(r#"{{{user}, "response_format": {{"type": "xml"}}}}"#),
                 Some("response_format"),
             ),
             (
-                r#"{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}, "grammar": {"type": "regex", "value": "a"}}"#,
+                format!(
+                    r#"{{{user}, "response_format": {{"type": "text"}}, "grammar": {{"type": "regex", "value": "a"}}}}"#
+                ),
                 Some("grammar"),
+            ),
+            // A forced call and another constraint.
+            (
+                format!(
+                    r#"{{{user}, {tool}, "tool_choice": "required", "grammar": {{"type": "regex", "value": "a"}}}}"#
+                ),
+                Some("tool_choice"),
+            ),
+            (
+                format!(
+                    r#"{{{user}, {tool}, "tool_choice": {{"type": "function", "function": {{"name": "f"}}}}, "response_format": {{"type": "json_object"}}}}"#
+                ),
+                Some("tool_choice"),
             ),
         ];
         for (body, param) in cases {
             let err = parse(body.as_bytes()).err().map(|e| (e.status, e.param));
             assert_eq!(err, Some((StatusCode::BAD_REQUEST, param)), "{body}");
         }
+        // Under `auto` a grammar still applies.
+        let body = format!(r#"{{{user}, {tool}, "grammar": {{"type": "regex", "value": "a"}}}}"#);
+        assert!(parse(body.as_bytes()).is_ok());
     }
 
     #[test]
-    fn text_parts_are_joined() {
+    fn messages_are_shaped_as_the_proxy_records_them() {
         let parsed = parse(
-            br#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "stream": true, "stream_options": {"include_usage": true}}"#,
+            br#"{"messages": [
+                {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {"role": "user", "content": "Weather?", "name": "ann"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": "{\"city\": \"Oslo\"}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "w", "arguments": {"city": "Rome"}}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {"role": "assistant", "refusal": "no"}
+            ], "stream": true, "stream_options": {"include_usage": true}}"#,
         );
-        let parsed = parsed.map(|r| (r.stream, r.include_usage)).ok();
-        assert_eq!(parsed, Some((true, true)));
-        assert_eq!(
-            text_of(Some(
-                &json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
-            ))
-            .ok(),
-            Some("ab".into())
-        );
-    }
-
-    #[test]
-    fn logprob_entries_name_alternatives_as_text() {
-        let entry = json!({"token": "hi", "logprob": -0.5, "bytes": [104, 105],
-            "top_logprobs": [{"token": 7, "logprob": -0.5, "bytes": "hi"}, {"token": 9, "logprob": -2.0, "bytes": null}]});
-        let out = logprob_entry(&entry);
-        // log10 in, natural log out.
-        let ln = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
-        assert!((ln(&out["logprob"]) - (-0.5 * std::f64::consts::LN_10)).abs() < 1e-12);
-        assert!(
-            (ln(&out["top_logprobs"][1]["logprob"]) - (-2.0 * std::f64::consts::LN_10)).abs()
-                < 1e-12
-        );
-        assert_eq!(out["token"], "hi");
-        assert_eq!(out["top_logprobs"][0]["token"], "hi");
-        assert_eq!(out["top_logprobs"][1]["token"], "token_id:9");
-        assert_eq!(out["bytes"], json!([104, 105]));
+        let request = parsed.ok();
+        let flags = request.as_ref().map(|r| (r.stream, r.include_usage));
+        assert_eq!(flags, Some((true, true)));
+        let messages = request.map(|r| r.messages).unwrap_or_default();
+        let call = |id: &str, arguments: &str| ToolCall {
+            id: id.into(),
+            name: "w".into(),
+            arguments: arguments.into(),
+        };
+        let expected = vec![
+            Message {
+                role: "developer".into(),
+                content: Some("ab".into()),
+                ..Message::default()
+            },
+            Message {
+                role: "user".into(),
+                content: Some("Weather?".into()),
+                name: Some("ann".into()),
+                ..Message::default()
+            },
+            Message {
+                role: "assistant".into(),
+                tool_calls: vec![
+                    call("call_1", r#"{"city": "Oslo"}"#),
+                    call("call_2", r#"{"city":"Rome"}"#),
+                ],
+                ..Message::default()
+            },
+            Message {
+                role: "tool".into(),
+                content: Some("sunny".into()),
+                tool_call_id: Some("call_1".into()),
+                ..Message::default()
+            },
+            Message {
+                role: "assistant".into(),
+                content: Some("no".into()),
+                ..Message::default()
+            },
+        ];
+        assert_eq!(messages, expected);
     }
 }

@@ -19,7 +19,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::engine::{Engine, Shared};
+use crate::generate;
 use crate::openai::{self, ApiError};
+use crate::reply::{self, Shape, StreamWriter};
+use crate::tools::{ReplyParser, Tools};
 
 /// The response header naming the version that produced a response; the proxy records it as
 /// the step's `policy_version`.
@@ -227,91 +230,100 @@ async fn chat(State(serving): State<Arc<Serving>>, body: Bytes) -> Response {
     };
     // The engine is taken once: every byte of this response comes from it.
     let engine = serving.current();
+    let version = engine.version.to_string();
+    let job = match request.job(&engine.format) {
+        Ok(job) => job,
+        Err(e) => return error_response(&e, Some(&version)),
+    };
+    let shape = Shape {
+        id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
+        created: chrono::Utc::now().timestamp().max(0) as u64,
+        version: version.clone(),
+        prompt_tokens: job.prompt.len(),
+        logprobs: request.logprobs,
+        stop: request.stop.clone(),
+    };
     if request.stream {
-        stream(serving, engine, request)
-    } else {
-        let version = engine.version.to_string();
-        let result = engine.model.send_chat_request(request.builder).await;
-        match result {
-            Ok(response) => {
-                serving.update(|s| s.requests += 1);
-                let mut response =
-                    axum::Json(openai::completion(&response, &version)).into_response();
-                if let Ok(v) = HeaderValue::from_str(&version) {
-                    response.headers_mut().insert(VERSION_HEADER, v);
-                }
-                response
+        return stream(serving, engine, request, job, shape);
+    }
+    let runs = (0..request.n).map(|_| generate::whole(&engine, &job));
+    let results = futures::future::join_all(runs).await;
+    match results.into_iter().collect::<Result<Vec<_>, _>>() {
+        Ok(choices) => {
+            serving.update(|s| s.requests += 1);
+            let tools = request.tools;
+            let body = reply::completion(&shape, choices, || parser(tools.as_ref()));
+            let mut response = axum::Json(body).into_response();
+            if let Ok(v) = HeaderValue::from_str(&version) {
+                response.headers_mut().insert(VERSION_HEADER, v);
             }
-            Err(e) => {
+            response
+        }
+        Err(e) => {
+            if e.status.is_server_error() {
                 serving.update(|s| s.failures += 1);
                 // The message may quote the prompt: log only that it failed.
                 tracing::warn!(version = %version, "Engine failed a request.");
-                error_response(
-                    &ApiError::server(format!("the model failed: {e}")),
-                    Some(&version),
-                )
             }
+            error_response(&e, Some(&version))
         }
     }
+}
+
+/// The reply parser of a request: tool calls split out when tools are offered.
+fn parser(tools: Option<&Tools>) -> ReplyParser {
+    tools.map_or_else(|| ReplyParser::new(Vec::new(), 0), Tools::parser)
 }
 
 fn sse(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
 
-fn stream(serving: Arc<Serving>, engine: Shared, request: openai::ChatRequest) -> Response {
+fn stream(
+    serving: Arc<Serving>,
+    engine: Shared,
+    request: openai::ChatRequest,
+    job: generate::Job,
+    shape: Shape,
+) -> Response {
     let version = engine.version.to_string();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(32);
     let task_version = version.clone();
     tokio::spawn(async move {
         let version = task_version;
+        let mut writer = StreamWriter::new(shape, parser(request.tools.as_ref()));
         let mut failed = None;
-        let mut usage = None;
-        let mut ids = (Value::Null, Value::Null);
-        match engine.model.stream_chat_request(request.builder).await {
-            Err(e) => failed = Some(format!("the model failed: {e}")),
-            Ok(mut responses) => {
-                while let Some(response) = responses.next().await {
-                    match response {
-                        mistralrs::Response::Chunk(c) => {
-                            let (chunk, u) = openai::chunk(&c, &version);
-                            ids = (chunk["id"].clone(), chunk["created"].clone());
-                            usage = u.or(usage);
-                            let done = c.choices.iter().all(|c| c.finish_reason.is_some());
-                            if tx.send(sse(&chunk)).await.is_err() {
-                                // The client left; dropping the stream cancels the sequence.
-                                return;
-                            }
-                            if done {
-                                break;
+        match generate::stream(&engine, &job).await {
+            Err(e) => failed = Some(e),
+            Ok(mut tokens) => {
+                while let Some(step) = tokens.next().await {
+                    match step {
+                        Ok(step) => {
+                            for chunk in writer.step(step) {
+                                if tx.send(sse(&chunk)).await.is_err() {
+                                    // The client left; dropping the stream cancels the
+                                    // sequence.
+                                    return;
+                                }
                             }
                         }
-                        mistralrs::Response::ModelError(message, _) => {
-                            failed = Some(format!("the model failed: {message}"));
+                        Err(e) => {
+                            failed = Some(e);
                             break;
                         }
-                        mistralrs::Response::InternalError(e)
-                        | mistralrs::Response::ValidationError(e) => {
-                            failed = Some(format!("the model failed: {e}"));
-                            break;
-                        }
-                        _ => {}
                     }
                 }
             }
         }
-        if let Some(message) = failed {
+        if let Some(error) = failed {
             serving.update(|s| s.failures += 1);
             tracing::warn!(version = %version, "Engine failed a streamed request.");
-            let _ = tx.send(sse(&ApiError::server(message).body())).await;
+            let _ = tx.send(sse(&error.body())).await;
             return;
         }
         serving.update(|s| s.requests += 1);
         if request.include_usage {
-            let usage = usage.unwrap_or(Value::Null);
-            let _ = tx
-                .send(sse(&openai::usage_chunk(&ids.0, &ids.1, &version, usage)))
-                .await;
+            let _ = tx.send(sse(&writer.usage_chunk())).await;
         }
         let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
         drop(engine);

@@ -7,10 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::engine::{Adapter, BaseModel, Engine, EngineOptions, Version};
 use crate::error::{Error, Result};
+use crate::generate;
 use crate::openai;
 use crate::registry::Registry;
 use crate::server::{Serving, SwapReport};
@@ -107,20 +106,19 @@ impl Watcher {
 /// One greedy token on a new engine before it takes traffic: it must answer, with a finite
 /// log-probability (a merged adapter full of huge values gives NaN logits).
 async fn canary(engine: &Engine) -> Result<()> {
+    let refused = |e: openai::ApiError| {
+        Error::Engine(format!(
+            "{}: the first request failed: {}",
+            engine.version, e.message
+        ))
+    };
     let request = openai::parse(
         br#"{"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "temperature": 0, "logprobs": true}"#,
     )
-    .map_err(|e| Error::Engine(e.message))?;
-    let response = engine
-        .model
-        .send_chat_request(request.builder)
-        .await
-        .map_err(|e| Error::Engine(format!("{}: the first request failed: {e}", engine.version)))?;
-    let body = openai::completion(&response, &engine.version.to_string());
-    let logprob = body
-        .pointer("/choices/0/logprobs/content/0/logprob")
-        .and_then(Value::as_f64);
-    match logprob {
+    .map_err(refused)?;
+    let job = request.job(&engine.format).map_err(refused)?;
+    let generated = generate::whole(engine, &job).await.map_err(refused)?;
+    match generated.logprobs.first().map(|l| l.logprob) {
         Some(l) if l.is_finite() => Ok(()),
         _ => Err(Error::Adapter {
             version: engine.version.to_string(),

@@ -186,3 +186,50 @@ pub async fn chat(client: &reqwest::Client, addr: SocketAddr, body: &Value) -> A
     }
     answer
 }
+
+/// Posts a chat request; returns the status and the JSON body.
+pub async fn post(client: &reqwest::Client, addr: SocketAddr, body: &Value) -> (u16, Value) {
+    let response = client
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// Posts a streamed chat request; returns the raw SSE bytes (checked to end with `[DONE]`)
+/// and the chunks.
+pub async fn post_stream(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    body: &Value,
+) -> (Vec<u8>, Vec<Value>) {
+    let response = client
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut bytes = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        bytes.extend_from_slice(&chunk.unwrap());
+    }
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let mut chunks = Vec::new();
+    let mut done = false;
+    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if line == "[DONE]" {
+            done = true;
+        } else {
+            let chunk: Value = serde_json::from_str(line).unwrap();
+            assert!(chunk.get("error").is_none(), "{chunk}");
+            chunks.push(chunk);
+        }
+    }
+    assert!(done, "the stream did not end with [DONE]");
+    (bytes, chunks)
+}

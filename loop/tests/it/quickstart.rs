@@ -252,7 +252,7 @@ async fn the_loop_learns_swaps_under_load_rolls_back_and_gates_a_pytorch_adapter
             let shape = layer.b().dims().to_vec();
             let mut rng = Rng::stream(17, &module.module_path(index));
             let values: Vec<f32> = (0..shape.iter().product::<usize>())
-                .map(|_| (rng.normal() * 0.5) as f32)
+                .map(|_| (rng.normal() * 2.0) as f32)
                 .collect();
             layer
                 .b()

@@ -1,0 +1,539 @@
+//! Generation with the trainer's prompt and exact completion token ids.
+//!
+//! The prompt is rendered by the trainer's own [`ChatFormat`] (the model's chat template in
+//! minijinja, transformers' `tojson`) from messages and tools shaped as the proxy records
+//! them, and tokenized by the same tokenizer: the served model conditions on the very ids the
+//! trainer computes for the recorded step. mistral.rs gets those ids as a completion request
+//! (`RequestMessage::CompletionTokens`), so its own chat template and tool parsing never run.
+//!
+//! mistral.rs 0.8.1 reports each sampled token as text only (`ResponseLogprob.token`), so the
+//! ids are read from the sequence itself: a logits processor ([`TokenTap`]) sees the context
+//! (prompt and tokens generated so far) before every step. That covers every token but the
+//! last; to see the last one too, the engine is asked for one token more than `max_tokens`
+//! and that extra token is dropped (finish reason `length`). A reply that ends earlier ends
+//! with an end-of-turn token, a stop sequence or the model's length limit; that final token is
+//! identified by its text (mistral.rs gives each token's decoded text), which names one token
+//! of the vocabulary except for a token that ends inside a UTF-8 character: then, and only
+//! then, the ids are left out rather than guessed.
+//!
+//! The reply text is the ids decoded (the end-of-turn token left out, special tokens such as
+//! `<tool_call>` kept), so text, ids and the recorded step agree byte for byte; mistral.rs's
+//! own text drops special tokens and leading whitespace.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use atdp_schema::{Message, Tool};
+use atdp_trainer::{ChatFormat, GENERATION_CONFIG_FILE};
+use candle_core::Tensor;
+use mistralrs::core::{
+    Constraint, CustomLogitsProcessor, NormalRequest, Request, RequestMessage, Response,
+    ResponseLogprob, SamplingParams,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::openai::ApiError;
+use crate::tools::{CLOSE, Markers, OPEN};
+
+/// The base model's prompt format: chat template, tokenizer, and what decoding needs.
+pub struct PromptFormat {
+    chat: ChatFormat,
+    /// Each token's text as mistral.rs reports it, mapped to the token (`None`: several
+    /// tokens have that text).
+    by_text: HashMap<String, Option<u32>>,
+    /// Tokens that end a turn (`generation_config.json`'s `eos_token_id` and the
+    /// tokenizer's `eos_token`): not part of the reply text.
+    end_ids: Vec<u32>,
+    open_id: Option<u32>,
+    markers: Markers,
+}
+
+impl std::fmt::Debug for PromptFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromptFormat")
+            .field("vocabulary", &self.by_text.len())
+            .field("end_ids", &self.end_ids)
+            .field("markers", &self.markers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A token of the vocabulary in a grammar: `<[id]>`, or the text as a string literal.
+fn grammar_token(chat: &ChatFormat, text: &str) -> String {
+    match chat.tokenizer().token_to_id(text) {
+        Some(id) => format!("<[{id}]>"),
+        None => Value::from(text).to_string(),
+    }
+}
+
+impl PromptFormat {
+    /// Loads the chat template and tokenizer of the model in `dir`.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let bad = |message: String| Error::Base {
+            path: dir.display().to_string(),
+            message,
+        };
+        let chat = ChatFormat::load(dir).map_err(|e| bad(e.to_string()))?;
+        let tokenizer = chat.tokenizer();
+        let mut by_text: HashMap<String, Option<u32>> = HashMap::new();
+        for id in 0..tokenizer.get_vocab_size(true) as u32 {
+            let Ok(text) = tokenizer.decode(&[id], false) else {
+                continue;
+            };
+            by_text
+                .entry(text)
+                .and_modify(|known| *known = None)
+                .or_insert(Some(id));
+        }
+        let mut end_ids: Vec<u32> = tokenizer
+            .token_to_id(chat.eos_token())
+            .into_iter()
+            .collect();
+        let generation = dir.join(GENERATION_CONFIG_FILE);
+        if let Ok(text) = std::fs::read_to_string(&generation) {
+            let config: Value = serde_json::from_str(&text)
+                .map_err(|e| bad(format!("{GENERATION_CONFIG_FILE}: {e}")))?;
+            let ids = match config.get("eos_token_id") {
+                Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_u64).collect(),
+                Some(id) => id.as_u64().into_iter().collect(),
+                None => Vec::new(),
+            };
+            end_ids.extend(ids.into_iter().filter_map(|id| u32::try_from(id).ok()));
+        }
+        end_ids.sort_unstable();
+        end_ids.dedup();
+        let markers = Markers {
+            open: grammar_token(&chat, OPEN),
+            close: grammar_token(&chat, CLOSE),
+            end_of_turn: Some(grammar_token(&chat, chat.eos_token())),
+        };
+        Ok(PromptFormat {
+            open_id: chat.tokenizer().token_to_id(OPEN),
+            chat,
+            by_text,
+            end_ids,
+            markers,
+        })
+    }
+
+    /// How grammars name the tool-call and end-of-turn tokens.
+    pub(crate) fn markers(&self) -> &Markers {
+        &self.markers
+    }
+
+    /// The `<tool_call>` token, when the vocabulary has one.
+    pub(crate) fn open_id(&self) -> Option<u32> {
+        self.open_id
+    }
+
+    /// The prompt's token ids: the conversation rendered by the chat template (with the
+    /// generation prompt), tokenized as the trainer tokenizes it.
+    pub(crate) fn prompt(
+        &self,
+        messages: &[Message],
+        tools: &[Tool],
+    ) -> std::result::Result<Vec<u32>, ApiError> {
+        let text = self
+            .chat
+            .render(messages, tools, true)
+            .map_err(|e| ApiError::invalid(format!("the chat template: {e}"), Some("messages")))?;
+        self.chat
+            .encode(&text)
+            .map_err(|e| ApiError::server(format!("tokenizing the prompt: {e}")))
+    }
+
+    /// The text of `ids`, special tokens kept.
+    pub(crate) fn decode(&self, ids: &[u32]) -> String {
+        self.chat.tokenizer().decode(ids, false).unwrap_or_default()
+    }
+
+    /// The reply text of a completion: `ids` less a final end-of-turn token.
+    fn reply_text(&self, ids: &[u32]) -> String {
+        match ids.split_last() {
+            Some((last, rest)) if self.end_ids.contains(last) => self.decode(rest),
+            _ => self.decode(ids),
+        }
+    }
+
+    /// The one token whose text mistral.rs reported as `bytes`.
+    fn identify(&self, entry: &ResponseLogprob) -> Option<u32> {
+        let text = std::str::from_utf8(entry.bytes.as_deref()?).ok()?;
+        self.by_text.get(text).copied().flatten()
+    }
+
+    fn is_end(&self, id: u32) -> bool {
+        self.end_ids.contains(&id)
+    }
+}
+
+/// Sees the sequence's context before each sampling step and keeps the generated ids; bans
+/// `ban` (the `<tool_call>` token under `tool_choice: none`).
+#[derive(Debug)]
+struct TokenTap {
+    prompt_len: usize,
+    seen: Mutex<Vec<u32>>,
+    ban: Option<u32>,
+}
+
+impl TokenTap {
+    fn generated(&self) -> Vec<u32> {
+        match self.seen.lock() {
+            Ok(seen) => seen.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+impl CustomLogitsProcessor for TokenTap {
+    fn apply(&self, logits: &Tensor, context: &[u32]) -> candle_core::Result<Tensor> {
+        if let Some(generated) = context.get(self.prompt_len..) {
+            let mut seen = match self.seen.lock() {
+                Ok(seen) => seen,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if let Some(new) = generated.get(seen.len()..) {
+                seen.extend_from_slice(new);
+            }
+        }
+        match self.ban {
+            Some(id) if (id as usize) < logits.elem_count() => {
+                let mut values: Vec<f32> = logits.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+                if let Some(v) = values.get_mut(id as usize) {
+                    *v = f32::NEG_INFINITY;
+                }
+                Tensor::from_vec(values, logits.elem_count(), logits.device())?
+                    .to_dtype(logits.dtype())
+            }
+            _ => Ok(logits.clone()),
+        }
+    }
+}
+
+/// One completion to generate.
+#[derive(Clone)]
+pub(crate) struct Job {
+    /// The prompt's ids.
+    pub prompt: Arc<Vec<u32>>,
+    /// Sampling, `max_len` unset (set from `max_tokens`).
+    pub sampling: SamplingParams,
+    /// The decoding constraint.
+    pub constraint: Constraint,
+    /// OpenAI's `max_tokens`.
+    pub max_tokens: usize,
+    /// A token the model may not sample.
+    pub ban: Option<u32>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The prompt is the conversation: only its length is printed.
+        f.debug_struct("Job")
+            .field("prompt_tokens", &self.prompt.len())
+            .field("max_tokens", &self.max_tokens)
+            .field("ban", &self.ban)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A finished completion.
+#[derive(Debug)]
+pub(crate) struct Generated {
+    /// Every generated token, end-of-turn token included; `None` when the last one could not
+    /// be identified.
+    pub ids: Option<Vec<u32>>,
+    /// Tokens generated (also when `ids` is `None`).
+    pub tokens: usize,
+    /// The reply text (stop sequences not cut yet).
+    pub text: String,
+    /// mistral.rs's log-probability entries, one per token.
+    pub logprobs: Vec<ResponseLogprob>,
+    /// `stop` or `length`.
+    pub finish: String,
+}
+
+fn engine_error(response: Response) -> Option<ApiError> {
+    match response {
+        Response::ValidationError(e) => Some(ApiError::invalid(e.to_string(), None)),
+        Response::InternalError(e) => Some(ApiError::server(format!("the model failed: {e}"))),
+        Response::CompletionModelError(message, _) | Response::ModelError(message, _) => {
+            Some(ApiError::server(format!("the model failed: {message}")))
+        }
+        _ => None,
+    }
+}
+
+async fn send(
+    engine: &Engine,
+    job: &Job,
+    streaming: bool,
+) -> std::result::Result<(mpsc::Receiver<Response>, Arc<TokenTap>), ApiError> {
+    let tap = Arc::new(TokenTap {
+        prompt_len: job.prompt.len(),
+        seen: Mutex::new(Vec::new()),
+        ban: job.ban,
+    });
+    let mut sampling = job.sampling.clone();
+    // One token past `max_tokens`, so that the tap sees every token kept.
+    sampling.max_len = Some(job.max_tokens.saturating_add(1));
+    let (tx, rx) = mpsc::channel(64);
+    let request = Request::Normal(Box::new(NormalRequest {
+        messages: RequestMessage::CompletionTokens(job.prompt.as_ref().clone()),
+        sampling_params: sampling,
+        response: tx,
+        // The last token's text identifies it; the entries are left out of the response
+        // when the client did not ask for them.
+        return_logprobs: true,
+        is_streaming: streaming,
+        id: 0,
+        constraint: job.constraint.clone(),
+        suffix: None,
+        tools: None,
+        tool_choice: None,
+        logits_processors: Some(vec![tap.clone() as Arc<dyn CustomLogitsProcessor>]),
+        return_raw_logits: false,
+        web_search_options: None,
+        model_id: None,
+        truncate_sequence: false,
+    }));
+    let sender = engine
+        .model
+        .inner()
+        .get_sender(None)
+        .map_err(|e| ApiError::server(format!("the model is not available: {e}")))?;
+    sender
+        .send(request)
+        .await
+        .map_err(|_| ApiError::server("the model stopped"))?;
+    Ok((rx, tap))
+}
+
+/// Generates one whole completion.
+pub(crate) async fn whole(engine: &Engine, job: &Job) -> std::result::Result<Generated, ApiError> {
+    let (mut rx, tap) = send(engine, job, false).await?;
+    let done = loop {
+        match rx.recv().await {
+            Some(Response::CompletionDone(done)) => break done,
+            Some(other) => {
+                if let Some(error) = engine_error(other) {
+                    return Err(error);
+                }
+            }
+            None => {
+                return Err(ApiError::server(
+                    "the model ended the request without a reply",
+                ));
+            }
+        }
+    };
+    let Some(choice) = done.choices.into_iter().next() else {
+        return Err(ApiError::server("the model returned no choice"));
+    };
+    let mut logprobs = choice.logprobs.and_then(|l| l.content).unwrap_or_default();
+    let known = tap.generated();
+    let format = &engine.format;
+    let (ids, finish) = if known.len() >= job.max_tokens {
+        logprobs.truncate(job.max_tokens);
+        (Some(known[..job.max_tokens].to_vec()), "length".to_owned())
+    } else {
+        let agrees = logprobs.len() == known.len() + 1
+            && known.iter().zip(&logprobs).all(|(id, entry)| {
+                entry.bytes.as_deref() == Some(format.decode(&[*id]).as_bytes())
+            });
+        let last = logprobs.last().and_then(|entry| format.identify(entry));
+        let ids = match (agrees, last) {
+            (true, Some(last)) => Some(known.iter().copied().chain([last]).collect()),
+            _ => {
+                if !agrees {
+                    tracing::warn!(
+                        seen = known.len(),
+                        entries = logprobs.len(),
+                        "The tapped token ids disagree with mistral.rs's tokens; ids left out."
+                    );
+                }
+                None
+            }
+        };
+        (ids, choice.finish_reason)
+    };
+    let tokens = ids.as_ref().map_or(logprobs.len(), Vec::len);
+    let text = match &ids {
+        Some(ids) => format.reply_text(ids),
+        None => format.decode(&known),
+    };
+    Ok(Generated {
+        ids,
+        tokens,
+        text,
+        logprobs,
+        finish,
+    })
+}
+
+/// What a stream step brings.
+#[derive(Debug, Default)]
+pub(crate) struct Step {
+    /// New reply text (decoded from ids, a token or so behind the engine).
+    pub text: String,
+    /// Log-probability entries that arrived (a stream carries none for a token that ends
+    /// inside a UTF-8 character).
+    pub logprobs: Vec<ResponseLogprob>,
+    /// At the end: every id (`None` when the last could not be identified), the tokens
+    /// generated, and the finish reason.
+    pub end: Option<(Option<Vec<u32>>, usize, String)>,
+}
+
+/// Turns ids into text as they come, holding back a character not yet whole (the
+/// prefix-window method of Hugging Face's `DecodeStream`).
+#[derive(Debug, Default)]
+struct Detokenizer {
+    ids: Vec<u32>,
+    prefix: usize,
+    read: usize,
+}
+
+impl Detokenizer {
+    fn push(&mut self, format: &PromptFormat, id: u32) -> String {
+        self.ids.push(id);
+        let before = format.decode(&self.ids[self.prefix..self.read]);
+        let now = format.decode(&self.ids[self.prefix..]);
+        if now.len() > before.len()
+            && !now.ends_with('\u{FFFD}')
+            && let Some(new) = now.get(before.len()..)
+        {
+            self.prefix = self.read;
+            self.read = self.ids.len();
+            return new.to_owned();
+        }
+        String::new()
+    }
+
+    /// What is left (a character cut at the end comes out as U+FFFD, as in the whole reply).
+    fn finish(&mut self, format: &PromptFormat) -> String {
+        let before = format.decode(&self.ids[self.prefix..self.read]);
+        let now = format.decode(&self.ids[self.prefix..]);
+        self.prefix = self.ids.len();
+        self.read = self.ids.len();
+        now.get(before.len()..).unwrap_or_default().to_owned()
+    }
+}
+
+/// A completion streamed from the engine.
+pub(crate) struct TokenStream {
+    rx: mpsc::Receiver<Response>,
+    tap: Arc<TokenTap>,
+    format: Arc<PromptFormat>,
+    max_tokens: usize,
+    detokenizer: Detokenizer,
+    fed: usize,
+    ended: bool,
+}
+
+impl std::fmt::Debug for TokenStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenStream")
+            .field("fed", &self.fed)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts streaming one completion.
+pub(crate) async fn stream(
+    engine: &Engine,
+    job: &Job,
+) -> std::result::Result<TokenStream, ApiError> {
+    let (rx, tap) = send(engine, job, true).await?;
+    Ok(TokenStream {
+        rx,
+        tap,
+        format: engine.format.clone(),
+        max_tokens: job.max_tokens,
+        detokenizer: Detokenizer::default(),
+        fed: 0,
+        ended: false,
+    })
+}
+
+impl TokenStream {
+    /// Decodes the ids seen so far (up to `max_tokens`) that are not decoded yet.
+    fn feed(&mut self, ids: &[u32]) -> String {
+        let mut text = String::new();
+        for &id in ids.iter().take(self.max_tokens).skip(self.fed) {
+            text.push_str(&self.detokenizer.push(&self.format, id));
+        }
+        self.fed = self.fed.max(ids.len().min(self.max_tokens));
+        text
+    }
+
+    /// The next step; `None` once the end has been returned.
+    pub(crate) async fn next(&mut self) -> Option<std::result::Result<Step, ApiError>> {
+        if self.ended {
+            return None;
+        }
+        let response = self.rx.recv().await;
+        let mut step = Step::default();
+        let closed = response.is_none();
+        let chunk = match response {
+            Some(Response::CompletionChunk(chunk)) => Some(chunk),
+            Some(other) => {
+                return match engine_error(other) {
+                    Some(error) => {
+                        self.ended = true;
+                        Some(Err(error))
+                    }
+                    None => Some(Ok(step)),
+                };
+            }
+            None => None,
+        };
+        let known = self.tap.generated();
+        step.text = self.feed(&known);
+        let choice = chunk.and_then(|c| c.choices.into_iter().next());
+        let finish = choice.as_ref().and_then(|c| c.finish_reason.clone());
+        let entry = choice.and_then(|c| c.logprobs);
+        if finish.is_none() && !closed {
+            step.logprobs.extend(entry);
+            return Some(Ok(step));
+        }
+        // The end: the engine finished (or closed the stream without a last chunk, when its
+        // last token ended inside a UTF-8 character).
+        self.ended = true;
+        let (ids, tokens, finish) = if known.len() >= self.max_tokens {
+            (
+                Some(known[..self.max_tokens].to_vec()),
+                self.max_tokens,
+                "length".to_owned(),
+            )
+        } else {
+            let last = entry.as_ref().and_then(|e| self.format.identify(e));
+            let tokens = known.len() + 1;
+            let finish = finish.unwrap_or_else(|| {
+                if tokens >= self.max_tokens {
+                    "length"
+                } else {
+                    "stop"
+                }
+                .to_owned()
+            });
+            step.logprobs.extend(entry);
+            match last {
+                Some(last) => {
+                    if !self.format.is_end(last) {
+                        step.text
+                            .push_str(&self.detokenizer.push(&self.format, last));
+                    }
+                    let ids: Vec<u32> = known.iter().copied().chain([last]).collect();
+                    (Some(ids), tokens, finish)
+                }
+                None => (None, tokens, finish),
+            }
+        };
+        step.text.push_str(&self.detokenizer.finish(&self.format));
+        step.end = Some((ids, tokens, finish));
+        Some(Ok(step))
+    }
+}
