@@ -63,7 +63,10 @@ pub use lake::config::WriterConfig;
 #[cfg(feature = "lake")]
 pub use lake::maintenance;
 #[cfg(feature = "lake")]
-pub use lake::reader::{Filter, LakeReader, Read, time_range, trainable_predicate};
+pub use lake::reader::{
+    Filter, LakeReader, Read, Trainable, count_exclusions, has_training_marks, time_range,
+    trainable_predicate,
+};
 #[cfg(feature = "lake")]
 pub use lake::tables::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options, table_version};
 #[cfg(feature = "lake")]

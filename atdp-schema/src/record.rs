@@ -487,7 +487,10 @@ mod tests {
         ];
         let reasons: Vec<Option<&str>> = steps
             .iter()
-            .map(|s| s.training_exclusion(now, Unmarked::Excluded).map(Exclusion::name))
+            .map(|s| {
+                s.training_exclusion(now, Unmarked::Excluded)
+                    .map(Exclusion::name)
+            })
             .collect();
         assert_eq!(
             reasons,

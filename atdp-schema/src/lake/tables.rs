@@ -200,12 +200,10 @@ pub fn table_version(delta: &DeltaTable) -> Option<String> {
 /// Refuses a table whose protocol version is not one of [`READABLE_VERSIONS`].
 fn check_version(table: Table, delta: &DeltaTable) -> Result<()> {
     match table_version(delta) {
-        Some(version) if !READABLE_VERSIONS.contains(&version.as_str()) => {
-            Err(Error::Version {
-                table: table.name(),
-                found: version,
-            })
-        }
+        Some(version) if !READABLE_VERSIONS.contains(&version.as_str()) => Err(Error::Version {
+            table: table.name(),
+            found: version,
+        }),
         _ => Ok(()),
     }
 }

@@ -106,7 +106,10 @@ async fn a_version_1_table_reads_unmarked_and_is_upgraded_by_the_next_append() {
         .map(|f| f.name().clone())
         .collect();
     for column in GOVERNANCE {
-        assert!(columns.iter().any(|c| c == column), "{column} in {columns:?}");
+        assert!(
+            columns.iter().any(|c| c == column),
+            "{column} in {columns:?}"
+        );
     }
     let read = reader.steps(&Filter::default()).await.unwrap();
     let mut expected = unmarked.clone();
@@ -134,7 +137,10 @@ async fn a_table_of_an_unknown_version_is_refused() {
         .steps(&Filter::default())
         .await
         .unwrap_err();
-    assert!(matches!(error, Error::Version { ref found, .. } if found == "2"), "{error}");
+    assert!(
+        matches!(error, Error::Version { ref found, .. } if found == "2"),
+        "{error}"
+    );
     assert!(error.to_string().contains("upgrade atdp"), "{error}");
 }
 
@@ -143,5 +149,78 @@ fn the_schema_has_the_governance_columns_last_before_date() {
     let schema = arrow_schema(Table::Steps);
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names[names.len() - 5..names.len() - 1], GOVERNANCE);
-    assert!(GOVERNANCE.iter().all(|c| schema.field_with_name(c).unwrap().is_nullable()));
+    assert!(
+        GOVERNANCE
+            .iter()
+            .all(|c| schema.field_with_name(c).unwrap().is_nullable())
+    );
+}
+
+#[tokio::test]
+async fn the_training_read_leaves_out_ineligible_unmarked_and_expired_steps_and_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("lake");
+    let lake = Lake::new(location.to_str().unwrap(), HashMap::new()).unwrap();
+    // A version 1 table first: its rows are unmarked.
+    write_old_table(&lake, "1", &[full_step("acme", T0)]).await;
+    let reader = LakeReader::new(lake.clone());
+    let now = T0 + 1_000;
+    let read = reader
+        .trainable_steps(&Filter::default(), now, Unmarked::Excluded)
+        .await
+        .unwrap();
+    assert!(read.steps.rows.is_empty());
+    assert_eq!(read.excluded, [("unmarked".to_owned(), 1)].into());
+    let read = reader
+        .trainable_steps(&Filter::default(), now, Unmarked::Eligible)
+        .await
+        .unwrap();
+    assert_eq!(read.steps.rows.len(), 1);
+    assert!(read.excluded.is_empty());
+
+    let writer = LakeWriter::open(test_config(
+        location.to_str().unwrap(),
+        &dir.path().join("wal"),
+    ))
+    .await
+    .unwrap();
+    let marked = |i: i64, eligible: Option<bool>, until: Option<i64>| Step {
+        step_id: format!("s{i}"),
+        training_eligible: eligible,
+        retention_until: until,
+        ..full_step("acme", T0 + i)
+    };
+    let steps = [
+        marked(1, Some(true), None),
+        marked(2, Some(true), Some(now + 1)),
+        marked(3, Some(false), None),
+        marked(4, Some(true), Some(now)),
+        marked(5, None, None),
+        marked(6, Some(false), Some(now - 1)),
+    ];
+    for step in &steps {
+        writer.append(step.clone()).unwrap();
+    }
+    writer.flush().await.unwrap();
+    let read = reader
+        .trainable_steps(&Filter::default(), now, Unmarked::Excluded)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = read.steps.rows.iter().map(|s| s.step_id.as_str()).collect();
+    assert_eq!(ids, ["s1", "s2"]);
+    assert_eq!(read.steps.rows[0], steps[0]);
+    assert_eq!(
+        read.excluded,
+        [
+            ("not_eligible".to_owned(), 2),
+            ("retention_expired".to_owned(), 1),
+            ("unmarked".to_owned(), 2),
+        ]
+        .into()
+    );
+    // The same rule as `trainable_steps` over every row.
+    let all = reader.steps(&Filter::default()).await.unwrap().rows;
+    let (kept, excluded) = trainable_steps(all, now, Unmarked::Excluded);
+    assert_eq!(kept, read.steps.rows);
+    assert_eq!(excluded, read.excluded);
 }

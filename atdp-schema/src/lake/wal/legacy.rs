@@ -158,7 +158,11 @@ mod tests {
             panic!("the first format's step does not decode");
         };
         assert_eq!(
-            (step.step_id.as_str(), step.started_at, step.extra_json.as_deref()),
+            (
+                step.step_id.as_str(),
+                step.started_at,
+                step.extra_json.as_deref()
+            ),
             ("s1", 42, Some("{}"))
         );
         assert_eq!(step.training_eligible, None);
