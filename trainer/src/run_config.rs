@@ -28,6 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use atdp_schema::Unmarked;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Selection;
@@ -88,6 +89,8 @@ pub struct RawSelect {
     pub steps_version: Option<u64>,
     /// Read `rewards` at this Delta version.
     pub rewards_version: Option<u64>,
+    /// Steps without a training mark: `excluded` (default) or `eligible`.
+    pub unmarked: Option<String>,
 }
 
 /// `[rewards]`.
@@ -459,6 +462,12 @@ impl RawRunConfig {
             reward_versions: self.rewards.versions.clone(),
             steps_version: self.select.steps_version,
             rewards_version: self.select.rewards_version,
+            unmarked: match self.select.unmarked.as_deref() {
+                None => Unmarked::default(),
+                Some(name) => Unmarked::from_name(name).ok_or_else(|| {
+                    format!("`select.unmarked` = {name:?}: use `excluded` or `eligible`")
+                })?,
+            },
         };
         Ok(RunConfig {
             model_dir,
