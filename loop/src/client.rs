@@ -30,11 +30,31 @@ impl ChatMessage {
     }
 }
 
+/// A first request as a chat template renders it: messages and the tools offered.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Prompt {
+    /// The messages.
+    pub messages: Vec<ChatMessage>,
+    /// The tools offered.
+    pub tools: Vec<atdp_schema::Tool>,
+}
+
+impl From<Vec<ChatMessage>> for Prompt {
+    fn from(messages: Vec<ChatMessage>) -> Self {
+        Prompt {
+            messages,
+            tools: Vec::new(),
+        }
+    }
+}
+
 /// What a chat call returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
     /// The assistant's text.
     pub text: String,
+    /// The tool calls of the reply ([`Agent::chat_json`]).
+    pub calls: Vec<ToolCallReply>,
     /// Completion tokens (`usage`).
     pub completion_tokens: u64,
     /// `x-atdp-step-id` (through the proxy).
@@ -43,6 +63,17 @@ pub struct Reply {
     pub trajectory_id: Option<String>,
     /// The serving version: `x-atdp-policy-version`, else the `model` field.
     pub version: Option<String>,
+}
+
+/// A tool call of a reply, as OpenAI's `tool_calls` carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallReply {
+    /// The call's id, which the tool result names.
+    pub id: String,
+    /// The function.
+    pub name: String,
+    /// The arguments, as the JSON text the model wrote.
+    pub arguments: String,
 }
 
 /// An agent: where it sends calls, its key and the model it asks for.
@@ -97,9 +128,59 @@ impl Agent {
             "temperature": temperature,
             "grammar": {"type": "regex", "value": pattern},
         });
+        let (reply, answer) = self.complete(&body).await?;
+        answer
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .map(|text| Reply {
+                text: text.to_owned(),
+                ..reply
+            })
+            .ok_or_else(|| "chat answer has no choices[0].message.content".to_owned())
+    }
+
+    /// One chat completion of a request body the caller built (`model` is set here): tools,
+    /// tool calls and tool results in `messages`, any sampling field. The reply's text is its
+    /// content (empty when it has none); its tool calls are in [`Reply::calls`].
+    pub async fn chat_json(&self, mut body: Value) -> Result<Reply, String> {
+        body["model"] = json!(self.model);
+        let (reply, answer) = self.complete(&body).await?;
+        let message = answer
+            .pointer("/choices/0/message")
+            .ok_or_else(|| "chat answer has no choices[0].message".to_owned())?;
+        let calls = message["tool_calls"]
+            .as_array()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|call| ToolCallReply {
+                        id: call["id"].as_str().unwrap_or_default().to_owned(),
+                        name: call
+                            .pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        arguments: call
+                            .pointer("/function/arguments")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Reply {
+            text: message["content"].as_str().unwrap_or_default().to_owned(),
+            calls,
+            ..reply
+        })
+    }
+
+    /// Posts `body` to `/chat/completions`: the reply's headers and usage, and the answer.
+    async fn complete(&self, body: &Value) -> Result<(Reply, Value), String> {
         let response = self
             .post("/chat/completions")
-            .json(&body)
+            .json(body)
             .send()
             .await
             .map_err(|e| format!("chat request failed: {e}"))?;
@@ -116,31 +197,29 @@ impl Agent {
             header("x-atdp-trajectory-id"),
             header(VERSION_HEADER),
         );
-        let body: Value = response
+        let answer: Value = response
             .json()
             .await
             .map_err(|e| format!("chat answer ({status}) is not JSON: {e}"))?;
         if !status.is_success() {
-            let message = body
+            let message = answer
                 .pointer("/error/message")
                 .and_then(Value::as_str)
                 .unwrap_or("no message");
             return Err(format!("chat answered {status}: {message}"));
         }
-        let text = body
-            .pointer("/choices/0/message/content")
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("chat answer ({status}) has no choices[0].message.content"))?;
-        Ok(Reply {
-            text: text.to_owned(),
-            completion_tokens: body
+        let reply = Reply {
+            text: String::new(),
+            calls: Vec::new(),
+            completion_tokens: answer
                 .pointer("/usage/completion_tokens")
                 .and_then(Value::as_u64)
                 .unwrap_or(0),
             step_id,
             trajectory_id,
-            version: version.or_else(|| body["model"].as_str().map(str::to_owned)),
-        })
+            version: version.or_else(|| answer["model"].as_str().map(str::to_owned)),
+        };
+        Ok((reply, answer))
     }
 
     /// Posts a terminal trajectory reward to `POST /v1/atdp/rewards`.

@@ -10,6 +10,9 @@
 //! - `guess` (verifiable multi-turn): find a number from 1 to 8 in three guesses, told
 //!   "higher" or "lower" after each. Reward `guessed`: 1 when found, else 0. Every turn
 //!   extends the conversation, so the proxy groups the turns into one trajectory.
+//! - `tool_use` (tool calls, two turns): a ticket, four strict function tools; call the
+//!   right one with the ticket's number, read its result, answer. Reward `tool_use_score`
+//!   (half for the call, half for the answer); success is the call ([`tool_use`]).
 //!
 //! A custom environment is any HTTP client in any language; [`Environment`] is either a
 //! built-in one or a command that plays a custom one ([`CommandEnv`], `docs/loop.md`).
@@ -18,8 +21,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Agent, ChatMessage};
+use crate::client::{Agent, ChatMessage, Prompt};
 use crate::command::CommandEnv;
+
+mod tool_use;
 
 /// A seeded generator (SplitMix64): episodes are the same on every machine and version.
 #[derive(Debug, Clone)]
@@ -82,6 +87,8 @@ pub enum Env {
     Routing,
     /// Guess a number from 1 to 8 in three turns, told higher or lower.
     Guess,
+    /// Call the right tool with the ticket's number, then answer from its result.
+    ToolUse,
 }
 
 /// An environment the loop evaluates, gates and rolls back on.
@@ -115,7 +122,7 @@ impl Environment {
 /// command that plays the user's own.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct EnvArgs {
-    /// A built-in environment: `routing` (the default) or `guess`.
+    /// A built-in environment: `routing` (the default), `guess` or `tool_use`.
     #[arg(long, env = "ATDP_ENV", conflicts_with = "env_command")]
     pub env: Option<String>,
     /// A command that plays episodes of your own environment (docs/loop.md, "A command
@@ -143,7 +150,7 @@ impl EnvArgs {
                 .map(Environment::Builtin)
                 .ok_or_else(|| {
                     crate::Error::Loop(format!(
-                        "unknown environment {name:?} (routing, guess; or --env-command)"
+                        "unknown environment {name:?} (routing, guess, tool_use; or --env-command)"
                     ))
                 });
         };
@@ -229,13 +236,14 @@ const GUESS_TURNS: usize = 3;
 
 impl Env {
     /// Every built-in environment.
-    pub const ALL: [Env; 2] = [Env::Routing, Env::Guess];
+    pub const ALL: [Env; 3] = [Env::Routing, Env::Guess, Env::ToolUse];
 
     /// Its name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             Env::Routing => "routing",
             Env::Guess => "guess",
+            Env::ToolUse => "tool_use",
         }
     }
 
@@ -249,14 +257,17 @@ impl Env {
         match self {
             Env::Routing => "routing_correct",
             Env::Guess => "guessed",
+            Env::ToolUse => "tool_use_score",
         }
     }
 
-    /// The regular expression a reply must match (the action set).
+    /// The regular expression a text reply must match (the action set; for `tool_use`, its
+    /// answer turn).
     pub fn action_pattern(self) -> &'static str {
         match self {
             Env::Routing => "[ABCD]",
             Env::Guess => "[1-8]",
+            Env::ToolUse => r"(Done|Sorry)\.",
         }
     }
 
@@ -273,6 +284,20 @@ impl Env {
                 ChatMessage::new("system", GUESS_SYSTEM),
                 ChatMessage::new("user", "Your first guess?"),
             ],
+            Env::ToolUse => tool_use::task(seed).messages,
+        }
+    }
+
+    /// The episode's first request as the model's chat template renders it: its messages
+    /// and the tools it offers (for the gate's KL measure).
+    pub fn first_request(self, seed: u64) -> Prompt {
+        let tools = match self {
+            Env::ToolUse => tool_use::schema_tools(&tool_use::task(seed)),
+            Env::Routing | Env::Guess => Vec::new(),
+        };
+        Prompt {
+            messages: self.first_prompt(seed),
+            tools,
         }
     }
 
@@ -306,12 +331,15 @@ impl Env {
                 self.play_guess(agent, seed, temperature, &mut episode)
                     .await
             }
+            Env::ToolUse => tool_use::play(agent, seed, temperature, &mut episode).await,
         };
         if let Err(e) = played {
             episode.error = Some(e);
             return episode;
         }
-        episode.reward = if episode.success { 1.0 } else { 0.0 };
+        if self != Env::ToolUse {
+            episode.reward = if episode.success { 1.0 } else { 0.0 };
+        }
         if post_reward {
             let Some(trajectory) = episode.trajectory_id.clone() else {
                 episode.error = Some(

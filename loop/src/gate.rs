@@ -11,7 +11,7 @@ use atdp_trainer::{Adapter, ChatFormat, LoadOptions, Model, load_adapter};
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Agent, ChatMessage};
+use crate::client::{Agent, ChatMessage, Prompt};
 use crate::env::Environment;
 use crate::error::blocking;
 use crate::eval::{EvalPlan, EvalReport, evaluate};
@@ -269,6 +269,16 @@ async fn serve_locally(engine: Engine) -> Result<Local> {
 /// The token ids of `messages` as the model's chat template renders them, ready for the
 /// assistant's reply.
 pub fn prompt_ids(chat: &ChatFormat, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+    request_ids(chat, messages, &[])
+}
+
+/// The token ids of `messages` offering `tools`, as the model's chat template renders them,
+/// ready for the assistant's reply.
+pub fn request_ids(
+    chat: &ChatFormat,
+    messages: &[ChatMessage],
+    tools: &[atdp_schema::Tool],
+) -> Result<Vec<u32>> {
     let messages: Vec<atdp_schema::Message> = messages
         .iter()
         .map(|m| atdp_schema::Message {
@@ -277,18 +287,18 @@ pub fn prompt_ids(chat: &ChatFormat, messages: &[ChatMessage]) -> Result<Vec<u32
             ..Default::default()
         })
         .collect();
-    Ok(chat.encode(&chat.render(&messages, &[], true)?)?)
+    Ok(chat.encode(&chat.render(&messages, tools, true)?)?)
 }
 
 /// Mean KL(candidate ‖ base) of the next-token distribution after each prompt, in nats.
 /// Blocking.
-pub fn kl_to_base(base: &Path, adapter: &Path, prompts: &[Vec<ChatMessage>]) -> Result<f64> {
+pub fn kl_to_base(base: &Path, adapter: &Path, prompts: &[Prompt]) -> Result<f64> {
     let model = Model::load(base, &LoadOptions::default())?;
     let lora = load_adapter(adapter, &model)?;
     let chat = ChatFormat::load(base)?;
     let mut total = 0.0;
     for prompt in prompts {
-        let ids = prompt_ids(&chat, prompt)?;
+        let ids = request_ids(&chat, &prompt.messages, &prompt.tools)?;
         let len = ids.len();
         let ids = Tensor::new(ids.as_slice(), model.device())
             .and_then(|t| t.unsqueeze(0))
@@ -360,23 +370,24 @@ async fn eval_version(
 }
 
 /// The prompts the KL to the base is measured on (at most 64): a built-in environment's first
-/// turns of the held-out seeds; a command environment's first messages as its held-out
+/// requests (messages and tools) of the held-out seeds; a command environment's first messages as its held-out
 /// episodes on the candidate reported them (none when it reported none).
 fn kl_prompts(
     env: &Environment,
     config: &GateConfig,
     candidate_heldout: &EvalReport,
-) -> Vec<Vec<ChatMessage>> {
+) -> Vec<Prompt> {
     const MOST: usize = 64;
     match env {
         Environment::Builtin(env) => (0..config.episodes.min(MOST as u64))
-            .map(|i| env.first_prompt(config.heldout_seed + i))
+            .map(|i| env.first_request(config.heldout_seed + i))
             .collect(),
         Environment::Command(_) => candidate_heldout
             .episode_list
             .iter()
             .filter(|e| e.error.is_none())
             .filter_map(|e| e.prompt.clone())
+            .map(Prompt::from)
             .take(MOST)
             .collect(),
     }

@@ -2,7 +2,7 @@
 //! trainer learns, the gate decides, `atdp-serve` swaps, and the success rate goes up.
 //!
 //! - [`Env`]: built-in environments (tool-use routing; a verifiable multi-turn guessing
-//!   game) that call a model through the OpenAI API like any agent and post rewards.
+//!   game; tool calls with arguments from a ticket and an answer from the tool's result) that call a model through the OpenAI API like any agent and post rewards.
 //! - [`CommandEnv`]: a user's own environment, a program in any language that plays
 //!   episodes and prints how each went; [`Environment`] is either kind, and evaluation, the
 //!   gate and automatic rollback take both.
@@ -28,7 +28,7 @@ mod live;
 pub mod quickstart;
 mod trail;
 
-pub use client::{Agent, ChatMessage, Reply, VERSION_HEADER};
+pub use client::{Agent, ChatMessage, Prompt, Reply, ToolCallReply, VERSION_HEADER};
 pub use command::{CommandEnv, STDERR_TAIL};
 pub use cycle::{
     CycleOutcome, Trained, cycle, data_since, record_decision, rewarded_trajectories,
@@ -37,6 +37,8 @@ pub use cycle::{
 pub use env::{Env, EnvArgs, Environment, Episode, SeedRng};
 pub use error::{Error, Result, blocking};
 pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
-pub use gate::{Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids};
+pub use gate::{
+    Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids, request_ids,
+};
 pub use live::{RollbackConfig, VersionReward, check_rollback, live_rewards};
 pub use trail::Trail;

@@ -1,6 +1,6 @@
 //! The whole loop on one machine (`atdp-quickstart`): a tiny model, `atdp-serve` and
-//! `atdp-proxy` on loopback, the routing environment collecting rewarded trajectories
-//! through the proxy, training, the gate, a hot swap under load, and the success rate before
+//! `atdp-proxy` on loopback, a built-in environment (routing by default; `tool_use` for tool
+//! calls) collecting rewarded trajectories through the proxy, training, the gate, a hot swap under load, and the success rate before
 //! and after on held-out episodes.
 
 use std::collections::BTreeMap;
@@ -57,6 +57,9 @@ pub struct QuickstartConfig {
     /// The work directory: created, or emptied when an earlier run made it; any other
     /// non-empty directory is refused.
     pub dir: PathBuf,
+    /// The environment played, trained on and gated.
+    #[serde(default = "routing")]
+    pub env: Env,
     /// Training episodes collected through the proxy.
     pub collect: u64,
     /// Held-out episodes before and after.
@@ -82,6 +85,7 @@ impl QuickstartConfig {
     pub fn new(dir: PathBuf) -> Self {
         QuickstartConfig {
             dir,
+            env: Env::Routing,
             collect: 800,
             eval: 300,
             concurrency: 8,
@@ -289,8 +293,13 @@ async fn wait_for_lake(lake: &str, selection: &Selection, reward: &str, want: us
     }
 }
 
-/// Sends routing episodes through `agent` from `clients` tasks until `stop`.
+fn routing() -> Env {
+    Env::Routing
+}
+
+/// Sends episodes of `env` through `agent` from `clients` tasks until `stop`.
 fn start_load(
+    env: Env,
     agent: &Agent,
     clients: usize,
     stop: &Arc<AtomicBool>,
@@ -302,7 +311,7 @@ fn start_load(
                 let mut done = Vec::new();
                 let mut seed = 2_000_000_000 + c as u64 * 1_000_000;
                 while !stop.load(Ordering::Relaxed) {
-                    done.push(Env::Routing.episode(&agent, seed, 1.0, false).await);
+                    done.push(env.episode(&agent, seed, 1.0, false).await);
                     seed += 1;
                 }
                 done
@@ -370,7 +379,7 @@ pub async fn run(
     );
     let plan = |label: &str, first_seed, episodes, post_rewards| EvalPlan {
         label: label.to_owned(),
-        env: Env::Routing.into(),
+        env: config.env.into(),
         first_seed,
         episodes,
         temperature: 1.0,
@@ -389,8 +398,9 @@ pub async fn run(
     )
     .await;
     say(&format!(
-        "collected {} rewarded routing episodes through the proxy ({} failed; success {:.1}%)",
+        "collected {} rewarded {} episodes through the proxy ({} failed; success {:.1}%)",
         collected.episodes,
+        config.env.name(),
         collected.failed,
         collected.success_rate * 100.0
     ));
@@ -409,7 +419,7 @@ pub async fn run(
     wait_for_lake(
         &lake,
         &selection,
-        Env::Routing.reward_name(),
+        config.env.reward_name(),
         collected.episodes,
     )
     .await?;
@@ -426,7 +436,7 @@ agent = "demo-agent"
 since = "{since}"
 
 [rewards]
-weights = {{ routing_correct = 1.0 }}
+weights = {{ {reward} = 1.0 }}
 
 [objective]
 kind = "reinforce"
@@ -444,6 +454,7 @@ alpha = {alpha}
 "#,
         model = model.display().to_string(),
         out = dir.join("train").display().to_string(),
+        reward = config.env.reward_name(),
         since = (collect_start - chrono::Duration::seconds(1)).to_rfc3339(),
         lr = config.lr,
         epochs = config.epochs,
@@ -468,7 +479,7 @@ alpha = {alpha}
         cache: dir.join("gate-cache"),
         options: EngineOptions::default(),
     };
-    let report = gate(&setup, trained.version, &Env::Routing.into(), &config.gate).await?;
+    let report = gate(&setup, trained.version, &config.env.into(), &config.gate).await?;
     for check in &report.checks {
         say(&format!(
             "  gate {} {}: {}",
@@ -482,7 +493,7 @@ alpha = {alpha}
     let mut swap = None;
     if report.promote {
         let stop = Arc::new(AtomicBool::new(false));
-        let load = start_load(&agent, config.load_clients, &stop);
+        let load = start_load(config.env, &agent, config.load_clients, &stop);
         tokio::time::sleep(Duration::from_millis(500)).await;
         let swaps_before = serving.status().swaps;
         let promoted_at = Instant::now();

@@ -6,6 +6,11 @@ use std::path::PathBuf;
 /// the forward pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The built-in word lists of surrogate values cannot be read (a broken build).
+    #[error(
+        "the built-in surrogate word lists (python/src/atdp/surrogates.json) are not valid: {0}"
+    )]
+    Surrogates(String),
     /// A file or directory could not be read or written.
     #[error("I/O error on {path}: {source}; check that it exists and its permissions")]
     Io {

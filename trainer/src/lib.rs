@@ -6,7 +6,9 @@
 //! [`load_adapter`]), and small random models with a tokenizer and chat template for tests
 //! and demos ([`init_model`]).
 //!
-//! Training ([`run`]): steps and rewards selected from the lake ([`read_lake`]), prompts
+//! Training ([`run`]): steps and rewards selected from the lake ([`read_lake`]), the
+//! placeholders of their masked text rendered as surrogate values of their type, as serving
+//! sees real ones ([`render_step`], [`Placeholders`]), prompts
 //! rendered with the model's own chat template ([`ChatFormat`], [`build_examples`]),
 //! tree-aware discounted returns ([`step_returns`]), REINFORCE or GRPO advantages with a
 //! PPO-style clipped ratio and an optional KL penalty to the base model, AdamW with warm-up
@@ -51,7 +53,8 @@ mod run_config;
 mod train;
 
 pub use data::{
-    ChatFormat, Example, ExampleStats, LakeData, Selection, TableRead, build_examples, read_lake,
+    ChatFormat, Example, ExampleStats, LakeData, Placeholders, Selection, TableRead,
+    build_examples, read_lake, render_step, render_surrogates, surrogate,
 };
 pub use error::{Error, Result};
 pub use init::{

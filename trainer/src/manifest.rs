@@ -250,6 +250,7 @@ impl Manifest {
             "token_budget": config.token_budget,
             "max_len": config.max_len,
             "seed": config.seed,
+            "placeholders": config.placeholders.name(),
             "lora": { "r": config.lora.r, "alpha": config.lora.alpha,
                       "dropout": config.lora.dropout,
                       "target_modules": config.lora.target_modules.iter().map(|m| m.name()).collect::<Vec<_>>() },

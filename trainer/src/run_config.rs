@@ -23,6 +23,7 @@
 //! [train]
 //! lr = 1e-4
 //! steps = 200
+//! placeholders = "surrogate"         # or "keep": train on `<PERSON_…>` as stored
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -31,7 +32,7 @@ use std::path::{Path, PathBuf};
 use atdp_schema::Unmarked;
 use serde::{Deserialize, Serialize};
 
-use crate::data::Selection;
+use crate::data::{Placeholders, Selection};
 use crate::lora::{LoraConfig, TargetModule};
 use crate::objective::{Advantage, Baseline, GroupKey, LossConfig};
 use crate::optim::AdamWConfig;
@@ -173,6 +174,10 @@ pub struct RawTrain {
     /// its activations would take more than 4 GiB
     /// ([`crate::ModelConfig::activation_bytes`]).
     pub recompute_activations: Option<bool>,
+    /// How the placeholders of masked text (`<PERSON_…>`) are trained on: `surrogate`
+    /// (default) renders each as a realistic fake value of its type, the same for the same
+    /// placeholder of a tenant, as serving sees real values; `keep` trains on them as stored.
+    pub placeholders: Option<String>,
 }
 
 /// `[lora]`.
@@ -248,6 +253,8 @@ pub struct RunConfig {
     /// Recompute each layer's activations in the backward pass instead of keeping them
     /// (`None`: when a micro-batch's activations would take more than 4 GiB).
     pub recompute_activations: Option<bool>,
+    /// How placeholders of masked text are trained on.
+    pub placeholders: Placeholders,
     /// The adapter.
     pub lora: LoraConfig,
 }
@@ -424,6 +431,15 @@ impl RawRunConfig {
             ));
         }
         let seed = t.seed.unwrap_or(0);
+        let placeholders = match t.placeholders.as_deref().unwrap_or("surrogate") {
+            "surrogate" => Placeholders::Surrogate,
+            "keep" => Placeholders::Keep,
+            other => {
+                return Err(format!(
+                    "`train.placeholders` = {other:?}: use \"surrogate\" (fake values of each placeholder's type, as serving sees real ones) or \"keep\""
+                ));
+            }
+        };
         let targets = match &self.lora.targets {
             Some(names) => names
                 .iter()
@@ -496,6 +512,7 @@ impl RawRunConfig {
             seed,
             checkpoint_every: t.checkpoint_every.unwrap_or(0),
             recompute_activations: t.recompute_activations,
+            placeholders,
             lora,
         })
     }
@@ -560,6 +577,19 @@ mod tests {
                 baseline: Baseline::RunningMean { decay: 0.9 }
             }
         );
+    }
+
+    #[test]
+    fn placeholders_are_rendered_as_surrogates_unless_kept() {
+        assert_eq!(
+            check(MINIMAL).unwrap().placeholders,
+            Placeholders::Surrogate
+        );
+        let keep = format!("{MINIMAL}\n[train]\nplaceholders = \"keep\"\n");
+        assert_eq!(check(&keep).unwrap().placeholders, Placeholders::Keep);
+        let bad = format!("{MINIMAL}\n[train]\nplaceholders = \"fake\"\n");
+        let err = check(&bad).unwrap_err();
+        assert!(err.contains("`train.placeholders` = \"fake\""), "{err}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use atdp_loop::Env;
 use atdp_loop::quickstart::{QuickstartConfig, run};
 use atdp_schema::cli::{EXIT_FAILURE, EXIT_PROBLEM_FOUND, fail, init_logging};
 use clap::Parser;
@@ -19,6 +20,11 @@ struct Cli {
     /// non-empty directory is refused.
     #[arg(long, default_value = "atdp-data/quickstart")]
     dir: PathBuf,
+    /// The environment: `routing` (a ticket to one of four tools, answered as a letter),
+    /// `tool_use` (a tool call with an argument from the ticket, then an answer from the
+    /// tool's result) or `guess` (a number in three turns; not tuned for the quickstart).
+    #[arg(long, default_value = "routing")]
+    env: String,
     /// Training episodes collected through the proxy.
     #[arg(long, default_value_t = 800)]
     collect: u64,
@@ -46,7 +52,17 @@ const QUIET: &str = "warn,pingora_core::connectors=off";
 fn main() -> ExitCode {
     init_logging(QUIET);
     let cli = Cli::parse();
+    let Some(env) = Env::from_name(&cli.env) else {
+        return fail(
+            "atdp-quickstart",
+            format!(
+                "unknown environment {:?} (routing, guess, tool_use)",
+                cli.env
+            ),
+        );
+    };
     let mut config = QuickstartConfig::new(cli.dir);
+    config.env = env;
     config.collect = cli.collect;
     config.eval = cli.eval;
     config.epochs = cli.epochs;
@@ -67,8 +83,14 @@ fn main() -> ExitCode {
         Ok(report) => {
             let (b, a) = (&report.before, &report.after);
             println!(
-                "\nsuccess rate on {} held-out routing episodes: before {:.1}% [95% CI {:.1}–{:.1}], after {:.1}% [{:.1}–{:.1}]",
+                "\n{} on {} held-out {} episodes: before {:.1}% [95% CI {:.1}–{:.1}], after {:.1}% [{:.1}–{:.1}]",
+                if env == Env::ToolUse {
+                    "tool-call accuracy"
+                } else {
+                    "success rate"
+                },
                 a.episodes,
+                env.name(),
                 b.success_rate * 100.0,
                 b.ci95[0] * 100.0,
                 b.ci95[1] * 100.0,

@@ -128,14 +128,7 @@ pub fn builtin_entities() -> Vec<&'static str> {
 /// the network.
 #[doc(hidden)]
 pub fn name_tagger_input(text: &str, buckets: usize) -> std::result::Result<TaggerInput, String> {
-    let lexicon = names::lexicon()?;
-    let rules = names::rules(lexicon, text);
-    let tokens = names::tagger::tokens(text);
-    let input = names::tagger::features(lexicon, text, &tokens, &rules, buckets);
-    Ok((
-        tokens.iter().map(|t| (t.start, t.end)).collect(),
-        input.features,
-    ))
+    names::tagger_input(names::lexicon()?, text, buckets)
 }
 
 /// What [`name_tagger_input`] gives: the tokens' byte ranges and their feature ids.

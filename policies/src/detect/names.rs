@@ -92,22 +92,44 @@ fn title_case(text: &str) -> String {
     out
 }
 
-/// Every match of `regex` in `shaped`, less the trailing punctuation and the boundary it may
-/// end with, that is whole words of `text` (of which `shaped` is a copy of the same length),
-/// as a span. (Only the match is asked for: computing capture groups costs the lazy DFA far
-/// more than finding the match.)
+/// Every match of `regex` in `shaped` within the `windows` (byte ranges, in order, apart),
+/// less the trailing punctuation and the boundary it may end with, that is whole words of
+/// `text` (of which `shaped` is a copy of the same length), as a span. (Only the match is
+/// asked for: computing capture groups costs the lazy DFA far more than finding the match.)
 fn matched(
     regex: &Regex,
     shaped: &str,
     text: &str,
+    windows: &[(usize, usize)],
     entity: &'static str,
     score: f32,
     out: &mut Vec<Span>,
 ) {
-    for m in regex.find_iter(shaped) {
-        let value = m
-            .as_str()
-            .trim_end_matches(|c: char| c.is_whitespace() || ",;:!?)]}\"<".contains(c));
+    let matches = windows.iter().flat_map(|&(start, end)| {
+        // What lies before the window still counts for its boundaries (`find_at`); what
+        // follows it is a space or the text's end, as the window ends there.
+        let haystack = &shaped[..end];
+        let mut at = start;
+        std::iter::from_fn(move || {
+            let m = regex.find_at(haystack, at).filter(|_| at <= end)?;
+            at = if m.end() > m.start() {
+                m.end()
+            } else {
+                haystack[m.end()..]
+                    .chars()
+                    .next()
+                    .map_or(end + 1, |c| m.end() + c.len_utf8())
+            };
+            Some(m)
+        })
+    });
+    for m in matches {
+        // A pattern that starts after a character outside words holds that character.
+        let whole = m.as_str();
+        let value = whole.trim_start_matches(|c: char| !c.is_alphanumeric());
+        let start = m.start() + (whole.len() - value.len());
+        let value =
+            value.trim_end_matches(|c: char| c.is_whitespace() || ",;:!?)]}\"<".contains(c));
         // A trailing full stop ends the sentence unless the value ends in an abbreviation.
         let value = match value.strip_suffix('.') {
             Some(rest) if entity == LOCATION || !ends_in_abbreviation(rest) => rest,
@@ -121,10 +143,10 @@ fn matched(
             }
             value = rest.trim_end_matches([',', ' ']);
         }
-        let end = m.start() + value.len();
-        if !value.is_empty() && whole_words(text, m.start(), end) {
+        let end = start + value.len();
+        if !value.is_empty() && whole_words(text, start, end) {
             out.push(Span {
-                start: m.start(),
+                start,
                 end,
                 entity,
                 score,
@@ -143,9 +165,9 @@ fn ends_in_abbreviation(value: &str) -> bool {
 /// overlap each other and the other detectors' spans).
 pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], out: &mut Vec<Span>) {
     // The tagger reads what the rules found of every type, whichever are wanted.
-    let mut found = rules(lexicon, text);
+    let (mut found, marks) = rules_and_marks(lexicon, text);
     let mut tagged = Vec::new();
-    tagger::find(&lexicon.tagger, lexicon, text, &found, &mut tagged);
+    tagger::find(&lexicon.tagger, lexicon, text, &found, &marks, &mut tagged);
     merge(&mut found, tagged);
     out.extend(found.into_iter().filter(|span| {
         let index = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);
@@ -154,6 +176,22 @@ pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], ou
             && text.is_char_boundary(span.start)
             && text.is_char_boundary(span.end)
     }));
+}
+
+/// The tagger's input for `text` as its training reads it: each token's byte range and its
+/// feature ids, hashed into `buckets`.
+pub(crate) fn tagger_input(
+    lexicon: &'static Lexicon,
+    text: &str,
+    buckets: usize,
+) -> Result<super::TaggerInput, String> {
+    let (rules, marks) = rules_and_marks(lexicon, text);
+    let tokens = tagger::tokens(text);
+    let input = tagger::features(lexicon, text, &tokens, &rules, &marks, buckets);
+    Ok((
+        tokens.iter().map(|t| (t.start, t.end)).collect(),
+        input.features,
+    ))
 }
 
 /// The tagger's spans added to the rules': where one overlaps a rule's span of the same type,
@@ -192,11 +230,79 @@ fn merge(found: &mut Vec<Span>, tagged: Vec<Span>) {
 }
 
 /// The spans the rules find in `text`: word lists, address and organisation shapes, cues.
+#[cfg(test)]
 pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
+    rules_and_marks(lexicon, text).0
+}
+
+/// What one pass over a text finds that both the rules and the tagger read: whether the text
+/// is lower-case, its cues, JSON keys and listed places.
+#[derive(Debug, Default)]
+pub(crate) struct Marks {
+    /// The text has no capital letter (lower-case chat).
+    pub(crate) lower: bool,
+    /// Cues that start a word: start, end and their pattern.
+    pub(crate) cues: Vec<(usize, usize, usize)>,
+    /// JSON keys: the end of the key and its colon, and the key's name.
+    pub(crate) keys: Vec<(usize, usize, usize)>,
+    /// Listed places as whole words: capitalised ones, or in lower-case text the lower-case
+    /// ones.
+    pub(crate) places: Vec<(usize, usize)>,
+}
+
+/// Where a pattern that needs `anchor` bytes can match: `radius` bytes either side of each,
+/// widened to the spaces around, merged where they overlap.
+fn windows(
+    text: &str,
+    anchors: impl Iterator<Item = usize>,
+    before: usize,
+    after: usize,
+) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let space = |b: &u8| b.is_ascii_whitespace();
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for at in anchors {
+        if out.last().is_some_and(|&(_, end)| at + after <= end) {
+            continue;
+        }
+        // Back to the start of a word, forward to the space after one (at most 64 bytes
+        // further; a window that ends inside a word only loses matches across that word).
+        let mut start = at.saturating_sub(before);
+        if start > 0 {
+            start = bytes[start..at]
+                .iter()
+                .position(space)
+                .map_or(start, |p| start + p + 1);
+        }
+        let mut end = (at + after).min(bytes.len());
+        end = bytes[end..bytes.len().min(end + 64)]
+            .iter()
+            .position(space)
+            .map_or((end + 64).min(bytes.len()), |p| end + p);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
+/// The rules' spans and the marks they read, which the tagger reads too.
+pub(crate) fn rules_and_marks(lexicon: &'static Lexicon, text: &str) -> (Vec<Span>, Marks) {
     let mut found = Vec::new();
     // Lower-case text (chat) has no capitals to go by: addresses are read in a title-cased
     // copy, organisations by their lower-case legal form.
-    let lower = !text.chars().any(char::is_uppercase);
+    let lower = if text.is_ascii() {
+        !text.bytes().any(|b| b.is_ascii_uppercase())
+    } else {
+        !text.chars().any(char::is_uppercase)
+    };
     let titled;
     let shaped = if lower {
         titled = title_case(text);
@@ -204,11 +310,43 @@ pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
     } else {
         text
     };
-    // Every address has a number (a house number or a postcode).
-    if text.bytes().any(|b| b.is_ascii_digit()) {
+    let words = words(text);
+    let bytes = text.as_bytes();
+    let whole = [(0, text.len())];
+    // A capitalised word starts every organisation and most addresses: the patterns run
+    // near them only (in lower-case text, everywhere).
+    let capitals: Vec<usize> = words
+        .iter()
+        .filter(|w| text[w.start..].starts_with(char::is_uppercase))
+        .map(|w| w.start)
+        .collect();
+    // Every address has a number (a house number or a postcode), and in text with capitals
+    // a capitalised word.
+    let digits = (0..bytes.len())
+        .filter(|&i| bytes[i].is_ascii_digit() && (i == 0 || !bytes[i - 1].is_ascii_digit()));
+    let near_digits = if lower {
+        windows(text, digits, 160, 160)
+    } else {
+        windows(text, digits, 160, 160)
+            .into_iter()
+            .filter(|&(start, end)| {
+                let first = capitals.partition_point(|c| *c < start);
+                capitals.get(first).is_some_and(|c| *c < end)
+            })
+            .collect()
+    };
+    if !near_digits.is_empty() {
         let mut addresses = Vec::new();
         for regex in &lexicon.addresses {
-            matched(regex, shaped, text, LOCATION, STRONG + 0.05, &mut addresses);
+            matched(
+                regex,
+                shaped,
+                text,
+                &near_digits,
+                LOCATION,
+                STRONG + 0.05,
+                &mut addresses,
+            );
         }
         found.extend(
             addresses
@@ -216,6 +354,10 @@ pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
                 .filter(|s| text[s.start..s.end].bytes().any(|b| b.is_ascii_digit())),
         );
     }
+    let mut marks = Marks {
+        lower,
+        ..Marks::default()
+    };
     {
         let mut buffer = String::new();
         for whole in lexicon.prefixed_places.find_iter(text) {
@@ -223,7 +365,7 @@ pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
             let name = whole.as_str().split_once(' ').map_or("", |(_, name)| name);
             let first = name.split([' ', '-']).next().unwrap_or_default();
             fold(first, &mut buffer);
-            if !lexicon.common.contains(buffer.as_str()) && !is_calendar(first) {
+            if !lexicon.entry(&buffer).common && !is_calendar(first) {
                 found.push(Span {
                     start: whole.start(),
                     end: whole.end(),
@@ -232,25 +374,56 @@ pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
                 });
             }
         }
-        for m in lexicon.places.find_iter(text) {
-            if whole_words(text, m.start(), m.end()) {
-                found.push(Span {
-                    start: m.start(),
-                    end: m.end(),
-                    entity: LOCATION,
-                    score: LISTED,
-                });
+        if lower {
+            for m in lexicon.places_in_lower.find_iter(text) {
+                if whole_words(text, m.start(), m.end()) {
+                    marks.places.push((m.start(), m.end()));
+                }
+            }
+        } else {
+            // Every listed place is capitalised: it is looked for where a capitalised word
+            // starts only.
+            let mut after = 0;
+            for &at in &capitals {
+                if at < after {
+                    continue;
+                }
+                let input = aho_corasick::Input::new(text)
+                    .range(at..)
+                    .anchored(aho_corasick::Anchored::Yes);
+                if let Ok(Some(m)) = lexicon.places.try_find(input)
+                    && whole_words(text, m.start(), m.end())
+                {
+                    marks.places.push((m.start(), m.end()));
+                    after = m.end();
+                    found.push(Span {
+                        start: m.start(),
+                        end: m.end(),
+                        entity: LOCATION,
+                        score: LISTED,
+                    });
+                }
             }
         }
     }
     {
         let mut orgs = Vec::new();
-        for regex in &lexicon.organizations {
-            matched(regex, text, text, ORGANIZATION, STRONG + 0.05, &mut orgs);
-        }
-        if lower {
+        if !lower {
+            let near_capitals = windows(text, capitals.iter().copied(), 0, 200);
+            for regex in &lexicon.organizations {
+                matched(
+                    regex,
+                    text,
+                    text,
+                    &near_capitals,
+                    ORGANIZATION,
+                    STRONG + 0.05,
+                    &mut orgs,
+                );
+            }
+        } else {
             for regex in &lexicon.lower_organizations {
-                matched(regex, text, text, ORGANIZATION, CUED, &mut orgs);
+                matched(regex, text, text, &whole, ORGANIZATION, CUED, &mut orgs);
             }
         }
         found.extend(
@@ -258,7 +431,21 @@ pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
                 .filter_map(|span| trim_common(lexicon, text, span)),
         );
     }
-    let words = words(text);
+    for m in lexicon.cues.find_iter(text) {
+        // A cue starts a word.
+        if m.start() == 0 || !bytes[m.start() - 1].is_ascii_alphanumeric() {
+            marks
+                .cues
+                .push((m.start(), m.end(), m.pattern().as_usize()));
+        }
+    }
+    for whole in lexicon.json_key.find_iter(text) {
+        let from = whole.start()
+            + (whole.as_str().len() - whole.as_str().trim_start_matches(['\\', '"']).len());
+        let key = &text[from..whole.end()];
+        let length = key.find(['\\', '"']).unwrap_or(key.len());
+        marks.keys.push((whole.end(), from, from + length));
+    }
     let mut scan = Scan {
         lexicon,
         text,
@@ -269,10 +456,10 @@ pub(crate) fn rules(lexicon: &'static Lexicon, text: &str) -> Vec<Span> {
     };
     scan.people(&mut found);
     scan.before_verbs(&mut found);
-    scan.cued(&mut found);
+    scan.cued(&marks, &mut found);
     scan.coordinated(&mut found);
     separate_lists(text, &mut found);
-    found
+    (found, marks)
 }
 
 /// An organisation read as a list that starts with the end of a person's name (`Mvh Erik
@@ -307,7 +494,7 @@ fn trim_common(lexicon: &Lexicon, text: &str, mut span: Span) -> Option<Span> {
         if first_end == value.len() {
             return None;
         }
-        if !lexicon.common.contains(buffer.as_str()) && !PARTICLES.contains(&buffer.as_str()) {
+        if !lexicon.entry(&buffer).common && !PARTICLES.contains(&buffer.as_str()) {
             return Some(span);
         }
         let rest = &value[first_end..];

@@ -4,8 +4,8 @@
 //! The scanner's spans come from its cache when it has the text; the known values are
 //! matched after that lookup and never enter the cache (they belong to one masking, the
 //! cache to every request of the tenant). Where spans overlap they become one span covering
-//! them all, of the entity of the longest (then the earliest), so that no piece of either
-//! stays in the clear.
+//! them all, of the entity of the longest (then the earliest; of the same bytes, the known
+//! value's), so that no piece of either stays in the clear.
 
 use std::ops::Range;
 
@@ -46,10 +46,14 @@ impl<'a> JsonMasker<'a> {
             })
             .collect();
         if let Some(known) = self.known {
-            let scanned = hits.len();
-            known.find(text, &mut hits)?;
-            if hits.len() > scanned {
-                hits = merged(hits);
+            let mut found = Vec::new();
+            known.find(text, &mut found)?;
+            if !found.is_empty() {
+                // The known values first: where the scanner found the very same bytes, the
+                // value keeps the entity it is known as (and its action), not the scanner's
+                // guess.
+                found.append(&mut hits);
+                hits = merged(found);
             }
         }
         if short && hits.is_empty() {

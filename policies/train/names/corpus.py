@@ -30,11 +30,33 @@ LOCALES = [
     "en_GB", "en_US", "en_IE", "en_AU", "en_CA", "en_NZ", "de_DE", "de_AT", "de_CH", "fr_FR",
     "fr_BE", "fr_CH", "es_ES", "es_MX", "it_IT", "nl_NL", "nl_BE", "pl_PL", "pt_PT", "pt_BR",
     "sv_SE", "da_DK", "no_NO", "fi_FI", "cs_CZ", "sk_SK", "hu_HU", "ro_RO", "hr_HR", "sl_SI",
+    "en_IN", "tr_TR", "et_EE", "lt_LT", "id_ID", "en_TH", "es_CO", "es_AR", "fr_CA", "de_LI",
 ]
 PERSON, LOCATION, ORGANIZATION = "PERSON", "LOCATION", "ORGANIZATION"
 
-TITLES = ["Mr", "Mr.", "Mrs", "Ms", "Ms.", "Dr", "Dr.", "Prof.", "Herr", "Frau", "M.", "Mme",
-          "Sr.", "Sra.", "Sig.", "Sig.ra", "Pan", "Pani", "dhr.", "mevr."]
+TITLES = ["Mr", "Mr.", "Mrs", "Mrs.", "Ms", "Ms.", "Miss", "Dr", "Dr.", "Prof.", "Herr", "Frau",
+          "M.", "Mme", "Madame", "Monsieur", "Sr.", "Sra.", "Don", "Doña", "Sig.", "Sig.ra",
+          "Dott.", "Dott.ssa", "Signora", "Pan", "Pani", "pan", "pani", "dhr.", "mevr.", "herr",
+          "fru", "Sayın", "Bay", "Bayan", "Shri", "Smt.", "Herrn", "Senhor", "Senhora"]
+# Product and interface text: names of sales, features, labels, card brands, browsers and
+# platforms, which are no entity.
+INTERFACE = ["Spring Sale", "Holiday Sale", "Flash Deal", "New Arrivals", "New Feature",
+             "Beta Feature", "Success", "Saved", "Terms and Conditions", "Terms of Use",
+             "Cookie Policy", "Visa", "Visa Debit", "Mastercard", "American Express", "Amex",
+             "Maestro", "Google Chrome", "Chrome", "Firefox", "Safari", "Microsoft Edge", "Edge",
+             "Opera", "Brave", "Android", "Windows 11", "Apple Pay", "PayPal", "Klarna",
+             "Dark Mode", "Light Mode", "Focus Mode", "Smart Reply", "Quick Settings",
+             "Account Settings", "Order History", "Help Center", "Gift Cards", "Rewards",
+             "Loyalty Program", "Member Pricing", "Free Shipping", "Express Checkout",
+             "Notifications", "Dashboard", "Analytics", "Insights", "Overview", "Inbox",
+             "Alert", "Warning", "Error", "Critical", "Notice", "Info", "Debug"]
+MONTH_ABBREVIATIONS = ["Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep", "Sept", "Oct",
+                       "Nov", "Dec"]
+# Syllables of invented names, so that the network learns names by their place and shape as
+# well as by the lists: names of locales no generator has.
+SYLLABLES = ["ka", "ra", "mi", "to", "na", "le", "vi", "sha", "an", "dre", "lo", "ke", "ma",
+             "ri", "ya", "su", "ol", "em", "bu", "chi", "de", "go", "ha", "ju", "ni", "pa",
+             "ta", "vo", "we", "zo", "ay", "ur", "is", "ek", "ba", "dra", "mo", "sa", "ti"]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday",
             "Montag", "Dienstag", "Freitag", "lundi", "mardi", "vendredi", "lunes", "martes"]
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
@@ -78,15 +100,24 @@ class Draw:
         fake = LOREM_FAKERS.setdefault(locale, Faker(locale))
         return [w.strip(".") for w in fake.words(nb=n)]
 
+    def invented(self) -> str:
+        rng = self.rng
+        name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
+        return name.capitalize()
+
     def first(self) -> str:
         r = self.rng.random()
-        if r < 0.04:
+        if r < 0.05:
+            return self.invented()
+        if r < 0.08:
             return self.rng.choice(WORD_NAMES).capitalize()
         if r < 0.5:
             return self.fake.first_name_female() if hasattr(self.fake, "first_name_female") else self.fake.first_name()
         return self.fake.first_name()
 
     def last(self) -> str:
+        if self.rng.random() < 0.05:
+            return self.invented() + self.rng.choice(["", "", "er", "ov", "oğlu", "son", "an"])
         return self.fake.last_name()
 
     def new_person(self) -> tuple[str, str]:
@@ -203,6 +234,16 @@ CLAUSES = [
     "the invoice from {O} is overdue", "{O} ({C}) opened a ticket", "{P} works at {O}",
     "{P} from {O} in {C}", "meet {P} at {O}, {A}", "call {P} at {O} on {W}",
     "the {X} order for {P} is {S}", "{P} asked whether {O} ships to {L}",
+    "my colleague {P} at {O} says hi", "tell {P} the {Y} promo ends in {M}", "remind {P}",
+    "ask {P} if {O} still ships to {L}", "talked to {P} yesterday, the new {J}",
+    "follow up with {P} on {W}", "{P}, {J} at {O}", "{J} {P} will call you",
+    "Dear {P}", "Hi {P}", "my manager {P} approved it", "ping {P} about {Y}",
+    # Product and interface text.
+    "{Y}! save {N}% until {M} {N}", "{Y}: your changes were saved", "pay with {Y}",
+    "works best in {Y}", "{Y} is now available", "try {Y} today", "Settings > {Y}",
+    "a {J} will call you", "we are hiring a {J}", "{J} on duty from {M} {N}",
+    "[{Y}] job {N} failed", "renews {M} {N}", "the {Y} promo ends in {M}",
+    "see {Y} for details", "enable {Y} in settings", "{Y} | {Y} | {Y}",
     # Look-alikes and filler.
     "the {X} is {S}", "update the {X} before {W}", "see you on {W}", "the {M} report is late",
     "our {X} subscription renews in {M}", "status: {S}", "{H}", "order {N} is {S}",
@@ -287,7 +328,8 @@ class Writer:
             case "W":
                 return [(rng.choice(WEEKDAYS), None)]
             case "M":
-                return [(rng.choice(MONTHS), None)]
+                months = MONTH_ABBREVIATIONS if rng.random() < 0.3 else MONTHS
+                return [(rng.choice(months), None)]
             case "X":
                 return [(rng.choice(PRODUCTS), None)]
             case "S":
@@ -320,6 +362,10 @@ class Writer:
                 return [(d.fake.mac_address(), None)]
             case "G":
                 return [(d.fake.user_name(), None)]
+            case "Y":
+                return [(rng.choice(INTERFACE), None)]
+            case "J":
+                return [(d.fake.job().split(",")[0], None)]
             case "T":
                 return [(f"{rng.choice(['SUP', 'OPS', 'CRM', 'INC', 'PR'])}-{rng.randint(10, 99999)}", None)]
         raise ValueError(slot)

@@ -10,6 +10,12 @@ Arrow tables in the shapes common trainers take.
     sft = data.messages(min_reward=0.5)                # chat `messages` for supervised fine-tuning
     table.to_pandas(); datasets.Dataset(table)         # pandas, Hugging Face datasets
 
+Placeholders of masked text (``<PERSON_0123456789ab>``) are rendered as surrogate values of
+their type (a fake name, e-mail address, card number, ...), the same for the same
+placeholder of the tenant, as the Rust trainer renders them (:mod:`atdp.surrogates`): a model
+trained on the examples meets real values in serving, never placeholders, and must not learn
+to write them. ``lake.read(..., placeholders="keep")`` keeps the text as stored.
+
 The returns are the Rust trainer's (`trainer/src/rewards.rs`), computed the same way from the
 same rows: rewards matched within the tenant; duplicates (same trajectory, step, name, source
 and function version) resolved to the latest; names weighted; a step reward credits its own
@@ -32,6 +38,8 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+from atdp.surrogates import render_step
 
 __all__ = ["Lake", "LakeData", "step_returns"]
 
@@ -245,13 +253,19 @@ class Lake:
         rewards_version: int | None = None,
         unmarked: str = "excluded",
         now: int | None = None,
+        placeholders: str = "surrogate",
     ) -> "LakeData":
         """The steps of ``tenant`` (only ``agent``, started in [``since``, ``until``) in µs
         since the epoch) that may be trained on at ``now`` (µs since the epoch; default: the
         time of the call), and the rewards of their trajectories with the names of
         ``weights`` (each pinned to a function version by ``reward_versions``), as the Rust
         trainer selects them, with their returns. Steps left out are counted by reason in
-        :attr:`LakeData.excluded`; unmarked steps are read only with ``unmarked="eligible"``."""
+        :attr:`LakeData.excluded`; unmarked steps are read only with ``unmarked="eligible"``.
+        With ``placeholders="surrogate"`` (the default) the placeholders of the steps'
+        messages and tool descriptions are rendered as surrogate values
+        (:func:`atdp.surrogates.render_step`); ``"keep"`` leaves them."""
+        if placeholders not in ("surrogate", "keep"):
+            raise ValueError(f'placeholders={placeholders!r}: use "surrogate" or "keep"')
         if not tenant:
             raise ValueError("name the tenant: rewards are only matched to steps of the same tenant")
         if not 0.0 <= gamma <= 1.0:
@@ -275,6 +289,9 @@ class Lake:
             if s["tenant_id"] == tenant
         ]
         steps.sort(key=lambda s: s["started_at"])
+        if placeholders == "surrogate":
+            for s in steps:
+                render_step(s)
         trajectories = {s["trajectory_id"] for s in steps}
         pinned = dict(reward_versions or {})
         rewards_table = self.table("rewards", rewards_version)
@@ -299,6 +316,7 @@ class Lake:
             unmatched_step_rewards=unmatched,
             versions={"steps": steps_table.version(), "rewards": rewards_table.version()},
             excluded=excluded,
+            placeholders=placeholders,
         )
 
 
@@ -315,6 +333,8 @@ class LakeData:
     unmatched_step_rewards: int
     versions: dict[str, int] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)
+    #: ``surrogate`` or ``keep``: how the placeholders of masked text were rendered.
+    placeholders: str = "surrogate"
 
     def _metadata(self) -> dict[bytes, bytes]:
         return {
@@ -322,6 +342,7 @@ class LakeData:
             b"atdp.steps_version": str(self.versions.get("steps")).encode(),
             b"atdp.rewards_version": str(self.versions.get("rewards")).encode(),
             b"atdp.excluded": json.dumps(self.excluded, sort_keys=True).encode(),
+            b"atdp.placeholders": self.placeholders.encode(),
         }
 
     def _table(self, rows: list[dict[str, Any]]) -> Any:

@@ -61,6 +61,10 @@ struct RunArgs {
     /// Peak learning rate (overrides `train.lr`).
     #[arg(long)]
     lr: Option<f64>,
+    /// How placeholders of masked text are trained on: `surrogate` or `keep` (overrides
+    /// `train.placeholders`).
+    #[arg(long, env = "ATDP_TRAIN_PLACEHOLDERS")]
+    placeholders: Option<String>,
     /// Train even if a reward function's version changed since the last run in --out.
     #[arg(long)]
     accept_reward_change: bool,
@@ -93,18 +97,22 @@ fn train(args: RunArgs) -> anyhow::Result<()> {
     if let Some(lr) = args.lr {
         raw.train.lr = Some(lr);
     }
+    if let Some(placeholders) = args.placeholders {
+        raw.train.placeholders = Some(placeholders);
+    }
     raw.accept_reward_change |= args.accept_reward_change;
     raw.rewards.allow_mixed_versions |= args.allow_mixed_reward_versions;
     let config = raw.validate(&args.config)?;
     if args.check {
         println!(
-            "{} is valid: model {}, lake {}, out {}, {:?}, lr {:e}",
+            "{} is valid: model {}, lake {}, out {}, {:?}, lr {:e}, placeholders {}",
             args.config.display(),
             config.model_dir.display(),
             config.lake,
             config.out_dir.display(),
             config.length,
-            config.lr
+            config.lr,
+            config.placeholders.name()
         );
         return Ok(());
     }

@@ -1,9 +1,11 @@
-//! Training data: steps and rewards selected from the lake ([`read_lake`]), each usable step
+//! Training data: steps and rewards selected from the lake ([`read_lake`]), their masked
+//! text's placeholders rendered as surrogate values ([`render_step`]), each usable step
 //! turned into a tokenized example ([`build_examples`]) with its prompt rendered by the
 //! model's own chat template and a loss mask on the completion tokens only.
 
 mod chat;
 mod lake;
+mod surrogate;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -15,6 +17,7 @@ use crate::Result;
 use crate::rewards::StepKey;
 pub use chat::ChatFormat;
 pub use lake::{LakeData, Selection, TableRead, read_lake};
+pub use surrogate::{Placeholders, render as render_surrogates, render_step, surrogate};
 
 /// One training example: a prompt and the completion the behaviour policy produced.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,4 +1,4 @@
-//! The training loop: data from the lake, returns, advantages, then optimizer steps of AdamW
+//! The training loop: data from the lake (placeholders rendered as surrogates), returns, advantages, then optimizer steps of AdamW
 //! over the LoRA variables (warm-up + cosine schedule, clipping by global norm, gradient
 //! accumulation, micro-batches by a token budget), metrics as JSON Lines, checkpoints and an
 //! exact resume, and finally the PEFT adapter with its manifest.
@@ -13,7 +13,9 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{ChatFormat, Example, ExampleStats, build_examples, read_lake};
+use crate::data::{
+    ChatFormat, Example, ExampleStats, Placeholders, build_examples, read_lake, render_step,
+};
 use crate::manifest::{self, Manifest, RewardVersions};
 use crate::model::{Adapter, LoadOptions, Model, Span, TokenStats};
 use crate::objective::{Advantage, grpo_advantages, reinforce_advantages, token_terms};
@@ -109,7 +111,12 @@ pub fn run(
 ) -> Result<RunReport> {
     let model = Model::load(&config.model_dir, &options.load)?;
     let chat = ChatFormat::load(&config.model_dir)?;
-    let data = read_lake(&config.lake, config.lake_options.clone(), &config.selection)?;
+    let mut data = read_lake(&config.lake, config.lake_options.clone(), &config.selection)?;
+    if config.placeholders == Placeholders::Surrogate {
+        for step in &mut data.steps {
+            render_step(step)?;
+        }
+    }
     let (examples, stats) = build_examples(
         &data.steps,
         &chat,

@@ -219,6 +219,39 @@ fn run_check_validates_the_example_configuration_without_training() {
     assert!(stdout.contains("is valid"), "{stdout}");
     assert!(stdout.contains("runs/research-assistant-v1"), "{stdout}");
     assert!(stdout.contains("Steps(200)"), "{stdout}");
+    assert!(stdout.contains("placeholders surrogate"), "{stdout}");
+
+    // `--placeholders` and ATDP_TRAIN_PLACEHOLDERS override the file; a bad value is named.
+    let config = example.to_str().unwrap();
+    let out = atdp_train(&[
+        "run",
+        "--config",
+        config,
+        "--check",
+        "--placeholders",
+        "keep",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("placeholders keep"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_atdp-train"))
+        .args(["run", "--config", config, "--check"])
+        .env("ATDP_TRAIN_PLACEHOLDERS", "keep")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("placeholders keep"));
+    let out = atdp_train(&[
+        "run",
+        "--config",
+        config,
+        "--check",
+        "--placeholders",
+        "fake",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`train.placeholders` = \"fake\""));
 
     // The same file with a setting out of range is refused, naming it.
     let text = std::fs::read_to_string(&example)

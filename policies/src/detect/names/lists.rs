@@ -1,6 +1,7 @@
 //! The word lists, cues and compiled patterns of the name detectors, built once per process.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::LazyLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
@@ -51,6 +52,20 @@ pub(super) const TITLES: &[&str] = &[
     "senhora",
     "herrn",
     "señorita",
+    "dott",
+    "signorina",
+    "mademoiselle",
+    "meneer",
+    "mevrouw",
+    "sayın",
+    "bay",
+    "bayan",
+    "shri",
+    "smt",
+    "srimati",
+    "senhorita",
+    "dona",
+    "fröken",
 ];
 
 /// Lower-case words that join names: `Jan de Vries`, `Ludwig van Beethoven`.
@@ -91,7 +106,23 @@ pub(super) const PERSON_STRONG: &[&str] = &[
     "ask for",
     "attn",
     "attention",
-    "cc",
+    "colleague",
+    "my colleague",
+    "coworker",
+    "co-worker",
+    "teammate",
+    "my manager",
+    "my boss",
+    "my wife",
+    "my husband",
+    "my partner",
+    "my friend",
+    "my son",
+    "my daughter",
+    "my mother",
+    "my father",
+    "talked with",
+    "chatted with",
     "from:",
     "to:",
     "contact",
@@ -172,8 +203,13 @@ pub(super) const PERSON_STRONG: &[&str] = &[
     "bien à vous",
 ];
 pub(super) const PERSON_WEAK: &[&str] = &[
-    "from", "with", "for", "by", "and", "to", "ask", "tell", "told", "met", "meet", "call",
-    "email", "per", "visit", "see",
+    "from", "with", "for", "by", "and", "to", "per", "visit", "see",
+];
+/// Verbs whose object is most often a person (`tell dan`, `ask Hemang Mander`): in text
+/// without capitals any word that is not common after them, else as weak cues.
+pub(super) const PERSON_VERBS: &[&str] = &[
+    "ask", "tell", "told", "met", "meet", "call", "email", "remind", "ping", "cc", "loop in",
+    "message", "text", "invite", "thank",
 ];
 /// Cues of a speaker naming themselves: a listed name, or two capitalised words.
 pub(super) const PERSON_INTRO: &[&str] = &[
@@ -310,6 +346,8 @@ pub(super) fn key_cue(key: &str) -> Option<Cue> {
         "province",
         "county",
         "destination",
+        "deliver",
+        "ship_to",
     ]) || matches!(key.as_str(), "state" | "place" | "where" | "origin")
     {
         return Some(Cue::Location);
@@ -348,7 +386,10 @@ pub(super) fn key_cue(key: &str) -> Option<Cue> {
             "buyer",
             "seller",
             "reviewer",
+            "surname",
+            "forename",
         ])
+        || matches!(key.as_str(), "given" | "family")
     {
         return Some(Cue::PersonStrong);
     }
@@ -357,13 +398,10 @@ pub(super) fn key_cue(key: &str) -> Option<Cue> {
 
 /// The lists, read once per process.
 pub(crate) struct Lexicon {
-    /// Given names with their place in the list, most frequent first.
-    pub(super) given: HashMap<&'static str, usize>,
-    pub(super) surnames: HashSet<&'static str>,
-    pub(super) common: HashSet<&'static str>,
+    /// What the lists say of each folded word (given names also with their diacritics:
+    /// `inês`): one lookup a word.
+    pub(super) words: HashMap<String, Entry, WordHash>,
     pub(super) places: AhoCorasick,
-    /// Lower-case places, for lower-case text after a cue.
-    pub(super) places_lower: HashSet<String>,
     /// The places in lower case, for lower-case text.
     pub(super) places_in_lower: AhoCorasick,
     /// Cues, each with what it announces.
@@ -381,10 +419,87 @@ pub(crate) struct Lexicon {
     pub(super) tagger: Tagger,
 }
 
+/// What the lists say of one folded word.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Entry {
+    /// The given name's place in its list (most frequent first), or `u32::MAX`.
+    pub(super) given: u32,
+    pub(super) surname: bool,
+    pub(super) common: bool,
+    pub(super) title: bool,
+    /// A place of one word (`leeds`, `gießen` folded).
+    pub(super) place: bool,
+    /// The first word of a listed place (`new` of `New York`).
+    pub(super) place_start: bool,
+}
+
+impl Entry {
+    /// Whether any list holds the word.
+    pub(super) fn listed(&self) -> bool {
+        self.given != u32::MAX
+            || self.surname
+            || self.common
+            || self.title
+            || self.place
+            || self.place_start
+    }
+
+    const NONE: Entry = Entry {
+        given: u32::MAX,
+        surname: false,
+        common: false,
+        title: false,
+        place: false,
+        place_start: false,
+    };
+}
+
+/// FxHash's multiply and rotate, eight bytes at a time: the lists are fixed and their words
+/// short, and a word is looked up for most capitalised words of a text.
+#[derive(Default, Clone, Copy)]
+pub(super) struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word) ^ (rest.len() as u64))
+                .wrapping_mul(K);
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(super) type WordHash = BuildHasherDefault<WordHasher>;
+
+impl Lexicon {
+    /// What the lists say of `folded` (a word folded by `scan::fold`).
+    pub(super) fn entry(&self, folded: &str) -> Entry {
+        self.words.get(folded).copied().unwrap_or(Entry::NONE)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Cue {
     PersonStrong,
     PersonWeak,
+    PersonVerb,
     PersonIntro,
     Location,
     LocationWeak,
@@ -409,6 +524,7 @@ fn build() -> Result<Lexicon, String> {
     for (cues, kind) in [
         (PERSON_STRONG, Cue::PersonStrong),
         (PERSON_WEAK, Cue::PersonWeak),
+        (PERSON_VERBS, Cue::PersonVerb),
         (PERSON_INTRO, Cue::PersonIntro),
         (LOCATION_CUES, Cue::Location),
         (LOCATION_WEAK, Cue::LocationWeak),
@@ -436,25 +552,48 @@ fn build() -> Result<Lexicon, String> {
             .collect()
     };
     let automaton = |what: &str, error: aho_corasick::BuildError| format!("{what}: {error}");
+    let mut words: HashMap<String, Entry, WordHash> = HashMap::default();
+    let mut folded = String::new();
+    for (rank, name) in list(include_str!("../../../data/names/given.txt")).enumerate() {
+        // Listed as written (`inês`) and folded (`ines`); the more frequent place wins.
+        super::scan::fold(name, &mut folded);
+        for key in [name, folded.as_str()] {
+            let entry = words.entry(key.to_owned()).or_insert(Entry::NONE);
+            entry.given = entry.given.min(rank as u32);
+        }
+    }
+    for name in list(include_str!("../../../data/names/surnames.txt")) {
+        words.entry(name.to_owned()).or_insert(Entry::NONE).surname = true;
+    }
+    for word in list(include_str!("../../../data/names/common.txt")) {
+        words.entry(word.to_owned()).or_insert(Entry::NONE).common = true;
+    }
+    for title in TITLES {
+        super::scan::fold(title, &mut folded);
+        words.entry(folded.clone()).or_insert(Entry::NONE).title = true;
+    }
+    for place in &places {
+        let first = place.split([' ', '-']).next().unwrap_or(place);
+        super::scan::fold(first, &mut folded);
+        let entry = words.entry(folded.clone()).or_insert(Entry::NONE);
+        entry.place_start = true;
+        entry.place |= first.len() == place.len();
+    }
     Ok(Lexicon {
-        given: list(include_str!("../../../data/names/given.txt"))
-            .enumerate()
-            .map(|(rank, name)| (name, rank))
-            .collect(),
-        surnames: list(include_str!("../../../data/names/surnames.txt")).collect(),
-        common: list(include_str!("../../../data/names/common.txt")).collect(),
-        places_lower: places.iter().map(|p| p.to_lowercase()).collect(),
+        words,
         places_in_lower: AhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
             .build(places.iter().map(|p| p.to_lowercase()))
             .map_err(|e| automaton("place list", e))?,
         places: AhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
+            .start_kind(aho_corasick::StartKind::Both)
             .build(&places)
             .map_err(|e| automaton("place list", e))?,
         cues: AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
             .match_kind(MatchKind::LeftmostLongest)
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
             .build(&cue_words)
             .map_err(|e| automaton("cue list", e))?,
         cue_kinds,
@@ -474,83 +613,109 @@ fn build() -> Result<Lexicon, String> {
 
 /// Weekdays and months in the languages of the lists, which are never names here.
 pub(super) fn is_calendar(word: &str) -> bool {
-    const CALENDAR: &[&str] = &[
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-        "montag",
-        "dienstag",
-        "mittwoch",
-        "donnerstag",
-        "freitag",
-        "samstag",
-        "sonntag",
-        "lundi",
-        "mardi",
-        "mercredi",
-        "jeudi",
-        "vendredi",
-        "samedi",
-        "dimanche",
-        "lunes",
-        "martes",
-        "miércoles",
-        "jueves",
-        "viernes",
-        "sábado",
-        "domingo",
-        "lunedì",
-        "martedì",
-        "mercoledì",
-        "giovedì",
-        "venerdì",
-        "sabato",
-        "domenica",
-        "januar",
-        "februar",
-        "märz",
-        "juni",
-        "juli",
-        "oktober",
-        "dezember",
-        "janvier",
-        "février",
-        "mars",
-        "avril",
-        "mai",
-        "juin",
-        "juillet",
-        "août",
-        "enero",
-        "febrero",
-        "marzo",
-        "abril",
-        "mayo",
-        "junio",
-        "julio",
-        "agosto",
-        "gennaio",
-        "aprile",
-        "maggio",
-        "giugno",
-        "luglio",
-    ];
-    let lower = word.to_lowercase();
-    CALENDAR.contains(&lower.as_str())
+    if word.len() < 3 || word.len() > 11 {
+        return false;
+    }
+    let mut lower = [0u8; 11];
+    if word.is_ascii() {
+        for (to, from) in lower.iter_mut().zip(word.bytes()) {
+            *to = from.to_ascii_lowercase();
+        }
+        let lower = std::str::from_utf8(&lower[..word.len()]).unwrap_or_default();
+        return CALENDAR.contains(lower);
+    }
+    CALENDAR.contains(word.to_lowercase().as_str())
 }
+
+static CALENDAR: LazyLock<std::collections::HashSet<&'static str, WordHash>> =
+    LazyLock::new(|| CALENDAR_WORDS.iter().copied().collect());
+
+const CALENDAR_WORDS: &[&str] = &[
+    // Months' abbreviations (`Jan` is a given name too: see `tagger::month_by_number`).
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "montag",
+    "dienstag",
+    "mittwoch",
+    "donnerstag",
+    "freitag",
+    "samstag",
+    "sonntag",
+    "lundi",
+    "mardi",
+    "mercredi",
+    "jeudi",
+    "vendredi",
+    "samedi",
+    "dimanche",
+    "lunes",
+    "martes",
+    "miércoles",
+    "jueves",
+    "viernes",
+    "sábado",
+    "domingo",
+    "lunedì",
+    "martedì",
+    "mercoledì",
+    "giovedì",
+    "venerdì",
+    "sabato",
+    "domenica",
+    "januar",
+    "februar",
+    "märz",
+    "juni",
+    "juli",
+    "oktober",
+    "dezember",
+    "janvier",
+    "février",
+    "mars",
+    "avril",
+    "mai",
+    "juin",
+    "juillet",
+    "août",
+    "enero",
+    "febrero",
+    "marzo",
+    "abril",
+    "mayo",
+    "junio",
+    "julio",
+    "agosto",
+    "gennaio",
+    "aprile",
+    "maggio",
+    "giugno",
+    "luglio",
+];

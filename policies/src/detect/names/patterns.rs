@@ -38,37 +38,48 @@ pub(super) fn address_patterns() -> Vec<String> {
     ]
 }
 
+/// Where an organisation starts: at the text's start, at an ASCII word boundary, or after a
+/// character that is not part of a word, which the match then holds and
+/// [`super::matched`] trims off (the ASCII boundary alone never matches before a capital
+/// outside ASCII: `Ūdris, Teicāns un Alksnis`; a Unicode boundary would keep the patterns
+/// off the lazy DFA).
+const START: &str = r"(?:^|(?-u:\b)|[^\p{L}\p{N}_])";
+
 /// Organisations in lower-case text: words before a legal form (leading common words are
 /// trimmed off afterwards).
 pub(super) fn lower_organization_patterns() -> Vec<String> {
     let legal = r"(?:plc|ltd|llc|gmbh|ag|kg|nv|n\.v\.|bv|b\.v\.|sa|s\.a\.|sas|s\.a\.s\.|sarl|s\.a\.r\.l\.|srl|s\.r\.l\.|spa|s\.p\.a\.|ab|oy|lda|inc|corp|sp\.\s?z\s?o\.\s?o\.|sp\.\s?k\.|s\.l\.|group|groep|gruppe|grupo|gruppo|holding|e\s+figli|et\s+fils|and\s+sons|e\s+filhos|e\s+hijos|y\s+asociados|&\s+zonen|en\s+zonen)";
     vec![
-        format!(r"(?-u:\b)((?:[\p{{Ll}}&&\p{{Latin}}][\p{{Latin}}'’-]*(?:,[ ]+|[ ]+(?:and|&|e|et|y|en|und|och|i)[ ]+|[ ]+|-)){{1,2}}{legal})(?:\s|$|[,.;:!?)\]}}<]|\x22)"),
+        format!(
+            r"{START}((?:[\p{{Ll}}&&\p{{Latin}}][\p{{Latin}}'’-]*(?:,[ ]+|[ ]+(?:and|&|e|et|y|en|und|och|i)[ ]+|[ ]+|-)){{1,2}}{legal})(?:\s|$|[,.;:!?)\]}}<]|\x22)"
+        ),
         // smith, jones and brown
-        r"(?-u:\b)([\p{Ll}&&\p{Latin}]{3,}, [\p{Ll}&&\p{Latin}]{3,},? (?:and|&|e|et|y|en|und|och|i) [\p{Ll}&&\p{Latin}]{3,})(?-u:\b)".to_owned(),
+        format!(
+            r"{START}([\p{{Ll}}&&\p{{Latin}}]{{3,}}, [\p{{Ll}}&&\p{{Latin}}]{{3,}},? (?:and|&|e|et|y|en|und|och|i) [\p{{Ll}}&&\p{{Latin}}]{{3,}})(?-u:\b)"
+        ),
     ]
 }
 
 pub(super) fn organization_patterns() -> Vec<String> {
-    let legal = r"(?:Inc\.?|Incorporated|Corp\.?|Corporation|Ltd\.?|Limited|LLC|L\.L\.C\.|LLP|PLC|plc|GmbH(?:\s&\sCo\.\s(?:KG|OHG))?|gGmbH|AG|KGaA|KG|OHG|GbR|e\.\s?V\.|eG|e\.G\.|SE|SA|S\.A\.|SAS|S\.A\.S\.|SARL|S\.A\.R\.L\.|SNC|S\.L\.|SL|S\.Coop\.?|S\.r\.l\.|s\.r\.l\.|Srl|S\.p\.A\.|SpA|SPA|s\.p\.a\.|s\.n\.c\.|s\.a\.s\.|BV|B\.V\.|NV|N\.V\.|VOF|V\.O\.F\.|CV|AB|HB|KB|ASA|AS|A/S|ApS|Oy|Oyj|Lda\.?|S\.A\.U\.|Sp\.\s?z\s?o\.\s?o\.(?:\s+Sp\.\s?k\.)?|Sp\.\s?k\.|Sp\.\s?j\.|S\.K\.A\.|sp\.\s?j\.|s\.c\.|S\.C\.|S\.L\.U\.|S\.A\.T\.|S/A|S\.C\.P\.?|S\.Com\.|mbH|OHG\s+mbH|Co\.|Company|Group|Holding|Holdings|Partners|Associates|Technologies|Technology|Systems|Solutions|Labs|Laboratories|Industries|Consulting|Logistics|Foundation|Trust|Bank|Insurance|Capital|Ventures|Media|Software|Pharma|Motors|Airlines|Hotels|Enterprises|International|Worldwide|Services|e\s+[Ff]igli|et\s+[Ff]ils|&\s+(?:Sons|Zonen|Söhne|Co\.?(?:\s+(?:KG|OHG|KGaA))?)|and\s+Sons|e\s+[Hh]ijos|(?:y|&)\s+[Aa]sociados(?:\s+S\.[\p{Lu}&&\p{Latin}]\.(?:[\p{Lu}&&\p{Latin}]\.)?)?|e\s+[Ff]ilhos|&\s+[Ff]ilhos|en\s+[Zz]onen|und\s+Söhne)";
+    let legal = r"(?:Inc\.?|Incorporated|Corp\.?|Corporation|Ltd\.?|Limited|LLC|L\.L\.C\.|LLP|PLC|plc|GmbH(?:\s&\sCo\.\s(?:KG|OHG))?|gGmbH|AG|KGaA|KG|OHG|GbR|e\.\s?V\.|eG|e\.G\.|SE|SA|S\.A\.|SAS|S\.A\.S\.|SARL|S\.A\.R\.L\.|SNC|S\.L\.|SL|S\.Coop\.?|S\.r\.l\.|s\.r\.l\.|Srl|S\.p\.A\.|SpA|SPA|s\.p\.a\.|s\.n\.c\.|s\.a\.s\.|BV|B\.V\.|NV|N\.V\.|VOF|V\.O\.F\.|CV|AB|HB|KB|ASA|AS|A/S|ApS|Oy|Oyj|Lda\.?|S\.A\.U\.|Sp\.\s?z\s?o\.\s?o\.(?:\s+Sp\.\s?k\.)?|Sp\.\s?k\.|Sp\.\s?j\.|S\.K\.A\.|sp\.\s?j\.|s\.c\.|S\.C\.|S\.L\.U\.|S\.A\.T\.|S/A|S\.C\.P\.?|S\.Com\.|mbH|OHG\s+mbH|Co\.|Company|Group|Holding|Holdings|Partners|Associates|Technologies|Technology|Systems|Solutions|Labs|Laboratories|Industries|Consulting|Logistics|Foundation|Trust|Bank|Insurance|Capital|Ventures|Media|Software|Pharma|Motors|Airlines|Hotels|Enterprises|Investments?|Gruppe|Grupp|International|Worldwide|Services|e\s+[Ff]igli|et\s+[Ff]ils|&\s+(?:Sons|Zonen|Söhne|Co\.?(?:\s+(?:KG|OHG|KGaA))?)|and\s+Sons|e\s+[Hh]ijos|(?:y|&)\s+[Aa]sociados(?:\s+S\.[\p{Lu}&&\p{Latin}]\.(?:[\p{Lu}&&\p{Latin}]\.)?)?|e\s+[Ff]ilhos|&\s+[Ff]ilhos|en\s+[Zz]onen|und\s+Söhne)";
     let name = r"[\p{Lu}&&\p{Latin}][\p{Latin}'’&-]*(?:\.\p{Latin}[\p{Latin}'’&-]*)*";
     // Names of one line: words, or a list that ends in a conjunction (`Smith, Jones and
     // Brown`), never a comma alone (`Head of Operations, Jansson HB` is a title and a name).
-    let and = r"(?:&|and|und|et|y|e|en|och|i|og)";
+    let and = r"(?:&|and|und|et|y|e|en|och|i|og|un|ve|és)";
     let words = format!(r"(?:(?:{name}[ \t]+|{name}-){{0,3}}{name})");
     let joiner = format!(r"(?:(?:,[ \t]+{name})*,?[ \t]+{and}[ \t]+|[ \t]+|-)");
-    let prefix = r"(?:FPUH|PPUH|PHU|PPHU|Gabinety|Finanzas|Stowarzyszenie|Fundacja|Spółka|Grupo|Grupa|Gruppo|Groupe|Industrias|Compañía|Banco|Banca|Hermanos|Spółdzielnia|Przedsiębiorstwo|Firma|Stichting|Fundación|Fondazione|Fondation|Laboratorios|Laboratoires|Studio|Agencia|Agenzia|Agence|Construcciones|Transportes|Inversiones|Comercial|Distribuciones)";
+    let prefix = r"(?:SIA|FPUH|PPUH|PHU|PPHU|Gabinety|Finanzas|Stowarzyszenie|Fundacja|Spółka|Grupo|Grupa|Gruppo|Groupe|Industrias|Compañía|Banco|Banca|Hermanos|Spółdzielnia|Przedsiębiorstwo|Firma|Stichting|Fundación|Fondazione|Fondation|Laboratorios|Laboratoires|Studio|Agencia|Agenzia|Agence|Construcciones|Transportes|Inversiones|Comercial|Distribuciones)";
     vec![
         format!(
-            r"(?-u:\b)((?:{name}(?:,[ \t]+{name})*,?[ \t]+{and}[ \t]+{words}|{words}),?[ \t]+{legal})(?:\s|$|[,.;:!?)\]}}<]|\x22)"
+            r"{START}((?:{name}(?:,[ \t]+{name})*,?[ \t]+{and}[ \t]+{words}|{words}),?[ \t]+{legal})(?:\s|$|[,.;:!?)\]}}<]|\x22)"
         ),
         // Smith, Jones and Brown: three names, as partnerships are named.
-        format!(r"(?-u:\b)({name},[ \t]+{name},?[ \t]+{and}[ \t]+{name})"),
+        format!(r"{START}({name},[ \t]+{name},?[ \t]+{and}[ \t]+{name})"),
         format!(
-            r"(?-u:\b){prefix}[ \t]+(?:(?:de|del|di|della|des|du)[ \t]+)?{name}(?:{joiner}{name}){{0,2}}"
+            r"{START}{prefix}[ \t]+(?:(?:de|del|di|della|des|du)[ \t]+)?{name}(?:{joiner}{name}){{0,2}}"
         ),
         format!(
-            r"(?-u:\b)(?:University|Universit(?:y|é|à|ät|eit|at|ad|ade|et)|Bank|Institute|Institut|Instituto|Istituto|College|Hospital|Hôpital|Ospedale|Klinikum|Museum|Ministry)\s+(?:of|de|di|du|des|del|della|für|van|voor|i|w)\s+(?:the\s+)?{name}(?:\s+{name}){{0,2}}"
+            r"{START}(?:University|Universit(?:y|é|à|ät|eit|at|ad|ade|et)|Bank|Institute|Institut|Instituto|Istituto|College|Hospital|Hôpital|Ospedale|Klinikum|Museum|Ministry)\s+(?:of|de|di|du|des|del|della|für|van|voor|i|w)\s+(?:the\s+)?{name}(?:\s+{name}){{0,2}}"
         ),
     ]
 }

@@ -1,6 +1,6 @@
 //! Words and what the lists say of them, and the rules that read names from them.
 
-use super::lists::{Cue, Lexicon, PARTICLES, PLACE_TAILS, TITLES, is_calendar, key_cue};
+use super::lists::{Cue, Lexicon, PARTICLES, PLACE_TAILS, is_calendar, key_cue};
 use super::{CUED, FREQUENT, LOCATION, LONE, ORGANIZATION, PERSON, STRONG, whole_words};
 use crate::detect::Span;
 
@@ -60,9 +60,118 @@ pub(super) fn runs(text: &str, part: fn(char) -> bool) -> Vec<(usize, usize)> {
     out
 }
 
+/// What the lists say of `text` (one word); `buffer` is scratch space.
+pub(super) fn look_up<'t>(lexicon: &Lexicon, text: &'t str, buffer: &mut String) -> Facts<'t> {
+    let capitalised = text.chars().next().is_some_and(char::is_uppercase);
+    // A word longer than any listed one (a run of 200,000 `A`s) is not looked up.
+    let entry = if text.len() <= MAX_WORD {
+        fold(text, buffer);
+        let mut entry = lexicon.entry(buffer);
+        if entry.given == u32::MAX && !text.is_ascii() {
+            // The extra given names keep their diacritics (`inês`).
+            let given = lexicon.entry(&text.to_lowercase()).given;
+            entry.given = given;
+        }
+        // A possessive is its name's (`Olivia's team`), when the whole word is no list's.
+        if !entry.listed()
+            && let Some(stem) = buffer
+                .strip_suffix("'s")
+                .or_else(|| buffer.strip_suffix("’s"))
+                .filter(|stem| stem.len() >= 2)
+        {
+            let stem = lexicon.entry(stem);
+            if stem.given != u32::MAX || stem.surname {
+                entry = stem;
+            }
+        }
+        entry
+    } else {
+        buffer.clear();
+        lexicon.entry("")
+    };
+    // A particle (`van`, `de`) is never a given name on its own.
+    let particle = PARTICLES.contains(&buffer.as_str());
+    let given = entry.given != u32::MAX && !particle;
+    Facts {
+        text,
+        title: entry.title,
+        capitalised,
+        lower: !text.chars().any(char::is_uppercase),
+        given,
+        frequent: given && (entry.given as usize) < FREQUENT,
+        surname: entry.surname,
+        // A name is a common word when the list says so, or when it is one letter long.
+        common: entry.common || text.chars().nth(1).is_none(),
+        place: entry.place,
+        place_start: entry.place_start,
+    }
+}
+
+/// Whether `word` could be a name by its letters alone: two or more letters and nothing
+/// else (an apostrophe or a hyphen inside), at most 24 bytes.
+pub(super) fn name_shaped(word: &str) -> bool {
+    word.len() <= 24
+        && word.chars().filter(|c| c.is_alphabetic()).nth(1).is_some()
+        && word
+            .chars()
+            .all(|c| c.is_alphabetic() || matches!(c, '\'' | '’' | '-'))
+}
+
+/// Whether word `index` of `words` (byte ranges in `text`, in order) is `Jan` (a given name,
+/// and January's abbreviation) written as a date: beside a number (`Jan 12`, `3 Jan`), or
+/// after a word of time with no capitalised word after it (`in Jan`, `until Jan.`, but not
+/// `in Jan Kowalski's office`).
+pub(super) fn month_by_number(
+    text: &str,
+    words: impl Fn(usize) -> Option<(usize, usize)>,
+    index: usize,
+) -> bool {
+    let word = |i: usize| words(i).map(|(start, end)| &text[start..end]);
+    let Some((start, end)) = words(index) else {
+        return false;
+    };
+    if !text[start..end].eq_ignore_ascii_case("jan") {
+        return false;
+    }
+    // The number is read from the text: the rules' words are letters only.
+    let digit_after = text[end..]
+        .trim_start_matches([' ', '.'])
+        .starts_with(|c: char| c.is_ascii_digit());
+    let digit_before = text[..start]
+        .trim_end_matches(' ')
+        .ends_with(|c: char| c.is_ascii_digit());
+    let before = index.checked_sub(1).and_then(word);
+    let after = word(index + 1);
+    digit_after
+        || digit_before
+        || (before.is_some_and(|b| {
+            matches!(
+                b.to_ascii_lowercase().as_str(),
+                "in" | "until"
+                    | "till"
+                    | "since"
+                    | "before"
+                    | "after"
+                    | "during"
+                    | "mid"
+                    | "end"
+                    | "from"
+                    | "by"
+            )
+        }) && !after.is_some_and(|a| a.starts_with(char::is_uppercase)))
+}
+
+/// No listed word is longer (in bytes).
+pub(super) const MAX_WORD: usize = 48;
+
 /// `word` in lower case without diacritics, into `out`.
 pub(super) fn fold(word: &str, out: &mut String) {
     out.clear();
+    if word.is_ascii() {
+        out.push_str(word);
+        out.make_ascii_lowercase();
+        return;
+    }
     for c in word.chars().flat_map(char::to_lowercase) {
         let plain = match c {
             'à' | 'á' | 'â' | 'ã' | 'ä' | 'å' | 'ą' | 'ā' => "a",
@@ -105,6 +214,10 @@ pub(super) struct Facts<'t> {
     pub(super) frequent: bool,
     pub(super) surname: bool,
     pub(super) common: bool,
+    /// A listed place of one word.
+    pub(super) place: bool,
+    /// The first word of a listed place.
+    pub(super) place_start: bool,
 }
 
 /// One scan of one text.
@@ -132,31 +245,12 @@ impl<'t> Scan<'t> {
     }
 
     pub(super) fn look_up(&mut self, index: usize) -> Facts<'t> {
-        let lexicon = self.lexicon;
         let word = self.words[index];
-        let text = &self.text[word.start..word.end];
-        fold(text, &mut self.buffer);
-        let capitalised = text.chars().next().is_some_and(char::is_uppercase);
-        let mut rank = lexicon.given.get(self.buffer.as_str()).copied();
-        if rank.is_none() && !text.is_ascii() {
-            // The extra given names keep their diacritics (`inês`).
-            rank = lexicon.given.get(text.to_lowercase().as_str()).copied();
-        }
-        let surname = lexicon.surnames.contains(self.buffer.as_str());
-        // A name is a common word when the list says so, or when it is one letter long.
-        let common = lexicon.common.contains(self.buffer.as_str()) || text.chars().count() < 2;
-        // A particle (`van`, `de`) is never a given name on its own.
-        let rank = rank.filter(|_| !PARTICLES.contains(&self.buffer.as_str()));
-        Facts {
-            text,
-            title: TITLES.contains(&self.buffer.as_str()),
-            capitalised,
-            lower: text.chars().all(|c| !c.is_uppercase()),
-            given: rank.is_some(),
-            frequent: rank.is_some_and(|r| r < FREQUENT),
-            surname,
-            common,
-        }
+        look_up(
+            self.lexicon,
+            &self.text[word.start..word.end],
+            &mut self.buffer,
+        )
     }
 
     /// Whether word `next` directly follows word `index` (one or two spaces between them).
@@ -166,6 +260,26 @@ impl<'t> Scan<'t> {
         };
         let gap = &self.text[a.end..b.start];
         !gap.is_empty() && gap.len() <= 2 && gap.bytes().all(|b| b == b' ')
+    }
+
+    /// Whether word `index` is `Jan` written as a date (see [`month_by_number`]).
+    pub(super) fn month_by_number(&self, index: usize) -> bool {
+        month_by_number(
+            self.text,
+            |i| self.words.get(i).map(|w| (w.start, w.end)),
+            index,
+        )
+    }
+
+    /// The word after a title at `index` (`Mrs Fors`, `Mrs. Fors`), if the title is followed
+    /// by one.
+    pub(super) fn after_title(&self, index: usize) -> Option<usize> {
+        let (word, next) = (self.words.get(index)?, self.words.get(index + 1)?);
+        matches!(
+            &self.text[word.end..next.start],
+            " " | ". " | "  " | ".  " | "\u{a0}"
+        )
+        .then_some(index + 1)
     }
 
     /// Whether word `index` starts a sentence (nothing but quotes and brackets between it and
@@ -235,8 +349,39 @@ impl<'t> Scan<'t> {
             // In text with capitals, a name starts with one (lower-case names there are found
             // after cues only): other words are not looked up.
             let word = self.words[index];
-            if !self.lower_text && !self.text[word.start..word.end].starts_with(char::is_uppercase)
-            {
+            let capital = self.text[word.start..word.end].starts_with(char::is_uppercase);
+            // A title, in any case (`pani Kaja Trzcionka`, `Sayın Aydın`), or a title written
+            // with a dot inside (`Sig.ra`, `Dott.ssa`, glued to the name's word), then names.
+            let titled = if self.follows_title(index) {
+                Some(index)
+            } else if !capital && !self.lower_text {
+                let next_capital = self
+                    .words
+                    .get(index + 1)
+                    .is_some_and(|w| self.text[w.start..w.end].starts_with(char::is_uppercase));
+                (next_capital && self.facts(index).title).then_some(index + 1)
+            } else {
+                None
+            };
+            if let Some(next) = titled {
+                let gap_ok = next == index || {
+                    self.words.get(next).is_some_and(|w| {
+                        let gap = &self.text[self.words[index].end..w.start];
+                        matches!(gap, " " | ". " | "  " | ".  " | "\u{a0}")
+                    })
+                };
+                if gap_ok && let Some(last) = self.family(next, false) {
+                    out.push(self.span(next, last, PERSON, STRONG));
+                    index = last + 1;
+                    continue;
+                }
+            }
+            if !self.lower_text && !capital {
+                index += 1;
+                continue;
+            }
+            // `Jan 12`, `in Jan`: a month, not the given name.
+            if self.month_by_number(index) {
                 index += 1;
                 continue;
             }
@@ -246,13 +391,23 @@ impl<'t> Scan<'t> {
                 let next = index + 1;
                 let gap_ok = self.words.get(next).is_some_and(|w| {
                     let gap = &self.text[self.words[index].end..w.start];
-                    matches!(gap, " " | ". " | "  " | ".  ")
+                    matches!(gap, " " | ". " | "  " | ".  " | "\u{a0}")
                 });
                 if gap_ok && let Some(last) = self.family(next, false) {
                     out.push(self.span(next, last, PERSON, STRONG));
                     index = last + 1;
                     continue;
                 }
+            }
+            // `Bērziņš kungs`, `Ahmet Bey`: a title after the name.
+            if facts.capitalised
+                && !facts.common
+                && !is_calendar(facts.text)
+                && let Some(last) = self.before_post_title(index)
+            {
+                out.push(self.span(index, last, PERSON, CUED));
+                index = last + 1;
+                continue;
             }
             // `Doe, Jane`, as lists and records write names: two spans.
             if facts.capitalised && facts.surname && !facts.common {
@@ -274,12 +429,7 @@ impl<'t> Scan<'t> {
             // Lower-case chat: a listed given name and a listed family name, neither common;
             // in text without a capital at all, a frequent given name and the word after it
             // unless that is common, or the given name alone.
-            let places = &self.lexicon.places_lower;
-            if facts.lower
-                && facts.given
-                && !facts.common
-                && facts.text.len() >= 3
-                && !places.contains(facts.text)
+            if facts.lower && facts.given && !facts.common && facts.text.len() >= 3 && !facts.place
             {
                 let family = self
                     .follows(index, index + 1)
@@ -288,7 +438,7 @@ impl<'t> Scan<'t> {
                     f.lower
                         && !f.common
                         && f.text.len() >= 3
-                        && !places.contains(f.text)
+                        && !f.place
                         && !is_calendar(f.text)
                         && (f.surname || (self.lower_text && facts.frequent))
                 });
@@ -331,6 +481,45 @@ impl<'t> Scan<'t> {
             }
             index += 1;
         }
+    }
+
+    /// Whether word `index` follows a title that is written with a dot inside and so is not
+    /// a word of its own (`Sig.ra Rossi`, `Dott.ssa Bianchi`, `Sr.ta Gil`).
+    pub(super) fn follows_title(&self, index: usize) -> bool {
+        let start = self.words[index].start;
+        let before = self.text[..start].strip_suffix(' ').unwrap_or("");
+        let chunk = before
+            .rsplit([' ', '\n', '\t', '(', '"', ','])
+            .next()
+            .unwrap_or("");
+        chunk.len() <= 9
+            && chunk.contains('.')
+            && matches!(
+                chunk.to_lowercase().as_str(),
+                "sig.ra" | "sig.na" | "dott.ssa" | "sr.ta" | "prof.ssa" | "avv." | "ing."
+            )
+    }
+
+    /// The last word of a name of up to three capitalised words from `first` that a title
+    /// follows (`Bērziņš kungs`, `Ahmet Bey`, `Ayşe Hanım`).
+    pub(super) fn before_post_title(&mut self, first: usize) -> Option<usize> {
+        let mut at = first;
+        while at < first + 3 && self.follows(at, at + 1) {
+            let next = self.words[at + 1];
+            let word = &self.text[next.start..next.end];
+            if matches!(
+                word,
+                "kungs" | "kundze" | "kungam" | "kundzei" | "Bey" | "Hanım" | "Hanim"
+            ) {
+                return Some(at);
+            }
+            let facts = self.facts(at + 1);
+            if !facts.capitalised || facts.common {
+                return None;
+            }
+            at += 1;
+        }
+        None
     }
 
     /// Whether word `index` comes right after an article or a possessive.
@@ -380,6 +569,21 @@ impl<'t> Scan<'t> {
     /// said`): one or two capitalised words that are not common (a common first word only
     /// with a second), or a listed given name in lower-case text.
     pub(super) fn before_verbs(&mut self, out: &mut Vec<Span>) {
+        let is_speech = |word: &str| {
+            matches!(
+                word,
+                "said"
+                    | "says"
+                    | "asked"
+                    | "asks"
+                    | "wrote"
+                    | "replied"
+                    | "confirmed"
+                    | "mentioned"
+                    | "complained"
+                    | "agreed"
+            )
+        };
         let is_verb = |word: &str| {
             matches!(
                 word,
@@ -424,12 +628,7 @@ impl<'t> Scan<'t> {
             }
             let last = verb - 1;
             let facts = self.facts(last);
-            if is_calendar(facts.text)
-                || self
-                    .lexicon
-                    .places_lower
-                    .contains(&facts.text.to_lowercase())
-            {
+            if is_calendar(facts.text) || facts.place {
                 continue;
             }
             if facts.capitalised && !facts.common {
@@ -451,40 +650,59 @@ impl<'t> Scan<'t> {
                 out.push(self.span(first, last, PERSON, LONE));
             } else if facts.lower && facts.given && !facts.common && self.lower_text {
                 out.push(self.span(last, last, PERSON, LONE));
+            } else if self.lower_text
+                && facts.lower
+                && !facts.common
+                && !facts.title
+                && facts.text.len() >= 3
+                && name_shaped(facts.text)
+                && !self.after_determiner(last)
+                && is_speech(&self.text[word.start..word.end])
+            {
+                // Lower-case chat: a word no list knows before a verb of speech (`ok so
+                // tassilo said`, `wojtek asked`), unless an article or a possessive comes
+                // before it (`the courier said`).
+                out.push(self.span(last, last, PERSON, LONE - 0.05));
             }
         }
     }
 
     /// Words after cues.
-    pub(super) fn cued(&mut self, out: &mut Vec<Span>) {
+    pub(super) fn cued(&mut self, marks: &super::Marks, out: &mut Vec<Span>) {
         let lexicon = self.lexicon;
         let bytes = self.text.as_bytes();
         let mut found: Vec<(usize, Cue)> = Vec::new();
-        for m in lexicon.cues.find_iter(self.text) {
+        for &(_, end, pattern) in &marks.cues {
             // A cue is whole words.
-            let before_ok = m.start() == 0 || !bytes[m.start() - 1].is_ascii_alphanumeric();
-            let after_ok = bytes.get(m.end()).is_none_or(|b| {
-                !b.is_ascii_alphanumeric() || !bytes[m.end() - 1].is_ascii_alphanumeric()
+            let after_ok = bytes.get(end).is_none_or(|b| {
+                !b.is_ascii_alphanumeric() || !bytes[end - 1].is_ascii_alphanumeric()
             });
-            if before_ok && after_ok {
-                for kind in &lexicon.cue_kinds[m.pattern().as_usize()] {
-                    found.push((m.end(), *kind));
+            if after_ok {
+                for kind in &lexicon.cue_kinds[pattern] {
+                    found.push((end, *kind));
                 }
             }
         }
-        for whole in lexicon.json_key.find_iter(self.text) {
-            let key = whole.as_str().trim_start_matches(['\\', '"']);
-            let key = key.split(['\\', '"']).next().unwrap_or_default();
-            if let Some(cue) = key_cue(key) {
-                found.push((whole.end(), cue));
+        for &(end, from, to) in &marks.keys {
+            if let Some(cue) = key_cue(&self.text[from..to]) {
+                found.push((end, cue));
             }
         }
         for (end, cue) in found {
             let Some(first) = self.word_after(end) else {
                 continue;
             };
+            // In text with capitals, a lower-case word after a weak cue (`to`, `in`, `for`:
+            // much of prose follows one) is a name only when it is a listed place.
+            if !self.lower_text
+                && matches!(cue, Cue::PersonWeak | Cue::PersonVerb | Cue::LocationWeak)
+                && !self.text[self.words[first].start..].starts_with(char::is_uppercase)
+                && (cue != Cue::LocationWeak || !self.facts(first).place_start)
+            {
+                continue;
+            }
             match cue {
-                Cue::PersonStrong | Cue::PersonWeak | Cue::PersonIntro => {
+                Cue::PersonStrong | Cue::PersonWeak | Cue::PersonVerb | Cue::PersonIntro => {
                     self.cued_person(first, cue, out);
                 }
                 Cue::Location => self.cued_words(first, LOCATION, CUED, out),
@@ -496,50 +714,78 @@ impl<'t> Scan<'t> {
 
     pub(super) fn cued_person(&mut self, first: usize, cue: Cue, out: &mut Vec<Span>) {
         let mut first = first;
-        // `Szanowny Panie Korda`, `Dear Mr Smith`: the title is not the name.
-        if self.facts(first).title && self.follows(first, first + 1) {
-            first += 1;
+        // `Szanowny Panie Korda`, `Dear Mr. Smith`: the title is not the name, and a title
+        // alone is none.
+        if self.facts(first).title {
+            match self.after_title(first) {
+                Some(next) => first = next,
+                None => return,
+            }
         }
         let facts = self.facts(first);
         if facts.common || is_calendar(facts.text) {
             return;
         }
         let listed = facts.given || facts.surname;
-        let place = self
-            .lexicon
-            .places_lower
-            .contains(&facts.text.to_lowercase());
+        let place = facts.place || facts.place_start;
+        let weak = matches!(cue, Cue::PersonWeak | Cue::PersonVerb);
+        let mut score = CUED;
         let last = if facts.capitalised {
-            // After a weak cue (`from Leeds`) a listed place is a place; after an intro, two
-            // capitalised words are a name.
-            let shaped = cue == Cue::PersonIntro && self.follows(first, first + 1) && {
+            // After a weak cue (`from Leeds`) a listed place is a place; after an intro, or
+            // after a weak cue, two capitalised words that are neither common nor a place are
+            // a name (`I'm Hemang Mander`, `with Hemang Mander`).
+            let shaped = (cue == Cue::PersonIntro || weak) && self.follows(first, first + 1) && {
                 let next = self.facts(first + 1);
-                next.capitalised && !next.common && !is_calendar(next.text)
+                next.capitalised
+                    && !next.common
+                    && !next.title
+                    && !next.place
+                    && !is_calendar(next.text)
+                    && name_shaped(facts.text)
+                    && name_shaped(next.text)
             };
             if cue != Cue::PersonStrong && ((!listed && !shaped) || place) {
                 return;
             }
+            if weak && !listed {
+                score = LONE;
+            }
             self.family(first + 1, false)
                 .filter(|_| self.follows(first, first + 1))
                 .unwrap_or(first)
-        } else if facts.lower && facts.given && (cue != Cue::PersonWeak || self.lower_text) {
-            // Lower-case chat: `i'm jane doe`. The family name must be listed too. After a
-            // weak cue (`for ruby`, `with honey`) only in text without capitals.
+        } else if facts.lower
+            && (facts.given
+                || (self.lower_text
+                    && cue != Cue::PersonWeak
+                    && !place
+                    && !facts.title
+                    && name_shaped(facts.text)))
+            && (cue != Cue::PersonWeak || self.lower_text)
+        {
+            // Lower-case chat: `i'm jane doe`, `my name is yasti gupta`, `tell uygu`. After a
+            // weak cue (`for ruby`, `with honey`) only a listed name, and only in text without
+            // capitals. The family name is a listed one, or in text without capitals after a
+            // cue that is not weak any word that is neither common nor a place.
             let next = first + 1;
             if self.follows(first, next) {
                 let family = self.facts(next);
-                if family.lower && family.surname && !family.common {
-                    next
-                } else {
-                    first
-                }
+                let shaped = family.lower
+                    && !family.common
+                    && !family.title
+                    && !is_calendar(family.text)
+                    && (family.surname
+                        || (self.lower_text
+                            && cue != Cue::PersonWeak
+                            && !family.place
+                            && name_shaped(family.text)));
+                if shaped { next } else { first }
             } else {
                 first
             }
         } else {
             return;
         };
-        out.push(self.span(first, last, PERSON, CUED));
+        out.push(self.span(first, last, PERSON, score));
     }
 
     /// Up to four capitalised words after a place or organisation cue.
@@ -655,7 +901,9 @@ impl<'t> Scan<'t> {
                     .words
                     .get(first)
                     .is_some_and(|w| w.start == seed.end + join.len())
-                    && let Some(last) = self.name_shape(first, person)
+                    && let Some(last) = self
+                        .name_shape(first, person)
+                        .or_else(|| self.lower_name(first, person))
                 {
                     found.push(self.span(first, last, seed.entity, LONE + 0.05));
                 }
@@ -681,6 +929,25 @@ impl<'t> Scan<'t> {
                 }
             }
         }
+    }
+
+    /// In text without capitals, word `first` when it may be a person's name listed after
+    /// another (`bartosz and wojtek`): a word of three or more letters shaped like a name that
+    /// is not common, a title, a place, a weekday or a month.
+    pub(super) fn lower_name(&mut self, first: usize, person: bool) -> Option<usize> {
+        if !(self.lower_text && person) {
+            return None;
+        }
+        let facts = self.facts(first);
+        (facts.lower
+            && !facts.common
+            && !facts.title
+            && !facts.place
+            && !facts.place_start
+            && !is_calendar(facts.text)
+            && facts.text.len() >= 3
+            && name_shaped(facts.text))
+        .then_some(first)
     }
 
     /// The last word of a name starting at word `first`: up to three capitalised words that

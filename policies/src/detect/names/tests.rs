@@ -138,6 +138,24 @@ fn organisations_are_found_by_their_legal_form_and_cues() {
 }
 
 #[test]
+fn organisations_that_start_with_a_capital_outside_ascii_are_found() {
+    for (text, org) in [
+        (
+            "Contract with Ūdris, Teicāns un Alksnis renewed.",
+            "Ūdris, Teicāns un Alksnis",
+        ),
+        (
+            "Ūdris, Teicāns un Alksnis renewed.",
+            "Ūdris, Teicāns un Alksnis",
+        ),
+        ("Invoice (Łęcki Sp. z o.o.) attached.", "Łęcki Sp. z o.o."),
+        ("Paid to Øvergaard AS on Monday.", "Øvergaard AS"),
+    ] {
+        assert_found(text, &[("ORGANIZATION", org)]);
+    }
+}
+
+#[test]
 fn look_alikes_are_not_reported() {
     for text in [
         "Will you grant me access on Monday?",
@@ -225,4 +243,59 @@ fn a_tagger_span_widens_a_rule_span_and_keeps_the_better_score() {
             span(20, 25, PERSON, 0.7),
         ]
     );
+}
+
+#[test]
+fn names_after_weak_cues_and_titles_of_other_languages_are_found_without_their_title() {
+    assert_covered(
+        "my colleague dan mendoza at the depot says hi",
+        &[("PERSON", "dan mendoza")],
+    );
+    assert_covered(
+        "hi, my name is yasti gupta and my parcel is late",
+        &[("PERSON", "yasti gupta")],
+    );
+    assert_covered(
+        "Dear Mrs. Fors,\n\nyour refund was approved.",
+        &[("PERSON", "Fors")],
+    );
+    assert_covered("Mr. Cruz, your order has shipped.", &[("PERSON", "Cruz")]);
+    assert_found(
+        "Rozmawiałem z pani Kaja Trzcionka o fakturze.",
+        &[("PERSON", "Kaja Trzcionka")],
+    );
+    assert_found(
+        "Sig.ra Cesaretti asked for an invoice.",
+        &[("PERSON", "Cesaretti")],
+    );
+    assert_found(
+        "Follow up on Friday with Hemang Mander about the invoice.",
+        &[("PERSON", "Hemang Mander")],
+    );
+    // Lower-case chat: a name no list knows before a verb of speech, or listed after one.
+    assert_covered(
+        "ok so tassilo said the invoice is late",
+        &[("PERSON", "tassilo")],
+    );
+    assert_found(
+        "please loop in bartosz and wojtek on the thread",
+        &[("PERSON", "bartosz"), ("PERSON", "wojtek")],
+    );
+}
+
+#[test]
+fn product_interface_and_month_words_are_not_reported() {
+    for text in [
+        "Summer Sale! New Feature: Dark Mode. Success: your settings were saved.",
+        "See Terms of Service for details.",
+        "Pay with Visa or Mastercard. Works best in Chrome. Renews Jan 12.",
+        "A technician will call you on Monday.",
+        "[alert] 2026-01-03 backup job failed",
+        "The Handmade Cotton Shoes are back in stock in Kids and Outdoors.",
+        "build 20240115 took 1234 ms and the courier hasnt called back",
+    ] {
+        assert_eq!(found(text), Vec::<(&str, String)>::new(), "{text}");
+    }
+    // A run of one letter is no word of any list, and no name.
+    assert_eq!(found(&"A".repeat(200_000)), Vec::<(&str, String)>::new());
 }

@@ -1,9 +1,9 @@
 //! The tagger's input: the tokens of a text and the features of each (see the parent
 //! module), and which tokens are candidates at all.
 
-use super::super::lists::{Cue, Lexicon, PARTICLES, TITLES, is_calendar, key_cue};
+use super::super::lists::{Cue, Lexicon, PARTICLES, is_calendar, key_cue};
 use super::super::scan::{Scan, Word, fold, glued, runs};
-use super::super::{ENTITIES, whole_words};
+use super::super::{ENTITIES, Marks};
 use crate::detect::Span;
 
 /// Feature slots per token.
@@ -91,121 +91,204 @@ fn gap(between: &str, out: &mut Vec<u8>) {
 }
 
 /// The features of each token of `text` (`tokens × FEATURES` bucket ids, 0 for an empty
-/// slot), given the rules' spans (`rules`, unresolved) and the model's bucket count; and for
-/// each token whether it could be part of an entity at all (see [`Input::candidate`]).
+/// slot), given the rules' spans (`rules`, unresolved) and marks and the model's bucket count;
+/// and for each token whether it could be part of an entity at all (see
+/// [`Input::candidate`]). The scanner computes the same features for the tokens near
+/// candidates only ([`Context`]).
 pub(crate) fn features(
     lexicon: &'static Lexicon,
     text: &str,
     tokens: &[Token],
     rules: &[Span],
+    marks: &Marks,
     buckets: usize,
 ) -> Input {
-    let lower_text = !text.chars().any(char::is_uppercase);
-    let mut scan = Scan {
-        lexicon,
-        text,
-        words: tokens
-            .iter()
-            .map(|t| Word {
-                start: t.start,
-                end: t.end,
-            })
-            .collect(),
-        known: vec![None; tokens.len()],
-        buffer: String::new(),
-        lower_text,
-    };
-    // The best rule span over each token, and whether the token starts it.
-    let mut rule: Vec<Option<(usize, bool, f32)>> = vec![None; tokens.len()];
-    for span in rules {
-        let kind = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);
-        let first = tokens.partition_point(|t| t.end <= span.start);
-        for (i, token) in tokens.iter().enumerate().skip(first) {
-            if token.start >= span.end {
-                break;
-            }
-            let slot = &mut rule[i];
-            if slot.is_none_or(|(_, _, score)| score < span.score) {
-                *slot = Some((kind, token.start <= span.start, span.score));
-            }
-        }
+    let mut context = Context::new(lexicon, text, tokens, rules, marks, buckets);
+    let candidate = context.candidates();
+    let mut out = vec![0u32; tokens.len() * FEATURES];
+    for (i, slots) in out.chunks_exact_mut(FEATURES).enumerate() {
+        context.slots(i, slots);
     }
-    let in_places = |automaton: &aho_corasick::AhoCorasick, marks: &mut Vec<u8>| {
-        for m in automaton.find_iter(text) {
-            if !whole_words(text, m.start(), m.end()) {
-                continue;
-            }
-            let first = tokens.partition_point(|t| t.end <= m.start());
+    Input {
+        features: out,
+        candidate,
+    }
+}
+
+/// What the features of the tokens of one text are computed from: the rules' spans, cues,
+/// keys and places over each token, and the lists (looked up once a token).
+pub(crate) struct Context<'t, 'k> {
+    text: &'t str,
+    tokens: &'k [Token],
+    scan: Scan<'t>,
+    buckets: usize,
+    lower_text: bool,
+    /// The best rule span over each token: its type, whether the token starts it, its score.
+    rule: Vec<Option<(usize, bool, f32)>>,
+    /// `B` or `I` of a listed place, or 0.
+    place: Vec<u8>,
+    /// The kind of the cue within three tokens before, or 0.
+    cue: Vec<u8>,
+    /// The JSON key a token is the first token of the value of.
+    key: Vec<Option<(usize, usize)>>,
+    folded: String,
+    scratch: Vec<u8>,
+}
+
+impl<'t, 'k> Context<'t, 'k> {
+    pub(crate) fn new(
+        lexicon: &'static Lexicon,
+        text: &'t str,
+        tokens: &'k [Token],
+        rules: &[Span],
+        marks: &Marks,
+        buckets: usize,
+    ) -> Context<'t, 'k> {
+        let lower_text = marks.lower;
+        let scan = Scan {
+            lexicon,
+            text,
+            words: tokens
+                .iter()
+                .map(|t| Word {
+                    start: t.start,
+                    end: t.end,
+                })
+                .collect(),
+            known: vec![None; tokens.len()],
+            buffer: String::new(),
+            lower_text,
+        };
+        let mut rule: Vec<Option<(usize, bool, f32)>> = vec![None; tokens.len()];
+        for span in rules {
+            let kind = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);
+            let first = tokens.partition_point(|t| t.end <= span.start);
             for (i, token) in tokens.iter().enumerate().skip(first) {
-                if token.start >= m.end() {
+                if token.start >= span.end {
                     break;
                 }
-                marks[i] = if token.start <= m.start() { b'B' } else { b'I' };
+                let slot = &mut rule[i];
+                if slot.is_none_or(|(_, _, score)| score < span.score) {
+                    *slot = Some((kind, token.start <= span.start, span.score));
+                }
             }
         }
-    };
-    let mut place = vec![0u8; tokens.len()];
-    if lower_text {
-        in_places(&lexicon.places_in_lower, &mut place);
-    } else {
-        in_places(&lexicon.places, &mut place);
-    }
-    // Cues and JSON keys: the kind of value they announce, for the tokens after them.
-    let mut cue = vec![0u8; tokens.len()];
-    let announce = |end: usize, kind: Cue, cue: &mut Vec<u8>| {
-        let first = tokens.partition_point(|t| t.start < end);
-        let letter = match kind {
-            Cue::PersonStrong => b'P',
-            Cue::PersonWeak => b'p',
-            Cue::PersonIntro => b'i',
-            Cue::Location => b'L',
-            Cue::LocationWeak => b'l',
-            Cue::Organization => b'O',
+        let mut place = vec![0u8; tokens.len()];
+        for &(start, end) in &marks.places {
+            let first = tokens.partition_point(|t| t.end <= start);
+            for (i, token) in tokens.iter().enumerate().skip(first) {
+                if token.start >= end {
+                    break;
+                }
+                place[i] = if token.start <= start { b'B' } else { b'I' };
+            }
+        }
+        // Cues and JSON keys: the kind of value they announce, for the tokens after them.
+        let mut cue = vec![0u8; tokens.len()];
+        let announce = |end: usize, kind: Cue, cue: &mut Vec<u8>| {
+            let first = tokens.partition_point(|t| t.start < end);
+            let letter = match kind {
+                Cue::PersonStrong => b'P',
+                Cue::PersonWeak => b'p',
+                Cue::PersonVerb => b'v',
+                Cue::PersonIntro => b'i',
+                Cue::Location => b'L',
+                Cue::LocationWeak => b'l',
+                Cue::Organization => b'O',
+            };
+            for slot in cue.iter_mut().skip(first).take(3) {
+                if *slot == 0 {
+                    *slot = letter;
+                }
+            }
         };
-        for slot in cue.iter_mut().skip(first).take(3) {
-            if *slot == 0 {
-                *slot = letter;
+        let bytes = text.as_bytes();
+        for &(_, end, pattern) in &marks.cues {
+            if bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric()) {
+                for kind in &lexicon.cue_kinds[pattern] {
+                    announce(end, *kind, &mut cue);
+                }
             }
         }
-    };
-    let bytes = text.as_bytes();
-    for m in lexicon.cues.find_iter(text) {
-        let before_ok = m.start() == 0 || !bytes[m.start() - 1].is_ascii_alphanumeric();
-        let after_ok = bytes
-            .get(m.end())
-            .is_none_or(|b| !b.is_ascii_alphanumeric());
-        if before_ok && after_ok {
-            for kind in &lexicon.cue_kinds[m.pattern().as_usize()] {
-                announce(m.end(), *kind, &mut cue);
+        let mut key = vec![None; tokens.len()];
+        for &(end, from, to) in &marks.keys {
+            if let Some(kind) = key_cue(&text[from..to]) {
+                announce(end, kind, &mut cue);
+            }
+            let first = tokens.partition_point(|t| t.start < end);
+            if let Some(slot) = key.get_mut(first) {
+                *slot = Some((from, to));
             }
         }
-    }
-    let mut key = vec![None; tokens.len()];
-    for whole in lexicon.json_key.find_iter(text) {
-        let name = whole.as_str().trim_start_matches(['\\', '"']);
-        let name = name.split(['\\', '"']).next().unwrap_or_default();
-        if let Some(kind) = key_cue(name) {
-            announce(whole.end(), kind, &mut cue);
-        }
-        let first = tokens.partition_point(|t| t.start < whole.end());
-        if let Some(slot) = key.get_mut(first) {
-            *slot = Some(name);
+        Context {
+            text,
+            tokens,
+            scan,
+            buckets,
+            lower_text,
+            rule,
+            place,
+            cue,
+            key,
+            folded: String::new(),
+            scratch: Vec::new(),
         }
     }
 
-    let mut out = vec![0u32; tokens.len() * FEATURES];
-    let mut seed = vec![false; tokens.len()];
-    let mut folded = String::new();
-    let mut scratch = Vec::new();
-    for (i, token) in tokens.iter().enumerate() {
+    /// Whether each token, or a token beside it, is a seed (see [`Input::candidate`]).
+    pub(crate) fn candidates(&mut self) -> Vec<bool> {
+        let count = self.tokens.len();
+        let mut seed = vec![false; count];
+        for (i, slot) in seed.iter_mut().enumerate() {
+            *slot = self.seed(i);
+        }
+        (0..count)
+            .map(|i| seed[i.saturating_sub(1)..(i + 2).min(count)].contains(&true))
+            .collect()
+    }
+
+    fn seed(&mut self, i: usize) -> bool {
+        let token = self.tokens[i];
+        let word = &self.text[token.start..token.end];
+        let first = word.chars().next().unwrap_or(' ');
+        if first.is_uppercase() || self.rule[i].is_some() || self.place[i] != 0 {
+            return true;
+        }
+        if self.key[i].is_some() || word.bytes().any(|b| b.is_ascii_digit()) {
+            return true;
+        }
+        if word.chars().any(char::is_numeric) {
+            return true;
+        }
+        let cue = self.cue[i];
+        if cue == b'i' || (self.lower_text && cue != 0) {
+            return true;
+        }
+        // A lower-case word: a listed given name that is not a common word (in lower-case
+        // text also a family name or a title), or after a strong cue any listed name.
+        let facts = self.scan.facts(i);
+        let listed = (facts.given || facts.surname) && !facts.common;
+        if self.lower_text {
+            facts.title || listed
+        } else {
+            (facts.given && !facts.common) || (matches!(cue, b'P' | b'L' | b'O') && listed)
+        }
+    }
+
+    /// The bucket ids of token `i`'s features into `slots` (`FEATURES` of them).
+    pub(crate) fn slots(&mut self, i: usize, slots: &mut [u32]) {
+        let (text, tokens, buckets) = (self.text, self.tokens, self.buckets);
+        let token = tokens[i];
         let word = &text[token.start..token.end];
-        let slots = &mut out[i * FEATURES..(i + 1) * FEATURES];
+        slots.fill(0);
         let numeric = word.chars().any(char::is_numeric);
-        fold(word, &mut folded);
-        shape(word, &mut scratch);
-        let length = word.chars().count().min(9) as u8;
+        let folded = &mut self.folded;
+        let scratch = &mut self.scratch;
+        fold(word, folded);
+        shape(word, scratch);
+        let length = word.chars().take(9).count() as u8;
         if numeric {
-            slots[0] = Hasher::new(0).write(b"#").write(&scratch).bucket(buckets);
+            slots[0] = Hasher::new(0).write(b"#").write(scratch).bucket(buckets);
         } else {
             slots[0] = Hasher::new(0).write(folded.as_bytes()).bucket(buckets);
             let chars = folded.chars().count();
@@ -223,19 +306,19 @@ pub(crate) fn features(
             }
         }
         slots[3] = Hasher::new(3)
-            .write(&scratch)
+            .write(scratch)
             .write(&[b'0' + length])
             .bucket(buckets);
         if !numeric {
-            let facts = scan.facts(i);
+            let facts = self.scan.facts(i);
             let flags = [
                 facts.given,
                 facts.frequent,
                 facts.surname,
                 facts.common,
-                facts.title || TITLES.contains(&folded.as_str()),
+                facts.title,
                 is_calendar(word),
-                PARTICLES.contains(&folded.as_str()),
+                PARTICLES.contains(&self.folded.as_str()),
             ];
             let bits: u8 = flags
                 .iter()
@@ -243,27 +326,11 @@ pub(crate) fn features(
                 .map(|(b, on)| u8::from(*on) << b)
                 .sum();
             slots[4] = Hasher::new(4).write(&[bits]).bucket(buckets);
-            // A listed name that is also a common word (`last`, `check`, `will`) is a
-            // candidate only when capitalised, or in text without capitals.
-            seed[i] = facts.capitalised
-                || facts.title
-                || ((facts.given || facts.surname) && (!facts.common || lower_text));
-        } else {
-            seed[i] = true;
         }
-        // A weak cue (`to`, `for`, `in`: most of prose follows one) makes a word a candidate
-        // only in text without capitals, where names are written in lower case too; a strong
-        // one (`Dear`, `lives in`, `works at`) always does.
-        let by_cue = match cue[i] {
-            0 => false,
-            b'p' | b'l' => lower_text,
-            _ => true,
-        };
-        seed[i] |= rule[i].is_some() || place[i] != 0 || by_cue || key[i].is_some();
-        if place[i] != 0 {
-            slots[5] = Hasher::new(5).write(&[place[i]]).bucket(buckets);
+        if self.place[i] != 0 {
+            slots[5] = Hasher::new(5).write(&[self.place[i]]).bucket(buckets);
         }
-        slots[6] = match rule[i] {
+        slots[6] = match self.rule[i] {
             Some((kind, starts, score)) => Hasher::new(6)
                 .write(&[kind as u8, u8::from(starts), (score * 20.0) as u8])
                 .bucket(buckets),
@@ -272,26 +339,28 @@ pub(crate) fn features(
         let before = i
             .checked_sub(1)
             .map_or(&text[..token.start], |p| &text[tokens[p].end..token.start]);
-        gap(before, &mut scratch);
-        slots[7] = Hasher::new(7).write(&scratch).bucket(buckets);
+        gap(before, &mut self.scratch);
+        slots[7] = Hasher::new(7).write(&self.scratch).bucket(buckets);
         let after = tokens
             .get(i + 1)
             .map_or(&text[token.end..], |n| &text[token.end..n.start]);
-        gap(after, &mut scratch);
-        slots[8] = Hasher::new(8).write(&scratch).bucket(buckets);
+        gap(after, &mut self.scratch);
+        slots[8] = Hasher::new(8).write(&self.scratch).bucket(buckets);
         slots[9] = Hasher::new(9)
             .write(&[
-                u8::from(lower_text),
+                u8::from(self.lower_text),
                 u8::from(i == 0),
-                u8::from(scan.starts_sentence(i)),
+                u8::from(self.scan.starts_sentence(i)),
             ])
             .bucket(buckets);
-        if let Some(name) = key[i] {
-            fold(name, &mut folded);
-            slots[10] = Hasher::new(10).write(folded.as_bytes()).bucket(buckets);
+        if let Some((from, to)) = self.key[i] {
+            fold(&text[from..to], &mut self.folded);
+            slots[10] = Hasher::new(10)
+                .write(self.folded.as_bytes())
+                .bucket(buckets);
         }
-        if cue[i] != 0 {
-            slots[11] = Hasher::new(11).write(&[cue[i]]).bucket(buckets);
+        if self.cue[i] != 0 {
+            slots[11] = Hasher::new(11).write(&[self.cue[i]]).bucket(buckets);
         }
         if glued(text, token.start, token.end) {
             slots[12] = Hasher::new(12).write(b"glued").bucket(buckets);
@@ -300,17 +369,12 @@ pub(crate) fn features(
         if let Some(p) = i.checked_sub(2) {
             let before = &text[tokens[p].start..tokens[p].end];
             if !before.chars().any(char::is_numeric) {
-                fold(before, &mut folded);
-                slots[13] = Hasher::new(13).write(folded.as_bytes()).bucket(buckets);
+                fold(before, &mut self.folded);
+                slots[13] = Hasher::new(13)
+                    .write(self.folded.as_bytes())
+                    .bucket(buckets);
             }
         }
-    }
-    let candidate = (0..tokens.len())
-        .map(|i| seed[i.saturating_sub(1)..(i + 2).min(tokens.len())].contains(&true))
-        .collect();
-    Input {
-        features: out,
-        candidate,
     }
 }
 
@@ -318,10 +382,14 @@ pub(crate) fn features(
 pub(crate) struct Input {
     /// `tokens × FEATURES` bucket ids.
     pub(crate) features: Vec<u32>,
-    /// Whether each token, or a token beside it, is capitalised, holds a digit, is a listed
-    /// name, title or place, lies in a rule's span or follows a cue or a JSON key. The others
-    /// (lower-case words no list knows, amid such words) are `O` without the network: in
-    /// the training corpora they nearly never begin or continue an entity, and they are most
-    /// of the words of ordinary prose.
+    /// Whether each token, or a token beside it, is a seed: capitalised, holding a digit, in
+    /// a rule's span or a listed place, the value of a JSON key, after a speaker's
+    /// introduction (`i'm`, `my name is`), or a listed given name that is not a common word;
+    /// in text without capitals also any listed name or title and any word after a cue; in
+    /// text with capitals a listed name after a strong cue. The others (lower-case words no
+    /// list knows, amid such words) are `O` without the network: in the training corpora
+    /// they nearly never begin or continue an entity, and they are most of the words of
+    /// ordinary prose.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) candidate: Vec<bool>,
 }

@@ -1,7 +1,7 @@
 use serde::Deserialize;
 
 use super::*;
-use crate::detect::names::{lexicon, rules};
+use crate::detect::names::{lexicon, rules, rules_and_marks};
 
 const WEIGHTS: &[u8] = include_bytes!("../../../../data/names/tagger.bin");
 
@@ -25,7 +25,8 @@ fn tagger() -> Tagger {
 fn tagged(text: &str) -> Vec<(&'static str, String)> {
     let lexicon = lexicon().unwrap();
     let mut out = Vec::new();
-    find(&tagger(), lexicon, text, &rules(lexicon, text), &mut out);
+    let (rules, marks) = rules_and_marks(lexicon, text);
+    find(&tagger(), lexicon, text, &rules, &marks, &mut out);
     out.into_iter()
         .map(|s| (s.entity, text[s.start..s.end].to_owned()))
         .collect()
@@ -44,13 +45,8 @@ fn the_weights_give_the_probabilities_the_trainer_computed() {
     let mut worst = 0.0f32;
     for case in &check.cases {
         let tokens = tokens(&case.text);
-        let input = features(
-            lexicon,
-            &case.text,
-            &tokens,
-            &rules(lexicon, &case.text),
-            tagger.buckets,
-        );
+        let (rules, marks) = rules_and_marks(lexicon, &case.text);
+        let input = features(lexicon, &case.text, &tokens, &rules, &marks, tagger.buckets);
         let all = vec![true; tokens.len()];
         let got = tagger.probabilities(&input.features, &all);
         assert_eq!(got.len(), case.probabilities.len(), "{:?}", case.text);
@@ -76,10 +72,11 @@ fn names_without_a_cue_or_a_capital_are_found_by_the_tagger() {
     let lexicon = lexicon().unwrap();
     for (text, entity, value) in [
         (
-            "please loop in bartosz and wojtek on the thread",
+            "Hemang Mander renewed the contract yesterday",
             PERSON,
-            "wojtek",
+            "Hemang Mander",
         ),
+        ("CSV: Oyelaran Tunde,Lagos,3", PERSON, "Oyelaran Tunde"),
         (
             "we signed with brightwave analytics last week",
             ORGANIZATION,
@@ -136,7 +133,8 @@ fn lower_case_words_no_list_knows_skip_the_network() {
     let text = "the report about the invoice is late";
     let lexicon = lexicon().unwrap();
     let tokens = tokens(text);
-    let input = features(lexicon, text, &tokens, &[], 65536);
+    let (_, marks) = rules_and_marks(lexicon, text);
+    let input = features(lexicon, text, &tokens, &[], &marks, 65536);
     let candidates: Vec<&str> = tokens
         .iter()
         .zip(&input.candidate)
