@@ -117,6 +117,10 @@ fn steps_fields() -> Vec<Field> {
         list_of("pii", pii_type(), false),
         string_map("tags"),
         utf8("extra_json", true),
+        Field::new("training_eligible", DataType::Boolean, true),
+        utf8("legal_basis", true),
+        timestamp("retention_until", true),
+        utf8("consent_source", true),
     ]
 }
 

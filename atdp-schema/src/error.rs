@@ -55,6 +55,16 @@ pub enum Error {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A table states a protocol version this reader does not know.
+    #[error(
+        "table {table} is ATDP protocol version {found}, which this reader does not know (it reads versions 1 and 1.1); upgrade atdp"
+    )]
+    Version {
+        /// The ATDP table.
+        table: &'static str,
+        /// The version the table states.
+        found: String,
+    },
     /// The local write-ahead log has reached its disk budget because object storage has not
     /// accepted uploads; the caller must refuse traffic or pass it unrecorded, and say so.
     #[error(

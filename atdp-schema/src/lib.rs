@@ -63,14 +63,18 @@ pub use lake::config::WriterConfig;
 #[cfg(feature = "lake")]
 pub use lake::maintenance;
 #[cfg(feature = "lake")]
-pub use lake::reader::{Filter, LakeReader, Read, time_range};
+pub use lake::reader::{
+    Filter, LakeReader, Read, Trainable, count_exclusions, has_training_marks, time_range,
+    trainable_predicate,
+};
 #[cfg(feature = "lake")]
-pub use lake::tables::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options};
+pub use lake::tables::{Lake, PROTOCOL_VERSION_KEY, parse_storage_options, table_version};
 #[cfg(feature = "lake")]
 pub use lake::wal::{DAMAGED_DIR, Damage, DamageKind};
 #[cfg(feature = "lake")]
 pub use lake::writer::{Appended, LakeWriter, WriterStats};
 pub use record::{
-    AuditEvent, Message, PROTOCOL_VERSION, PiiSpan, Record, Reward, Step, Table, Tool, ToolCall,
-    VaultEntry, date_of_micros, new_id, now_micros,
+    AuditEvent, Exclusion, Message, PROTOCOL_VERSION, PiiSpan, READABLE_VERSIONS, Record, Reward,
+    Step, Table, Tool, ToolCall, Unmarked, VaultEntry, date_of_micros, new_id, now_micros,
+    trainable_steps,
 };

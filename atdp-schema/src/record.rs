@@ -5,8 +5,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version written into every table's metadata.
-pub const PROTOCOL_VERSION: &str = "1";
+/// The protocol version written into every table's metadata: `1.1` adds the training
+/// governance columns of `steps` (`docs/atdp-v1.md` §3.2, §10).
+pub const PROTOCOL_VERSION: &str = "1.1";
+
+/// The protocol versions a reader accepts: this one, and `1` (tables written before the
+/// governance columns, whose rows read them as null).
+pub const READABLE_VERSIONS: [&str; 2] = ["1", PROTOCOL_VERSION];
 
 /// A new identifier: a UUIDv7 in its canonical lowercase hyphenated form.
 ///
@@ -180,6 +185,110 @@ pub struct Step {
     pub tags: BTreeMap<String, String>,
     /// Request/response fields the columns do not model, as a masked JSON object.
     pub extra_json: Option<String>,
+    /// Whether the step may be trained on, as the recording policy and the caller's consent
+    /// decided; `None` in rows written before ATDP 1.1 (unmarked: see [`Unmarked`]).
+    pub training_eligible: Option<bool>,
+    /// The legal basis the step is kept and used under (`consent`, `contract`,
+    /// `legitimate_interests`, …), as the policy names it.
+    pub legal_basis: Option<String>,
+    /// Until when the step may be kept and trained on (µs since epoch, UTC); after it, no
+    /// reader selects it for training.
+    pub retention_until: Option<i64>,
+    /// What decided `training_eligible`: `header` (the caller's `x-atdp-consent`) or
+    /// `policy:<rule>` (`policy:default` when no rule matched).
+    pub consent_source: Option<String>,
+}
+
+/// How a training reader treats steps without a training mark (`training_eligible` null:
+/// rows written before ATDP 1.1, or by a producer that does not set it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unmarked {
+    /// Not trained on: nobody decided they may be (the default).
+    #[default]
+    Excluded,
+    /// Trained on, as before the marks existed: only when the operator says so.
+    Eligible,
+}
+
+impl Unmarked {
+    /// `excluded` or `eligible`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unmarked::Excluded => "excluded",
+            Unmarked::Eligible => "eligible",
+        }
+    }
+
+    /// From its name.
+    pub fn from_name(name: &str) -> Option<Unmarked> {
+        match name {
+            "excluded" => Some(Unmarked::Excluded),
+            "eligible" => Some(Unmarked::Eligible),
+            _ => None,
+        }
+    }
+}
+
+/// Why a step is not read for training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Exclusion {
+    /// `training_eligible` is false: the policy or the end user's consent says no.
+    NotEligible,
+    /// `training_eligible` is null and unmarked steps are excluded.
+    Unmarked,
+    /// `retention_until` has passed.
+    RetentionExpired,
+}
+
+impl Exclusion {
+    /// The name counted in training manifests: `not_eligible`, `unmarked`,
+    /// `retention_expired`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exclusion::NotEligible => "not_eligible",
+            Exclusion::Unmarked => "unmarked",
+            Exclusion::RetentionExpired => "retention_expired",
+        }
+    }
+}
+
+impl Step {
+    /// Why this step may not be trained on at `now` (µs since epoch, UTC), or `None` when it
+    /// may. A step has one reason, the first of: not eligible, unmarked (when `unmarked`
+    /// excludes), retention passed (`retention_until <= now`).
+    pub fn training_exclusion(&self, now: i64, unmarked: Unmarked) -> Option<Exclusion> {
+        match self.training_eligible {
+            Some(false) => return Some(Exclusion::NotEligible),
+            None if unmarked == Unmarked::Excluded => return Some(Exclusion::Unmarked),
+            _ => {}
+        }
+        self.retention_until
+            .is_some_and(|until| until <= now)
+            .then_some(Exclusion::RetentionExpired)
+    }
+}
+
+/// Splits `steps` into those that may be trained on at `now` and the count of the others by
+/// [`Exclusion::name`] (the rule every training reader applies: trainer, reward functions,
+/// `atdp.lake`).
+pub fn trainable_steps(
+    steps: Vec<Step>,
+    now: i64,
+    unmarked: Unmarked,
+) -> (Vec<Step>, BTreeMap<String, usize>) {
+    let mut excluded = BTreeMap::new();
+    let kept = steps
+        .into_iter()
+        .filter(|step| match step.training_exclusion(now, unmarked) {
+            Some(reason) => {
+                *excluded.entry(reason.name().to_owned()).or_insert(0) += 1;
+                false
+            }
+            None => true,
+        })
+        .collect();
+    (kept, excluded)
 }
 
 /// Row of the `rewards` table.
@@ -358,6 +467,53 @@ mod tests {
         assert_eq!(date_of_micros(-1), -1);
         // 2026-11-29T00:00:00Z
         assert_eq!(date_of_micros(1_795_910_400_000_000), 20_786);
+    }
+
+    #[test]
+    fn training_exclusion_has_one_reason_per_step() {
+        let step = |eligible, until| Step {
+            training_eligible: eligible,
+            retention_until: until,
+            ..Step::default()
+        };
+        let now = 1_000;
+        let steps = vec![
+            step(Some(true), None),
+            step(Some(true), Some(now + 1)),
+            step(Some(true), Some(now)),
+            step(Some(false), Some(now - 1)),
+            step(None, None),
+            step(None, Some(now - 1)),
+        ];
+        let reasons: Vec<Option<&str>> = steps
+            .iter()
+            .map(|s| {
+                s.training_exclusion(now, Unmarked::Excluded)
+                    .map(Exclusion::name)
+            })
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                None,
+                None,
+                Some("retention_expired"),
+                Some("not_eligible"),
+                Some("unmarked"),
+                Some("unmarked"),
+            ]
+        );
+        let (kept, excluded) = trainable_steps(steps.clone(), now, Unmarked::Eligible);
+        assert_eq!(kept.len(), 3);
+        assert_eq!(
+            excluded,
+            BTreeMap::from([
+                ("not_eligible".to_owned(), 1),
+                ("retention_expired".to_owned(), 2),
+            ])
+        );
+        assert_eq!(Unmarked::from_name("eligible"), Some(Unmarked::Eligible));
+        assert_eq!(Unmarked::from_name("yes"), None);
     }
 
     #[test]

@@ -306,6 +306,11 @@ pub fn generate(
                 pii,
                 tags: BTreeMap::from([("env".to_owned(), "prod".to_owned())]),
                 extra_json: Some(r#"{"seed":null,"user":"svc-agent"}"#.into()),
+                // As the proxy records a step under its default training policy.
+                training_eligible: Some(true),
+                legal_basis: None,
+                retention_until: None,
+                consent_source: Some("policy:default".into()),
             };
             sink(Record::Audit(AuditEvent {
                 event_id: crate::record::new_id(),

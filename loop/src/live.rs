@@ -175,6 +175,7 @@ pub(crate) mod tests {
                         started_at,
                         status: "ok".into(),
                         policy_version: Some(version.into()),
+                        training_eligible: Some(true),
                         ..Step::default()
                     })
                     .unwrap();

@@ -8,6 +8,7 @@ use crate::access::{
 use crate::config::{MASKING_FILE, MaskingConfig};
 use crate::detect::Scanner;
 use crate::forwarding::{FORWARDING_FILE, Forwarding};
+use crate::training::{TRAINING_FILE, Training};
 
 /// The problems found in the policy directory `dir`; empty when it is valid. Unlike loading,
 /// which stops at the first file that fails, this checks every file it can.
@@ -29,6 +30,7 @@ pub fn check_dir(dir: &Path) -> Vec<String> {
     let entities = read(ENTITIES_FILE, true);
     let masking = read(MASKING_FILE, false);
     let forwarding = read(FORWARDING_FILE, false);
+    let training = read(TRAINING_FILE, false);
     if let Some(schema) = schema {
         match parse_schema(&schema) {
             Ok(schema) => {
@@ -61,6 +63,11 @@ pub fn check_dir(dir: &Path) -> Vec<String> {
         && let Err(found) = Forwarding::from_toml(&forwarding)
     {
         problems.extend(found.into_iter().map(|p| format!("{FORWARDING_FILE}: {p}")));
+    }
+    if let Some(training) = training
+        && let Err(found) = Training::from_toml(&training)
+    {
+        problems.extend(found.into_iter().map(|p| format!("{TRAINING_FILE}: {p}")));
     }
     problems
 }

@@ -4,7 +4,7 @@
 //! ([`JsonMasker`]), and unmasking, also on a stream ([`StreamUnmasker`]). Access policy is
 //! Cedar ([`AccessPolicy`]). A policy directory ([`Policy`]: the Cedar files plus
 //! `masking.toml` with custom entities, context words and masking actions per destination,
-//! [`MaskingConfig`]) is reloaded atomically by [`PolicyStore`] and checked, every problem
+//! [`MaskingConfig`], and `training.toml`, which steps may be trained on, [`Training`]) is reloaded atomically by [`PolicyStore`] and checked, every problem
 //! with its line, by [`check_dir`].
 //!
 //! ```
@@ -26,6 +26,7 @@ mod keyfile;
 mod mask;
 pub mod principals;
 mod store;
+mod training;
 mod vault;
 
 pub use access::{
@@ -44,4 +45,8 @@ pub use json::{FoundValues, JsonMasked, JsonMasker, KnownValues, MIN_KNOWN_CHARS
 pub use keyfile::{EnsuredKeys, KeyFile, MissingKeys};
 pub use mask::{Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, unmask};
 pub use store::{Policy, PolicyStore};
+pub use training::{
+    CONSENT_HEADER, Consent, DEFAULT_SOURCE, Decision, HEADER_SOURCE, Marks, StepFacts,
+    TRAINING_FILE, Training, TrainingRule,
+};
 pub use vault::{KeyRing, SealedValue, TOKEN_HEX_DIGITS};

@@ -9,6 +9,7 @@ use crate::config::MaskingConfig;
 use crate::detect::Scanner;
 use crate::error::Result;
 use crate::forwarding::Forwarding;
+use crate::training::Training;
 
 /// A loaded, validated policy directory.
 #[derive(Debug)]
@@ -21,21 +22,25 @@ pub struct Policy {
     pub scanner: Scanner,
     /// What may be forwarded beyond the proxy's known lists (`forwarding.toml`).
     pub forwarding: Forwarding,
+    /// Which recorded steps may be trained on (`training.toml`).
+    pub training: Training,
 }
 
 impl Policy {
     /// Loads and validates a policy directory: the three Cedar files and, when present,
-    /// `masking.toml` and `forwarding.toml`.
+    /// `masking.toml`, `forwarding.toml` and `training.toml`.
     pub fn load(dir: &Path) -> Result<Policy> {
         let access = AccessPolicy::load(dir)?;
         let masking = MaskingConfig::load(dir)?;
         let scanner = Scanner::with_config(&masking.detection, None)?;
         let forwarding = Forwarding::load(dir)?;
+        let training = Training::load(dir)?;
         Ok(Policy {
             access,
             masking,
             scanner,
             forwarding,
+            training,
         })
     }
 }

@@ -82,6 +82,7 @@ async fn prepare(
     // Read.
     let query = stage!(read::check_framing(headers, &session.req_header().uri));
     let named = stage!(Named::from_headers(headers));
+    let consent = stage!(read::consent(headers));
     let raw = stage!(
         read::read_body(
             session,
@@ -185,10 +186,11 @@ async fn prepare(
         &caller,
         &named,
         api,
-        &upstream.name,
+        &upstream,
         &request,
         started_at,
     );
+    start.consent = consent;
     start.sent_masked = std::sync::Arc::new(std::mem::take(&mut outbound.values));
     state
         .trajectories

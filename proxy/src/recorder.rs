@@ -263,6 +263,8 @@ mod tests {
             started_at: 0,
             api: "openai.chat",
             upstream: "u".into(),
+            upstream_trust: crate::config::Trust::External,
+            consent: None,
             model_requested: "m".into(),
             tags: Default::default(),
             sent_masked: Default::default(),

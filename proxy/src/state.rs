@@ -200,14 +200,13 @@ impl Sink for State {
                 let (start, request, end) = *step;
                 let step = build_step(&start, &request, end);
                 let (_, policy) = self.policy.current();
-                let sent_masked = &start.sent_masked;
                 store_step(
                     &self.writer,
                     &policy,
                     &self.keys(),
                     &self.metrics,
                     step,
-                    sent_masked,
+                    &start,
                 );
             }
             Job::Audit(event) => {

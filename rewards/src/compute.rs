@@ -26,6 +26,10 @@ pub type OnBatch<'a> = dyn FnMut(Vec<Label>, u64) -> Result<()> + Send + 'a;
 
 /// Computes `function` over the units in `scope`, handing each checked batch to `on_batch`.
 /// Returns the number of units (steps or trajectories) that were in scope.
+///
+/// Rewards are training data: the function reads only steps that may be trained on (the
+/// catalog's `steps` restricted by [`Catalog::for_training`], unmarked steps as
+/// `selection.unmarked` says), in its units, its rows and its queries alike.
 pub async fn compute(
     catalog: &Catalog,
     function: &RewardFn,
@@ -35,6 +39,13 @@ pub async fn compute(
     on_batch: &mut OnBatch<'_>,
 ) -> Result<u64> {
     selection.validate()?;
+    let restricted;
+    let catalog = if catalog.training() == Some(selection.unmarked) {
+        catalog
+    } else {
+        restricted = catalog.for_training(selection.unmarked).await?;
+        &restricted
+    };
     let units = select::units(catalog, function, selection, scope)
         .await?
         .cache()

@@ -3,7 +3,7 @@
 //! function version has already labelled (an anti-join with `rewards`), or a deterministic
 //! sample.
 
-use atdp_schema::{Catalog, Table, time_range};
+use atdp_schema::{Catalog, Table, Unmarked, time_range};
 use deltalake::datafusion::common::JoinType;
 use deltalake::datafusion::prelude::{DataFrame, Expr, col, lit};
 
@@ -21,6 +21,9 @@ pub struct Selection {
     pub since: Option<i64>,
     /// Only steps started before this (µs since epoch, UTC).
     pub until: Option<i64>,
+    /// Whether steps without a training mark are labelled (by default they are not: only
+    /// steps that may be trained on are read).
+    pub unmarked: Unmarked,
 }
 
 /// What to compute over.

@@ -25,7 +25,7 @@ Output keys:
         rows                  row count
         version               table version (commit number)
         partition_columns     metadata().partition_columns; must be ["tenant_id", "date"]
-        protocol_version      configuration["atdp.protocolVersion"]; must be "1"
+        protocol_version      configuration["atdp.protocolVersion"]; must be "1.1"
         min_reader_version, min_writer_version, reader_features, writer_features   protocol()
         tenants               number of distinct tenant_id
         tenant_ids            sorted distinct tenant_id values
@@ -63,7 +63,7 @@ TABLES = ("steps", "rewards", "audit", "pii_vault")
 REQUIRED = ("steps", "rewards")
 PARTITION_COLUMNS = ["tenant_id", "date"]
 PROTOCOL_KEY = "atdp.protocolVersion"
-PROTOCOL_VERSION = "1"
+PROTOCOL_VERSION = "1.1"
 KEYS = {
     "steps": ["step_id"],
     "rewards": ["reward_id"],

@@ -4,8 +4,9 @@ trainer's test that the Rust trainer and the Python reader give the same returns
     python tests/python/lake_returns.py --lake DIR --tenant T --weights '{"a": 1.0}' --gamma 0.9
 
 Prints one JSON object: returns as [trajectory, step, value] sorted, the unmatched step
-rewards, the examples (step ids with their reward and log-prob count), the GRPO groups (sizes)
-and the table versions read (also from the examples table's schema metadata).
+rewards, the examples (step ids with their reward and log-prob count), the GRPO groups (sizes),
+the table versions read (also from the examples table's schema metadata) and the steps left
+out because they may not be trained on, by reason.
 
 With ``--slow-foreign-release SECONDS``, the blocks that deltalake's Python filesystem
 (``deltalake.fs.DeltaStorageHandler``, which pyarrow's dataset scanner reads through) hands to
@@ -87,6 +88,7 @@ def main() -> None:
                 "groups": sorted(len(g) for g in data.grpo_groups()),
                 "sft_last_roles": sorted({m["messages"][-1]["role"] for m in sft.to_pylist()}),
                 "versions": data.versions,
+                "excluded": data.excluded,
                 "metadata": metadata,
             }
         )

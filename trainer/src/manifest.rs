@@ -232,6 +232,7 @@ impl Manifest {
                 "agent": config.selection.agent_id,
                 "since_micros": config.selection.since,
                 "until_micros": config.selection.until,
+                "unmarked": config.selection.unmarked.name(),
             },
             "gamma": config.rewards.gamma,
             "objective": format!("{:?}", config.advantage),

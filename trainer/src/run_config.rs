@@ -29,6 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use atdp_schema::Unmarked;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Placeholders, Selection};
@@ -89,6 +90,8 @@ pub struct RawSelect {
     pub steps_version: Option<u64>,
     /// Read `rewards` at this Delta version.
     pub rewards_version: Option<u64>,
+    /// Steps without a training mark: `excluded` (default) or `eligible`.
+    pub unmarked: Option<String>,
 }
 
 /// `[rewards]`.
@@ -475,6 +478,12 @@ impl RawRunConfig {
             reward_versions: self.rewards.versions.clone(),
             steps_version: self.select.steps_version,
             rewards_version: self.select.rewards_version,
+            unmarked: match self.select.unmarked.as_deref() {
+                None => Unmarked::default(),
+                Some(name) => Unmarked::from_name(name).ok_or_else(|| {
+                    format!("`select.unmarked` = {name:?}: use `excluded` or `eligible`")
+                })?,
+            },
         };
         Ok(RunConfig {
             model_dir,

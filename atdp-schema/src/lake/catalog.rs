@@ -2,13 +2,18 @@
 //! DataFusion session, each pinned to a table version so that a query's answer can be
 //! reproduced as evidence later. The compliance console, reward functions and analysts'
 //! SQL read the lake through it.
+//!
+//! A catalog for training ([`Catalog::for_training`]) registers `steps` as only the rows that
+//! may be trained on (the rule of [`crate::Step::training_exclusion`], judged when the catalog
+//! is built): every query over it, the reward functions' included, sees no other step.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::batch::arrow_schema;
 use crate::lake::Lake;
-use crate::record::Table;
+use crate::lake::reader::{has_training_marks, trainable_predicate};
+use crate::record::{Table, Unmarked, now_micros};
 use arrow::array::RecordBatch;
 use deltalake::DeltaTable;
 use deltalake::datafusion::datasource::MemTable;
@@ -30,6 +35,8 @@ pub struct Catalog {
     /// The loaded tables (absent: not created yet), kept for incremental refreshes.
     tables: BTreeMap<Table, DeltaTable>,
     pinned: bool,
+    /// `Some` for a catalog for training: how unmarked steps are treated.
+    training: Option<Unmarked>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -37,6 +44,7 @@ impl std::fmt::Debug for Catalog {
         f.debug_struct("Catalog")
             .field("lake", &self.lake.root().as_str())
             .field("versions", &self.versions)
+            .field("training", &self.training)
             .finish()
     }
 }
@@ -55,7 +63,18 @@ impl Catalog {
                 tables.insert(table, delta);
             }
         }
-        Catalog::build(lake, tables, !pins.is_empty()).await
+        Catalog::build(lake, tables, !pins.is_empty(), None).await
+    }
+
+    /// The same tables, with `steps` restricted to the rows that may be trained on now
+    /// (`unmarked`: whether steps without a training mark are).
+    pub async fn for_training(&self, unmarked: Unmarked) -> Result<Catalog> {
+        Catalog::build(&self.lake, self.tables.clone(), self.pinned, Some(unmarked)).await
+    }
+
+    /// `Some` for a catalog for training: how it treats unmarked steps.
+    pub fn training(&self) -> Option<Unmarked> {
+        self.training
     }
 
     /// The same lake at its latest versions, reading only the commits made since this
@@ -78,13 +97,14 @@ impl Catalog {
                 tables.insert(table, delta);
             }
         }
-        Catalog::build(&self.lake, tables, false).await
+        Catalog::build(&self.lake, tables, false, self.training).await
     }
 
     async fn build(
         lake: &Lake,
         tables: BTreeMap<Table, DeltaTable>,
         pinned: bool,
+        training: Option<Unmarked>,
     ) -> Result<Catalog> {
         let ctx = SessionContext::new();
         let mut versions = BTreeMap::new();
@@ -104,12 +124,24 @@ impl Catalog {
             };
             versions.insert(table, version);
         }
+        if let Some(unmarked) = training {
+            let steps = ctx.table(Table::Steps.name()).await.map_err(sql_error)?;
+            let marked = has_training_marks(&steps);
+            let trainable = steps
+                .filter(trainable_predicate(marked, now_micros(), unmarked))
+                .map_err(sql_error)?;
+            ctx.deregister_table(Table::Steps.name())
+                .map_err(sql_error)?;
+            ctx.register_table(Table::Steps.name(), trainable.into_view())
+                .map_err(sql_error)?;
+        }
         Ok(Catalog {
             lake: lake.clone(),
             ctx,
             versions,
             tables,
             pinned,
+            training,
         })
     }
 

@@ -2,15 +2,19 @@
 //! optionally pinned to a table version. Filters are pushed into the Delta scan, so
 //! partitions of other tenants and days are never opened and file statistics skip the rest.
 
-use arrow::array::RecordBatch;
+use std::collections::BTreeMap;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::DataType;
 use deltalake::DeltaTable;
 use deltalake::datafusion::common::ScalarValue;
-use deltalake::datafusion::prelude::{Expr, SessionContext, col, lit};
+use deltalake::datafusion::prelude::{DataFrame, Expr, SessionContext, col, lit};
 
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::record::{AuditEvent, Reward, Step, Table, VaultEntry, date_of_micros};
+use crate::record::{AuditEvent, Reward, Step, Table, Unmarked, VaultEntry, date_of_micros};
 
 /// Which rows to read. Unset fields do not filter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,6 +40,76 @@ pub struct Read<T> {
     pub rows: Vec<T>,
     /// The table version read; `None` when the table does not exist yet.
     pub version: Option<u64>,
+}
+
+/// The steps a training reader may read, and how many others the filter matched, by
+/// [`crate::Exclusion::name`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trainable {
+    /// The trainable rows, in start order, and the table version read.
+    pub steps: Read<Step>,
+    /// The rows left out, by reason (`not_eligible`, `unmarked`, `retention_expired`).
+    pub excluded: BTreeMap<String, usize>,
+}
+
+/// Whether a `steps` frame has the training governance columns (protocol 1.1); a table of
+/// version 1 has none, and all its rows are unmarked.
+pub fn has_training_marks(frame: &DataFrame) -> bool {
+    frame
+        .schema()
+        .has_column_with_unqualified_name("training_eligible")
+}
+
+/// The rows of a `steps` frame (filters already applied) that may not be trained on at
+/// `now`, counted by reason. Only the two governance columns of those rows are read.
+pub async fn count_exclusions(
+    frame: DataFrame,
+    now: i64,
+    unmarked: Unmarked,
+) -> Result<BTreeMap<String, usize>> {
+    let query_error = |e: &dyn std::fmt::Display| Error::Query {
+        table: Table::Steps.name(),
+        message: e.to_string(),
+    };
+    let mut excluded = BTreeMap::new();
+    if !has_training_marks(&frame) {
+        if unmarked == Unmarked::Excluded {
+            let rows = frame.count().await.map_err(|e| query_error(&e))?;
+            if rows > 0 {
+                excluded.insert(crate::Exclusion::Unmarked.name().to_owned(), rows);
+            }
+        }
+        return Ok(excluded);
+    }
+    let batches = frame
+        .filter(!trainable_predicate(true, now, unmarked))
+        .and_then(|f| f.select_columns(&["training_eligible", "retention_until"]))
+        .map_err(|e| query_error(&e))?
+        .collect()
+        .await
+        .map_err(|e| query_error(&e))?;
+    for batch in &batches {
+        let eligible = batch
+            .column(0)
+            .as_boolean_opt()
+            .ok_or_else(|| Error::Query {
+                table: Table::Steps.name(),
+                message: "training_eligible is not a boolean column".into(),
+            })?;
+        let until = cast(batch.column(1), &DataType::Int64).map_err(|e| query_error(&e))?;
+        let until = until.as_primitive::<arrow::datatypes::Int64Type>();
+        for row in 0..batch.num_rows() {
+            let step = Step {
+                training_eligible: eligible.is_valid(row).then(|| eligible.value(row)),
+                retention_until: until.is_valid(row).then(|| until.value(row)),
+                ..Step::default()
+            };
+            if let Some(reason) = step.training_exclusion(now, unmarked) {
+                *excluded.entry(reason.name().to_owned()).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(excluded)
 }
 
 /// Reads ATDP tables.
@@ -77,6 +151,25 @@ pub fn time_range(time_column: &str, since: Option<i64>, until: Option<i64>) -> 
         parts.push(col(time_column).lt(timestamp(until)));
     }
     parts
+}
+
+/// The predicate that keeps the `steps` rows a training reader may read at `now` (µs since
+/// epoch, UTC): eligible (or unmarked, when `unmarked` says they are), and not past
+/// `retention_until`; the same rule as [`Step::training_exclusion`]. `marked` says whether
+/// the table has the governance columns: a table of protocol version 1 has none, and all its
+/// rows are unmarked.
+pub fn trainable_predicate(marked: bool, now: i64, unmarked: Unmarked) -> Expr {
+    if !marked {
+        return lit(unmarked == Unmarked::Eligible);
+    }
+    let eligible = match unmarked {
+        Unmarked::Excluded => col("training_eligible").is_true(),
+        Unmarked::Eligible => col("training_eligible").is_not_false(),
+    };
+    let retained = col("retention_until")
+        .is_null()
+        .or(col("retention_until").gt(timestamp(now)));
+    eligible.and(retained)
 }
 
 /// The filter as a DataFusion predicate; `date` bounds are derived from the time range so
@@ -126,17 +219,17 @@ impl LakeReader {
         }
     }
 
-    /// The matching rows of `table` as Arrow batches, in event-time order.
-    pub async fn batches(&self, table: Table, filter: &Filter) -> Result<Read<RecordBatch>> {
+    /// The filtered frame of `table` and its version; `None` when the table does not exist.
+    async fn frame(&self, table: Table, filter: &Filter) -> Result<Option<(DataFrame, u64)>> {
         let query_error = |e: &dyn std::fmt::Display| Error::Query {
             table: table.name(),
             message: e.to_string(),
         };
         let Some(delta) = self.table(table, filter.version).await? else {
-            return Ok(Read {
-                rows: Vec::new(),
-                version: None,
-            });
+            return Ok(None);
+        };
+        let Some(version) = delta.version() else {
+            return Ok(None);
         };
         let ctx = SessionContext::new();
         delta
@@ -147,13 +240,74 @@ impl LakeReader {
         if let Some(predicate) = predicate(table, filter)? {
             frame = frame.filter(predicate).map_err(|e| query_error(&e))?;
         }
-        let frame = frame
+        Ok(Some((frame, version)))
+    }
+
+    /// `frame`'s rows in event-time order.
+    async fn sorted(table: Table, frame: DataFrame) -> Result<Vec<RecordBatch>> {
+        let query_error = |e: &dyn std::fmt::Display| Error::Query {
+            table: table.name(),
+            message: e.to_string(),
+        };
+        frame
             .sort(vec![col(time_column(table)).sort(true, false)])
-            .map_err(|e| query_error(&e))?;
-        let rows = frame.collect().await.map_err(|e| query_error(&e))?;
+            .map_err(|e| query_error(&e))?
+            .collect()
+            .await
+            .map_err(|e| query_error(&e))
+    }
+
+    /// The matching rows of `table` as Arrow batches, in event-time order.
+    pub async fn batches(&self, table: Table, filter: &Filter) -> Result<Read<RecordBatch>> {
+        let Some((frame, version)) = self.frame(table, filter).await? else {
+            return Ok(Read {
+                rows: Vec::new(),
+                version: None,
+            });
+        };
         Ok(Read {
-            rows,
-            version: delta.version(),
+            rows: Self::sorted(table, frame).await?,
+            version: Some(version),
+        })
+    }
+
+    /// The matching `steps` rows that may be trained on at `now` (µs since epoch, UTC), and
+    /// the count of the others by reason ([`crate::Step::training_exclusion`]'s rule). The
+    /// rule is part of the scan: rows left out are counted from their governance columns and
+    /// never read whole. Both come from the same table version.
+    pub async fn trainable_steps(
+        &self,
+        filter: &Filter,
+        now: i64,
+        unmarked: Unmarked,
+    ) -> Result<Trainable> {
+        let Some((frame, version)) = self.frame(Table::Steps, filter).await? else {
+            return Ok(Trainable {
+                steps: Read {
+                    rows: Vec::new(),
+                    version: None,
+                },
+                excluded: BTreeMap::new(),
+            });
+        };
+        let excluded = count_exclusions(frame.clone(), now, unmarked).await?;
+        let marked = has_training_marks(&frame);
+        let kept = frame
+            .filter(trainable_predicate(marked, now, unmarked))
+            .map_err(|e| Error::Query {
+                table: Table::Steps.name(),
+                message: e.to_string(),
+            })?;
+        let mut rows = Vec::new();
+        for batch in &Self::sorted(Table::Steps, kept).await? {
+            rows.extend(batch::steps_from_batch(batch)?);
+        }
+        Ok(Trainable {
+            steps: Read {
+                rows,
+                version: Some(version),
+            },
+            excluded,
         })
     }
 

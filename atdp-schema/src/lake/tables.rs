@@ -21,7 +21,7 @@ use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use crate::batch::{PARTITION_COLUMNS, arrow_schema};
 use crate::error::{Error, Result};
 use crate::lake::files::TableOutput;
-use crate::record::{PROTOCOL_VERSION, Table};
+use crate::record::{PROTOCOL_VERSION, READABLE_VERSIONS, Table};
 
 /// The table configuration key holding the ATDP protocol version.
 pub const PROTOCOL_VERSION_KEY: &str = "atdp.protocolVersion";
@@ -34,7 +34,7 @@ const TABLES_PREFIX: &str = "atdp/v1";
 pub(crate) fn stats_columns(table: Table) -> &'static str {
     match table {
         Table::Steps => {
-            "step_id,trajectory_id,parent_step_id,turn_index,agent_id,started_at,ended_at,api,upstream,model_requested,model_served,policy_version,finish_reason,status,prompt_tokens,completion_tokens"
+            "step_id,trajectory_id,parent_step_id,turn_index,agent_id,started_at,ended_at,api,upstream,model_requested,model_served,policy_version,finish_reason,status,prompt_tokens,completion_tokens,training_eligible,retention_until"
         }
         Table::Rewards => {
             "reward_id,trajectory_id,step_id,name,value,source,reward_fn_version,terminal,created_at"
@@ -126,7 +126,8 @@ impl Lake {
             })
     }
 
-    /// The table as it is now; `Ok(None)` when it has not been created yet.
+    /// The table as it is now; `Ok(None)` when it has not been created yet. A table of a
+    /// protocol version this reader does not know is an error.
     pub async fn open_table(&self, table: Table) -> Result<Option<DeltaTable>> {
         let url = self.table_url(table)?;
         if let Ok(path) = url.to_file_path()
@@ -135,7 +136,11 @@ impl Lake {
             return Ok(None);
         }
         let delta = self.load(table).await?;
-        Ok(delta.version().is_some().then_some(delta))
+        if delta.version().is_none() {
+            return Ok(None);
+        }
+        check_version(table, &delta)?;
+        Ok(Some(delta))
     }
 
     /// Creates a local table's directory (delta-rs needs it to exist); object stores have
@@ -173,7 +178,33 @@ impl Lake {
             .load_version(version)
             .await
             .map_err(|e| Error::delta(table.name(), e))?;
+        check_version(table, &delta)?;
         Ok(delta)
+    }
+}
+
+/// The protocol version a table's configuration states; a table without the key (written by
+/// a producer that did not set it) is taken as version `1`.
+pub fn table_version(delta: &DeltaTable) -> Option<String> {
+    let snapshot = delta.snapshot().ok()?;
+    Some(
+        snapshot
+            .metadata()
+            .configuration()
+            .get(PROTOCOL_VERSION_KEY)
+            .cloned()
+            .unwrap_or_else(|| "1".to_owned()),
+    )
+}
+
+/// Refuses a table whose protocol version is not one of [`READABLE_VERSIONS`].
+fn check_version(table: Table, delta: &DeltaTable) -> Result<()> {
+    match table_version(delta) {
+        Some(version) if !READABLE_VERSIONS.contains(&version.as_str()) => Err(Error::Version {
+            table: table.name(),
+            found: version,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -338,7 +369,7 @@ impl Committer {
                 return Ok(Committed::Already);
             }
             let created = match known.state {
-                Some(state) => Ok((known.handle, state)),
+                Some(state) => self.upgrade(known.handle, state).await,
                 None => self.create(known.handle).await,
             };
             let committed = match created {
@@ -399,6 +430,53 @@ impl Committer {
             .await?;
         let state = created.snapshot()?.clone();
         Ok((created, state))
+    }
+
+    /// Brings a table written by an earlier protocol version to this one before appending to
+    /// it: the columns it lacks are added (all are nullable; rows written before read them as
+    /// null), then its `atdp.protocolVersion` is set. A table already at this version is
+    /// left as it is; one of a version this writer does not know is refused.
+    async fn upgrade(
+        &self,
+        delta: DeltaTable,
+        state: DeltaTableState,
+    ) -> std::result::Result<(DeltaTable, DeltaTableState), DeltaTableError> {
+        let version = state
+            .metadata()
+            .configuration()
+            .get(PROTOCOL_VERSION_KEY)
+            .cloned()
+            .unwrap_or_else(|| "1".to_owned());
+        if version == PROTOCOL_VERSION {
+            return Ok((delta, state));
+        }
+        if !READABLE_VERSIONS.contains(&version.as_str()) {
+            return Err(DeltaTableError::Generic(format!(
+                "the table is ATDP protocol version {version}, which this writer ({PROTOCOL_VERSION}) does not know; upgrade the writer"
+            )));
+        }
+        let schema: StructType = arrow_schema(self.table).as_ref().try_into_kernel()?;
+        let present = state.schema();
+        let missing: Vec<_> = schema
+            .fields()
+            .filter(|field| present.field(field.name()).is_none())
+            .cloned()
+            .collect();
+        let mut delta = delta;
+        if !missing.is_empty() {
+            tracing::info!(table = %self.table, from = %version, to = PROTOCOL_VERSION, columns = missing.len(), "Adding the protocol's new columns to the table.");
+            delta = delta.add_columns().with_fields(missing).await?;
+        }
+        delta = delta
+            .set_tbl_properties()
+            .with_properties(HashMap::from([(
+                PROTOCOL_VERSION_KEY.to_owned(),
+                PROTOCOL_VERSION.to_owned(),
+            )]))
+            .with_raise_if_not_exists(false)
+            .await?;
+        let state = delta.snapshot()?.clone();
+        Ok((delta, state))
     }
 
     /// One append commit of the files, as delta-rs's write operation makes it: the `Add`

@@ -8,7 +8,7 @@ use atdp_schema::*;
 
 use crate::common::*;
 
-fn full_step(tenant: &str, started_at: i64) -> Step {
+pub fn full_step(tenant: &str, started_at: i64) -> Step {
     Step {
         step_id: new_id(),
         trajectory_id: new_id(),
@@ -73,6 +73,10 @@ fn full_step(tenant: &str, started_at: i64) -> Step {
         }],
         tags: BTreeMap::from([("session".into(), "s-1".into())]),
         extra_json: Some(r#"{"user":"u-1"}"#.into()),
+        training_eligible: Some(true),
+        legal_basis: Some("contract".into()),
+        retention_until: Some(started_at + 365 * 86_400_000_000),
+        consent_source: Some("policy:default".into()),
     }
 }
 

@@ -11,4 +11,5 @@ mod interop;
 mod lake;
 mod roundtrip;
 mod s3;
+mod versions;
 mod wal_damage;

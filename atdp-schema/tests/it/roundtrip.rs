@@ -81,6 +81,7 @@ prop_compose! {
         pii in vec(pii(), 0..3),
         tags in btree_map(text(), text(), 0..3),
         extra_json in option::of(text()),
+        governance in (option::of(any::<bool>()), option::of(text()), option::of(micros()), option::of(text())),
     ) -> Step {
         Step {
             step_id: ids.0, trajectory_id: ids.1, parent_step_id: ids.2, turn_index: ids.3,
@@ -92,6 +93,8 @@ prop_compose! {
             finish_reason: outcome.0, status: outcome.1, error: outcome.2,
             prompt_tokens: tokens.0, completion_tokens: tokens.1,
             completion_token_ids, completion_logprobs, pii, tags, extra_json,
+            training_eligible: governance.0, legal_basis: governance.1,
+            retention_until: governance.2, consent_source: governance.3,
         }
     }
 }

@@ -201,6 +201,11 @@ fn check_accepts_the_quickstart_and_locates_every_problem() {
         "[[detection.entity]]\nname = \"ORDER\"\npattern = '(unclosed'\n",
     )
     .unwrap();
+    std::fs::write(
+        dir.path().join("training.toml"),
+        "[[rule]]\nname = \"r\"\nupstream_trust = [\"partner\"]\neligible = false\n",
+    )
+    .unwrap();
     let bad = run(&["check", dir.path().to_str().unwrap()], "");
     assert_eq!(bad.status.code(), Some(1));
     let stdout = String::from_utf8(bad.stdout).unwrap();
@@ -213,6 +218,12 @@ fn check_accepts_the_quickstart_and_locates_every_problem() {
         lines
             .iter()
             .any(|l| l.starts_with("masking.toml:3:11:") && l.contains("ORDER")),
+        "{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("training.toml: rule 1") && l.contains("\"partner\"")),
         "{stdout}"
     );
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use http::HeaderMap;
 
+use crate::config::Upstream;
 use crate::grouping::{Naming, Trajectories};
 use crate::refusal::Refusal;
 use crate::stages::admit::Caller;
@@ -51,7 +52,7 @@ pub fn place(
     caller: &Caller,
     named: &Named,
     api: ApiKind,
-    upstream: &str,
+    upstream: &Upstream,
     request: &RequestView,
     started_at: i64,
 ) -> StepStart {
@@ -70,7 +71,9 @@ pub fn place(
         agent_id: caller.identity.agent.clone(),
         started_at,
         api: api.name(),
-        upstream: upstream.to_owned(),
+        upstream: upstream.name.clone(),
+        upstream_trust: upstream.trust,
+        consent: None,
         model_requested: request.model.clone(),
         tags,
         sent_masked: Default::default(),

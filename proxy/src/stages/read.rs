@@ -1,12 +1,12 @@
 //! Read: the request's framing and body, and one reading of it. JSON only (415), no
 //! content encoding (415: the proxy must read what it forwards), no query string but the
-//! SDKs' `beta=true` (400: nothing else rides past the proxy), the trajectory headers well
-//! formed (400),
-//! the body within its size (413) and time (408) limits, and the body parsed by
+//! SDKs' `beta=true` (400: nothing else rides past the proxy), the trajectory and consent
+//! headers well formed (400), the body within its size (413) and time (408) limits, and the body parsed by
 //! [`crate::wire::parse_json_body`], which refuses a repeated key anywhere (400).
 
 use std::time::Duration;
 
+use atdp_policies::{CONSENT_HEADER, Consent};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Uri, header};
 use pingora::proxy::Session;
@@ -71,6 +71,24 @@ pub fn header_id(headers: &HeaderMap, name: &'static str) -> Result<Option<Strin
         return Err(invalid);
     }
     Ok(Some(text.to_owned()))
+}
+
+/// The end user's consent to training that the caller states for this call
+/// ([`CONSENT_HEADER`]: `granted` or `withdrawn`, sent once). Anything else is refused rather
+/// than guessed at: a misspelt withdrawal must not record the call as trainable.
+pub fn consent(headers: &HeaderMap) -> Result<Option<Consent>, Refusal> {
+    let mut values = headers.get_all(CONSENT_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let consent = value.to_str().ok().and_then(Consent::from_header);
+    match (consent, values.next()) {
+        (Some(consent), None) => Ok(Some(consent)),
+        _ => Err(Refusal::InvalidHeader {
+            name: CONSENT_HEADER,
+            rule: "sent once, granted or withdrawn",
+        }),
+    }
 }
 
 /// Reads the whole body, up to `limit` bytes and within `timeout`; answers
@@ -168,6 +186,26 @@ mod tests {
         }
         let beta: Uri = "/v1/responses?beta=true".parse().unwrap();
         assert_eq!(check_framing(&headers(&[]), &beta), Ok(Some("beta=true")));
+    }
+
+    #[test]
+    fn consent_is_granted_or_withdrawn_sent_once() {
+        assert_eq!(consent(&headers(&[])), Ok(None));
+        assert_eq!(
+            consent(&headers(&[(CONSENT_HEADER, "withdrawn")])),
+            Ok(Some(Consent::Withdrawn))
+        );
+        assert_eq!(
+            consent(&headers(&[(CONSENT_HEADER, "Granted")])),
+            Ok(Some(Consent::Granted))
+        );
+        for bad in [
+            headers(&[(CONSENT_HEADER, "withdrawm")]),
+            headers(&[(CONSENT_HEADER, "")]),
+            headers(&[(CONSENT_HEADER, "granted"), (CONSENT_HEADER, "withdrawn")]),
+        ] {
+            assert!(consent(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

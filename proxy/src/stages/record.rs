@@ -4,17 +4,24 @@
 //! ids (and the log-probs aligned with them) are not stored, since they decode straight back
 //! to the unmasked text: the step's tag `token_ids` says `dropped`, and the trainer
 //! re-tokenizes the masked reply. Any masking failure stores nothing of the step.
+//!
+//! Every stored step carries its training marks (`training_eligible`, `legal_basis`,
+//! `retention_until`, `consent_source`), decided by the policy's `training.toml` on the step as
+//! stored (its tenant, agent, upstream and the entity types found in it) and narrowed by the
+//! caller's `x-atdp-consent` ([`mark_for_training`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use atdp_policies::{
-    Action, FoundValues, JsonMasker, KeyRing, KnownValues, MaskPolicy, Policy, Scanner, VaultItem,
+    Action, Consent, FoundValues, JsonMasker, KeyRing, KnownValues, MaskPolicy, Policy, Scanner,
+    StepFacts, Training, VaultItem,
 };
 use atdp_schema::{AuditEvent, LakeWriter, PiiSpan, Step, VaultEntry};
 use serde_json::{Map, Value};
 
+use crate::config::Trust;
 use crate::metrics::Metrics;
 use crate::wire::{RequestView, ResponseView};
 
@@ -44,6 +51,10 @@ pub struct StepStart {
     pub api: &'static str,
     /// Upstream name.
     pub upstream: String,
+    /// The upstream's trust level.
+    pub upstream_trust: Trust,
+    /// The end user's consent to training, as the caller stated it (`x-atdp-consent`).
+    pub consent: Option<Consent>,
     /// The model the client asked for.
     pub model_requested: String,
     /// Tags (`session`, …).
@@ -97,7 +108,45 @@ pub fn build_step(start: &StepStart, request: &RequestView, end: StepEnd) -> Ste
         pii: Vec::new(),
         tags: start.tags.clone(),
         extra_json: request.extra.clone(),
+        // Set when the step is stored, from what masking found in it (`mark_for_training`).
+        training_eligible: None,
+        legal_basis: None,
+        retention_until: None,
+        consent_source: None,
     }
+}
+
+/// Microseconds in a day.
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// Sets the training marks of a step masked for storage (`step.pii` says which entity types
+/// were found): `training` decides on its tenant, agent, upstream and those entity types; a
+/// `consent` header can only narrow. The retention deadline counts from `started_at`.
+pub fn mark_for_training(
+    step: &mut Step,
+    training: &Training,
+    upstream_trust: Trust,
+    consent: Option<Consent>,
+) {
+    let mut entities: Vec<&str> = step.pii.iter().map(|p| p.entity.as_str()).collect();
+    entities.sort_unstable();
+    entities.dedup();
+    let marks = training.mark(
+        &StepFacts {
+            tenant: &step.tenant_id,
+            agent: &step.agent_id,
+            upstream: &step.upstream,
+            upstream_trust: upstream_trust.name(),
+            entities: &entities,
+        },
+        consent,
+    );
+    step.training_eligible = Some(marks.eligible);
+    step.legal_basis = marks.legal_basis;
+    step.retention_until = marks
+        .retention_days
+        .map(|days| step.started_at.saturating_add(i64::from(days) * DAY_MICROS));
+    step.consent_source = Some(marks.consent_source);
 }
 
 /// Masks every text field of `step` for storage, fills `step.pii`, and returns the vault
@@ -216,16 +265,17 @@ pub fn mask_step(
     Ok(vault)
 }
 
-/// Masks the step for storage (`sent_masked`: the values masked in what went upstream) and
-/// hands it, with its vault entries, to the lake writer. A masking failure stores nothing and
-/// is counted; it never reaches the client, which already has its response.
+/// Masks the step for storage (`start.sent_masked`: the values masked in what went upstream),
+/// marks it for training, and hands it, with its vault entries, to the lake writer. A masking
+/// failure stores nothing and is counted; it never reaches the client, which already has its
+/// response.
 pub fn store_step(
     writer: &LakeWriter,
     policy: &Policy,
     keys: &KeyRing,
     metrics: &Metrics,
     step: Step,
-    sent_masked: &FoundValues,
+    start: &StepStart,
 ) {
     let mut step = step;
     let vault = match mask_step(
@@ -233,7 +283,7 @@ pub fn store_step(
         &policy.scanner,
         &policy.masking.storage,
         keys,
-        sent_masked,
+        &start.sent_masked,
     ) {
         Ok(vault) => vault,
         Err(error) => {
@@ -242,6 +292,12 @@ pub fn store_step(
             return;
         }
     };
+    mark_for_training(
+        &mut step,
+        &policy.training,
+        start.upstream_trust,
+        start.consent,
+    );
     for entry in vault_entries(&step.tenant_id, vault) {
         if let Err(error) = writer.append(entry) {
             metrics.record_errors.fetch_add(1, Ordering::Relaxed);
@@ -369,6 +425,8 @@ mod tests {
             started_at: 1,
             api: "openai.chat",
             upstream: "u".into(),
+            upstream_trust: Trust::External,
+            consent: None,
             model_requested: "m".into(),
             tags: BTreeMap::new(),
             sent_masked: Default::default(),
@@ -438,6 +496,8 @@ mod tests {
             started_at: 1,
             api: "openai.chat",
             upstream: "u".into(),
+            upstream_trust: Trust::External,
+            consent: None,
             model_requested: "m".into(),
             tags: BTreeMap::new(),
             sent_masked: Default::default(),

@@ -363,6 +363,8 @@ mod tests {
             started_at: 0,
             api: "openai.chat",
             upstream: "provider".to_owned(),
+            upstream_trust: crate::config::Trust::External,
+            consent: None,
             model_requested: "gpt-4o".to_owned(),
             tags: BTreeMap::new(),
             sent_masked: Default::default(),

@@ -15,3 +15,4 @@ mod sdk;
 mod settings;
 mod strict;
 mod tls;
+mod training;

@@ -24,12 +24,18 @@ and flows back along `parent_step_id` discounted by `gamma` per step. The table 
 are in :attr:`LakeData.versions` and in each table's schema metadata, so a run can be repeated
 on exactly the same data (pass them back as ``steps_version`` and ``rewards_version``).
 
+Only steps that may be trained on are read, by the rule every atdp training reader applies
+(``docs/atdp-v1.md``): a step marked ineligible (``training_eligible`` false), past its
+``retention_until``, or unmarked (written before ATDP 1.1; unless ``unmarked="eligible"``) is
+left out by the query itself and only counted, by reason, in :attr:`LakeData.excluded`.
+
 Needs the ``lake`` extra: ``pip install "./python[lake]"`` (``deltalake`` and ``pyarrow``).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -38,6 +44,9 @@ from atdp.surrogates import render_step
 __all__ = ["Lake", "LakeData", "step_returns"]
 
 StepKey = tuple[str, str, str]
+
+#: How steps without a training mark are treated: not read (the default), or read.
+UNMARKED = ("excluded", "eligible")
 
 
 def _modules() -> tuple[Any, Any]:
@@ -136,9 +145,20 @@ def step_returns(
     return returns, unmatched
 
 
-def _rows(table: Any, tenant: str) -> list[dict[str, Any]]:
-    """The rows of one tenant's partition of a Delta table as dicts, times as µs since the
-    epoch (integers, as the protocol writes them and the Rust trainer compares them).
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _query(table: Any, sql: str) -> Any:
+    """``sql`` over ``table`` (registered as ``lake_table``), as a ``pyarrow.Table``."""
+    deltalake, pyarrow = _modules()
+    stream = deltalake.QueryBuilder().register("lake_table", table).execute(sql)
+    return pyarrow.table(stream)
+
+
+def _rows(table: Any, where: str) -> list[dict[str, Any]]:
+    """The rows of a Delta table matching the SQL predicate ``where`` as dicts, times as µs
+    since the epoch (integers, as the protocol writes them and the Rust trainer compares them).
 
     delta-rs reads the files itself (DataFusion, in Rust, through the table's own object
     store and options) and hands the rows over as an Arrow C stream, read to the end here:
@@ -148,20 +168,51 @@ def _rows(table: Any, tenant: str) -> list[dict[str, Any]]:
     finish tearing the scan down after the call has returned; a worker that releases such a
     block once the interpreter is finalizing aborts the process ("terminate called without
     an active exception", status 134), after the program has done its work."""
-    deltalake, pyarrow = _modules()
-    literal = "'" + tenant.replace("'", "''") + "'"
-    stream = (
-        deltalake.QueryBuilder()
-        .register("lake_table", table)
-        .execute(f"SELECT * FROM lake_table WHERE tenant_id = {literal}")
-    )
-    data = pyarrow.table(stream)
+    _, pyarrow = _modules()
+    data = _query(table, f"SELECT * FROM lake_table WHERE {where}")
     for index, column in enumerate(data.schema):
         if pyarrow.types.is_timestamp(column.type):
             micros = data.column(index).cast(pyarrow.timestamp("us", tz=column.type.tz)).cast(pyarrow.int64())
             data = data.set_column(index, column.name, micros)
     rows: list[dict[str, Any]] = data.to_pylist()
     return rows
+
+
+def _trainable(marked: bool, now: int, unmarked: str) -> str:
+    """The SQL predicate of the steps that may be trained on at ``now`` (µs since the epoch):
+    eligible (or unmarked, when ``unmarked`` is ``eligible``) and not past ``retention_until``.
+    A table without the governance columns (protocol version 1) has only unmarked rows."""
+    if not marked:
+        return "TRUE" if unmarked == "eligible" else "FALSE"
+    eligible = "training_eligible IS TRUE" if unmarked == "excluded" else "training_eligible IS NOT FALSE"
+    return (
+        f"({eligible} AND (retention_until IS NULL"
+        f" OR arrow_cast(retention_until, 'Int64') > {int(now)}))"
+    )
+
+
+def _exclusions(table: Any, where: str, marked: bool, now: int, unmarked: str) -> dict[str, int]:
+    """The steps matching ``where`` that may not be trained on, counted by reason (the first
+    of ``not_eligible``, ``unmarked``, ``retention_expired``); only the reason of each row is
+    computed, no row is read."""
+    if not marked:
+        if unmarked == "eligible":
+            return {}
+        reason = "'unmarked'"
+    else:
+        unmarked_case = (
+            "WHEN training_eligible IS NULL THEN 'unmarked' " if unmarked == "excluded" else ""
+        )
+        reason = (
+            "CASE WHEN training_eligible = false THEN 'not_eligible' "
+            f"{unmarked_case}ELSE 'retention_expired' END"
+        )
+    data = _query(
+        table,
+        f"SELECT {reason} AS reason, count(*) AS n FROM lake_table"
+        f" WHERE {where} AND NOT {_trainable(marked, now, unmarked)} GROUP BY 1",
+    )
+    return {row["reason"]: int(row["n"]) for row in data.to_pylist() if row["n"]}
 
 
 class Lake:
@@ -200,28 +251,42 @@ class Lake:
         reward_versions: Mapping[str, str] | None = None,
         steps_version: int | None = None,
         rewards_version: int | None = None,
+        unmarked: str = "excluded",
+        now: int | None = None,
         placeholders: str = "surrogate",
     ) -> "LakeData":
         """The steps of ``tenant`` (only ``agent``, started in [``since``, ``until``) in µs
-        since the epoch) and the rewards of their trajectories with the names of
+        since the epoch) that may be trained on at ``now`` (µs since the epoch; default: the
+        time of the call), and the rewards of their trajectories with the names of
         ``weights`` (each pinned to a function version by ``reward_versions``), as the Rust
-        trainer selects them, with their returns. With ``placeholders="surrogate"`` (the
-        default) the placeholders of the steps' messages and tool descriptions are rendered
-        as surrogate values (:func:`atdp.surrogates.render_step`); ``"keep"`` leaves them."""
+        trainer selects them, with their returns. Steps left out are counted by reason in
+        :attr:`LakeData.excluded`; unmarked steps are read only with ``unmarked="eligible"``.
+        With ``placeholders="surrogate"`` (the default) the placeholders of the steps'
+        messages and tool descriptions are rendered as surrogate values
+        (:func:`atdp.surrogates.render_step`); ``"keep"`` leaves them."""
         if placeholders not in ("surrogate", "keep"):
             raise ValueError(f'placeholders={placeholders!r}: use "surrogate" or "keep"')
         if not tenant:
             raise ValueError("name the tenant: rewards are only matched to steps of the same tenant")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma {gamma} must be in [0, 1]")
+        if unmarked not in UNMARKED:
+            raise ValueError(f"unmarked {unmarked!r} must be one of {', '.join(UNMARKED)}")
+        now = time.time_ns() // 1000 if now is None else int(now)
         steps_table = self.table("steps", steps_version)
+        marked = any(f.name == "training_eligible" for f in steps_table.schema().fields)
+        where = f"tenant_id = {_literal(tenant)}"
+        if agent is not None:
+            where += f" AND agent_id = {_literal(agent)}"
+        if since is not None:
+            where += f" AND arrow_cast(started_at, 'Int64') >= {int(since)}"
+        if until is not None:
+            where += f" AND arrow_cast(started_at, 'Int64') < {int(until)}"
+        excluded = _exclusions(steps_table, where, marked, now, unmarked)
         steps = [
             s
-            for s in _rows(steps_table, tenant)
+            for s in _rows(steps_table, f"{where} AND {_trainable(marked, now, unmarked)}")
             if s["tenant_id"] == tenant
-            and (agent is None or s["agent_id"] == agent)
-            and (since is None or s["started_at"] >= since)
-            and (until is None or s["started_at"] < until)
         ]
         steps.sort(key=lambda s: s["started_at"])
         if placeholders == "surrogate":
@@ -232,7 +297,7 @@ class Lake:
         rewards_table = self.table("rewards", rewards_version)
         rewards = [
             r
-            for r in _rows(rewards_table, tenant)
+            for r in _rows(rewards_table, f"tenant_id = {_literal(tenant)}")
             if r["tenant_id"] == tenant
             and r["name"] in weights
             and r["trajectory_id"] in trajectories
@@ -250,6 +315,7 @@ class Lake:
             returns=returns,
             unmatched_step_rewards=unmatched,
             versions={"steps": steps_table.version(), "rewards": rewards_table.version()},
+            excluded=excluded,
             placeholders=placeholders,
         )
 
@@ -257,7 +323,8 @@ class Lake:
 @dataclass
 class LakeData:
     """What :meth:`Lake.read` selected: rows as dicts, returns by (tenant, trajectory, step),
-    and the table versions read."""
+    the table versions read, and the steps left out because they may not be trained on, by
+    reason (``not_eligible``, ``unmarked``, ``retention_expired``)."""
 
     tenant: str
     steps: list[dict[str, Any]]
@@ -265,6 +332,7 @@ class LakeData:
     returns: dict[StepKey, float]
     unmatched_step_rewards: int
     versions: dict[str, int] = field(default_factory=dict)
+    excluded: dict[str, int] = field(default_factory=dict)
     #: ``surrogate`` or ``keep``: how the placeholders of masked text were rendered.
     placeholders: str = "surrogate"
 
@@ -273,6 +341,7 @@ class LakeData:
             b"atdp.tenant": self.tenant.encode(),
             b"atdp.steps_version": str(self.versions.get("steps")).encode(),
             b"atdp.rewards_version": str(self.versions.get("rewards")).encode(),
+            b"atdp.excluded": json.dumps(self.excluded, sort_keys=True).encode(),
             b"atdp.placeholders": self.placeholders.encode(),
         }
 

@@ -41,6 +41,10 @@ struct Common {
     /// Only steps started before this (RFC 3339, or YYYY-MM-DD for midnight UTC).
     #[arg(long, global = true)]
     until: Option<String>,
+    /// Steps without a training mark (written before ATDP 1.1): `excluded` (default, not
+    /// labelled) or `eligible`.
+    #[arg(long, global = true, env = "ATDP_UNMARKED", default_value = "excluded")]
+    unmarked: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -123,6 +127,9 @@ async fn main_async(cli: Cli) -> Result<()> {
             .as_deref()
             .map(|t| parse_time("until", t))
             .transpose()?,
+        unmarked: atdp_schema::Unmarked::from_name(&c.unmarked).ok_or_else(|| {
+            anyhow::anyhow!("--unmarked {:?}: use excluded or eligible", c.unmarked)
+        })?,
     };
     let options = c.lake.options()?;
     let lake = c.lake.open()?;

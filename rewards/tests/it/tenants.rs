@@ -40,6 +40,7 @@ fn twin_step(tenant: &str, trajectory: &str, step: &str, turn: i32, at: i64) -> 
         }),
         finish_reason: Some(finish.into()),
         status: "ok".into(),
+        training_eligible: Some(true),
         ..Step::default()
     }
 }
@@ -307,4 +308,68 @@ async fn preview_examples_come_from_the_selected_tenant() {
             assert_eq!(e.user, format!("question of {tenant}"), "{preview}");
         }
     }
+}
+
+/// Rewards are training data: a function never reads a step that may not be trained on, in
+/// its units or in its query, and reads unmarked steps only when told to.
+#[tokio::test]
+async fn steps_that_may_not_be_trained_on_are_never_labelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake_url = dir.path().join("lake").display().to_string();
+    let mut config = WriterConfig::new(lake_url.clone(), dir.path().join("wal-marks"));
+    config.fsync = false;
+    let writer = LakeWriter::open(config).await.unwrap();
+    let at = 1_795_910_400_000_000;
+    let marks = [
+        ("t1", "s1", 0, Some(true), None),
+        ("t1", "s2", 1, Some(false), None),
+        ("t1", "s3", 2, Some(true), Some(at)), // retention ended when it started
+        ("t2", "s4", 0, None, None),
+        ("t2", "s5", 1, Some(true), Some(i64::MAX)),
+    ];
+    for (trajectory, step, turn, eligible, until) in marks {
+        let mut step = twin_step("acme", trajectory, step, turn, at + i64::from(turn));
+        step.training_eligible = eligible;
+        step.retention_until = until;
+        writer.append(step).unwrap();
+    }
+    writer.flush().await.unwrap();
+    assert!(writer.shutdown(Duration::from_secs(10)).await.unwrap());
+    let f = Fixture::at(dir, lake_url);
+
+    let step_fn = f.spec(
+        "stop",
+        "name = \"stop\"\nkind = \"sql\"\nexpression = \"CASE WHEN finish_reason = 'stop' THEN 1.0 ELSE 0.0 END\"\n",
+    );
+    let report = f.run(&step_fn, &Selection::default()).await.unwrap();
+    assert_eq!((report.pending, report.written), (2, 2));
+    assert_eq!(
+        written(&f, &step_fn).await,
+        values(&[
+            ("acme", "t1", Some("s1"), 1.0),
+            ("acme", "t2", Some("s5"), 1.0)
+        ])
+    );
+    // A query over `steps` counts only the steps that may be trained on.
+    let turns = f.spec(
+        "turns",
+        "name = \"turns\"\nkind = \"sql\"\ntarget = \"trajectory\"\nquery = \"SELECT trajectory_id, count(*) AS value FROM steps GROUP BY trajectory_id\"\n",
+    );
+    f.run(&turns, &Selection::default()).await.unwrap();
+    assert_eq!(
+        written(&f, &turns).await,
+        values(&[("acme", "t1", None, 1.0), ("acme", "t2", None, 1.0)])
+    );
+    // Unmarked steps, when the operator says they may be trained on.
+    let eligible = Selection {
+        unmarked: atdp_schema::Unmarked::Eligible,
+        ..Selection::default()
+    };
+    let report = f.run(&step_fn, &eligible).await.unwrap();
+    assert_eq!((report.pending, report.written), (1, 1));
+    assert!(written(&f, &step_fn).await.contains_key(&(
+        "acme".to_owned(),
+        "t2".to_owned(),
+        Some("s4".to_owned())
+    )));
 }

@@ -1,9 +1,14 @@
 //! Selecting steps and rewards from the lake through `atdp_schema::LakeReader`, tenant by
 //! tenant, recording the Delta table versions and row counts read (for the manifest).
+//!
+//! Only steps that may be trained on are read ([`LakeReader::trainable_steps`]): a step marked
+//! ineligible (`training_eligible` false), past its `retention_until`, or unmarked (unless
+//! [`Selection::unmarked`] says otherwise) never leaves the lake; the manifest counts them by
+//! reason ([`TableRead::excluded`]). Rewards are kept only on trajectories of steps read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use atdp_schema::{Filter, Lake, LakeReader, Reward, Step};
+use atdp_schema::{Filter, Lake, LakeReader, Reward, Step, Unmarked, now_micros};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -30,6 +35,9 @@ pub struct Selection {
     pub steps_version: Option<u64>,
     /// Read `rewards` as of this Delta version instead of the latest.
     pub rewards_version: Option<u64>,
+    /// Whether steps without a training mark (written before ATDP 1.1, or by a producer that
+    /// does not set it) are trained on; by default they are not.
+    pub unmarked: Unmarked,
 }
 
 /// One table read: its Delta version and how many rows were read and kept.
@@ -39,10 +47,14 @@ pub struct TableRead {
     pub table: String,
     /// The Delta version read; `None` when the table does not exist.
     pub version: Option<u64>,
-    /// Rows the filter matched.
+    /// Rows read: for `steps`, those the filter matched that may be trained on.
     pub rows_read: usize,
     /// Rows kept after the trainer's own selection (reward names, trajectories read).
     pub rows_kept: usize,
+    /// `steps` the filter matched that were not read because they may not be trained on, by
+    /// reason: `not_eligible`, `unmarked`, `retention_expired` (empty for `rewards`).
+    #[serde(default)]
+    pub excluded: BTreeMap<String, usize>,
 }
 
 /// Steps and rewards selected from the lake.
@@ -93,6 +105,9 @@ async fn read(reader: &LakeReader, selection: &Selection) -> Result<LakeData> {
     let mut steps: Vec<Step> = Vec::new();
     let mut kept: Vec<Reward> = Vec::new();
     let (mut steps_read, mut rewards_read) = (0, 0);
+    let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
+    // Retention is judged once, at the start of the read, for every tenant.
+    let now = now_micros();
     for tenant in &selection.tenants {
         let steps_filter = Filter {
             tenant_id: Some(tenant.clone()),
@@ -102,7 +117,13 @@ async fn read(reader: &LakeReader, selection: &Selection) -> Result<LakeData> {
             version: steps_version,
             ..Filter::default()
         };
-        let read_steps = reader.steps(&steps_filter).await?;
+        let trainable = reader
+            .trainable_steps(&steps_filter, now, selection.unmarked)
+            .await?;
+        for (reason, count) in trainable.excluded {
+            *excluded.entry(reason).or_insert(0) += count;
+        }
+        let read_steps = trainable.steps;
         steps_version = steps_version.or(read_steps.version);
         // Rewards arrive after the steps they judge: no time filter, only the tenant; they
         // are matched to this tenant's selected steps by trajectory below.
@@ -144,12 +165,14 @@ async fn read(reader: &LakeReader, selection: &Selection) -> Result<LakeData> {
             version: steps_version,
             rows_read: steps_read,
             rows_kept: steps.len(),
+            excluded,
         },
         TableRead {
             table: "rewards".into(),
             version: rewards_version,
             rows_read: rewards_read,
             rows_kept: kept.len(),
+            excluded: BTreeMap::new(),
         },
     ];
     Ok(LakeData {

@@ -74,7 +74,8 @@ fn reply(text: &str) -> Message {
 }
 
 /// One single-step trajectory answering [`prompt`] with `text`, and its terminal
-/// trajectory reward `value` named `ok` (version `version`).
+/// trajectory reward `value` named `ok` (version `version`); the step is marked eligible for
+/// training.
 pub fn episode(text: &str, value: f64, version: Option<&str>, at: i64) -> (Step, Reward) {
     let trajectory_id = new_id();
     let step = Step {
@@ -92,6 +93,9 @@ pub fn episode(text: &str, value: f64, version: Option<&str>, at: i64) -> (Step,
         response_message: Some(reply(text)),
         finish_reason: Some("stop".into()),
         status: "ok".into(),
+        // As the proxy marks a step under its default training policy.
+        training_eligible: Some(true),
+        consent_source: Some("policy:default".into()),
         ..Step::default()
     };
     let reward = Reward {

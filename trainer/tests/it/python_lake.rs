@@ -1,8 +1,10 @@
 //! The Python package's `atdp.lake` (`python/src/atdp/lake.py`) and this trainer read the
 //! same lake into the same returns: trees with retries and abandoned branches, step and
 //! trajectory rewards, duplicates resolved to the latest, unknown names, a step reward naming
-//! another trajectory's step, and a second tenant using the same trajectory ids. And the
-//! Python reader exits cleanly after reading, however late the machine runs its threads.
+//! another trajectory's step, a second tenant using the same trajectory ids, and steps that
+//! may not be trained on (marked ineligible, unmarked, past their retention), which neither
+//! reads and both count alike. And the Python reader exits cleanly after reading, however late
+//! the machine runs its threads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,6 +26,8 @@ fn records() -> Vec<Record> {
     let mut clock = BASE;
     for tenant in ["acme", "globex"] {
         let mut rng = Rng::stream(11, tenant);
+        // The training marks come from a stream of their own.
+        let mut marks = Rng::stream(12, tenant);
         for t in 0..24 {
             let trajectory = format!("traj-{t}");
             let n = 1 + (rng.next_u64() % 6) as usize;
@@ -34,6 +38,12 @@ fn records() -> Vec<Record> {
                 let id = format!("{trajectory}-s{i}");
                 let ok = rng.uniform() < 0.85;
                 let logprobs = (rng.uniform() < 0.5).then(|| vec![-0.25_f32, -1.5, -0.125]);
+                let (training_eligible, retention_until) = match marks.uniform() {
+                    u if u < 0.08 => (Some(false), None),
+                    u if u < 0.14 => (None, None),
+                    u if u < 0.20 => (Some(true), Some(BASE)), // long past
+                    _ => (Some(true), Some(i64::MAX)),
+                };
                 records.push(Record::Step(Box::new(Step {
                     step_id: id.clone(),
                     trajectory_id: trajectory.clone(),
@@ -57,6 +67,8 @@ fn records() -> Vec<Record> {
                     }),
                     status: if ok { "ok" } else { "upstream_error" }.into(),
                     completion_logprobs: logprobs,
+                    training_eligible,
+                    retention_until,
                     ..Step::default()
                 })));
                 ids.push(id);
@@ -220,6 +232,24 @@ fn compare(lake: &Path, since: Option<i64>) {
         assert_eq!((&a.0, a.2), (&b.0, b.2));
         assert!((a.1 - b.1).abs() <= 1e-12 * a.1.abs().max(1.0));
     }
+    // Steps that may not be trained on: neither side reads them, both count them alike.
+    let excluded = &data.reads[0].excluded;
+    for reason in ["not_eligible", "unmarked", "retention_expired"] {
+        assert!(
+            excluded.get(reason).is_some_and(|&n| n > 0),
+            "{reason}: {excluded:?}"
+        );
+    }
+    assert_eq!(python["excluded"], json!(excluded));
+    assert!(
+        data.steps
+            .iter()
+            .all(|s| s.training_eligible == Some(true) && s.retention_until == Some(i64::MAX)),
+        "a step that may not be trained on was read"
+    );
+    let in_metadata: Value =
+        serde_json::from_str(python["metadata"]["atdp.excluded"].as_str().unwrap()).unwrap();
+    assert_eq!(in_metadata, json!(excluded));
     let versions = &python["versions"];
     assert_eq!(versions["steps"].as_u64(), data.reads[0].version);
     assert_eq!(versions["rewards"].as_u64(), data.reads[1].version);

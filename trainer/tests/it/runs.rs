@@ -1,6 +1,7 @@
 //! Training runs: exact resume from a checkpoint, and bad input (empty selection, NaN
 //! rewards, missing model files, a changed reward function) giving a clear error and no
-//! adapter; `atdp-train run` on the command line.
+//! adapter; `atdp-train run` on the command line; steps that may not be trained on never
+//! read, and counted in the manifest.
 
 use std::path::Path;
 use std::process::Command;
@@ -364,4 +365,94 @@ fn mixed_reward_versions_are_refused_unless_pinned_or_allowed() {
     allowed.allow_mixed_reward_versions = true;
     atdp_trainer::run(&allowed, &TrainOptions::default(), &mut no_progress()).unwrap();
     assert!(adapter_written(&setup.out("mixed")));
+}
+
+#[test]
+fn steps_that_may_not_be_trained_on_are_never_read_and_the_manifest_counts_them() {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use atdp_trainer::{Selection, read_lake};
+
+    let setup = Setup::new();
+    let mut records = good_and_bad(2);
+    let at = 1_795_910_400_000_000 + 100_000_000;
+    // Rewarded episodes the selection matches, each of them not to be trained on.
+    let mut excluded_ids = BTreeSet::new();
+    let mut add = |i: i64, edit: &dyn Fn(&mut atdp_schema::Step)| {
+        let (mut step, reward) = episode(GOOD, 1.0, Some("v1"), at + i * 1_000_000);
+        edit(&mut step);
+        excluded_ids.insert(step.step_id.clone());
+        records.push(step.into());
+        records.push(reward.into());
+    };
+    for i in 0..3 {
+        add(i, &|s| {
+            s.training_eligible = Some(false);
+            s.consent_source = Some("header".into());
+        });
+    }
+    for i in 3..5 {
+        // Retention ended a day after the call, long ago.
+        add(i, &|s| {
+            s.retention_until = Some(s.started_at + 86_400_000_000)
+        });
+    }
+    add(5, &|s| {
+        s.training_eligible = None;
+        s.consent_source = None;
+    });
+    write_lake(&setup.lake(), records);
+
+    let config = setup.config("governed", SMALL);
+    let report = atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap();
+    assert_eq!(report.steps_done, 4);
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(setup.out("governed").join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let steps = &manifest["tables"][0];
+    assert_eq!(steps["table"], "steps");
+    // Only the four eligible steps were read, and became the examples.
+    assert_eq!(
+        (steps["rows_read"].as_u64(), steps["rows_kept"].as_u64()),
+        (Some(4), Some(4))
+    );
+    assert_eq!(manifest["examples"]["steps"], 4);
+    assert_eq!(
+        steps["excluded"],
+        serde_json::json!({"not_eligible": 3, "retention_expired": 2, "unmarked": 1})
+    );
+    assert_eq!(manifest["tables"][1]["excluded"], serde_json::json!({}));
+    assert_eq!(
+        manifest["hyper_parameters"]["selection"]["unmarked"],
+        "excluded"
+    );
+    // The rewards of the trajectories not read are not read either: 4 of 10.
+    assert_eq!(manifest["tables"][1]["rows_kept"], 4);
+
+    // The same selection read directly: no excluded step among the rows; unmarked steps only
+    // when the operator says they may be trained on.
+    let mut selection = Selection {
+        tenants: BTreeSet::from(["acme".to_owned()]),
+        reward_names: BTreeSet::from(["ok".to_owned()]),
+        ..Selection::default()
+    };
+    let location = setup.lake().display().to_string();
+    let data = read_lake(&location, Default::default(), &selection).unwrap();
+    assert_eq!(data.steps.len(), 4);
+    assert!(
+        data.steps
+            .iter()
+            .all(|s| !excluded_ids.contains(&s.step_id))
+    );
+    selection.unmarked = atdp_schema::Unmarked::Eligible;
+    let data = read_lake(&location, Default::default(), &selection).unwrap();
+    assert_eq!(data.steps.len(), 5);
+    assert_eq!(
+        data.reads[0].excluded,
+        BTreeMap::from([
+            ("not_eligible".to_owned(), 3),
+            ("retention_expired".to_owned(), 2)
+        ])
+    );
 }

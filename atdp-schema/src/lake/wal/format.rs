@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::record::Record;
 
-pub(super) const MAGIC: &[u8; 8] = b"ATDPWAL1";
+/// The magic of segments this writer writes: records of protocol version 1.1.
+pub(super) const MAGIC: &[u8; 8] = b"ATDPWAL2";
+/// The magic of the first format, read through [`super::legacy`].
+pub(super) const LEGACY_MAGIC: &[u8; 8] = b"ATDPWAL1";
 pub(super) const FRAME_HEADER: usize = 8;
 /// Larger frames are taken as corruption of the length field.
 const MAX_RECORD_BYTES: usize = 256 << 20;
@@ -175,7 +178,8 @@ fn scan_reader(
         };
         return Ok((read > 0).then(|| damage(0, kind, 0)));
     }
-    if &magic != MAGIC {
+    let legacy = &magic == LEGACY_MAGIC;
+    if &magic != MAGIC && !legacy {
         return Ok(Some(damage(0, DamageKind::Corrupt, 0)));
     }
     let mut offset = MAGIC.len() as u64;
@@ -200,7 +204,10 @@ fn scan_reader(
             return Ok(Some(damage(offset, DamageKind::TornTail, intact)));
         }
         let decoded = (crc32fast::hash(payload) == crc)
-            .then(|| postcard::from_bytes::<Record>(payload).ok())
+            .then(|| match legacy {
+                true => super::legacy::decode(payload),
+                false => postcard::from_bytes::<Record>(payload).ok(),
+            })
             .flatten();
         match decoded {
             Some(record) => {

@@ -1,10 +1,11 @@
 //! The local write-ahead log: records are framed, checksummed and group-committed to segment
 //! files; sealed segments wait on disk until their Delta commits are confirmed.
 //!
-//! Segment file: the magic `ATDPWAL1`, then records, each `[len: u32 LE][crc32: u32 LE]
+//! Segment file: the magic `ATDPWAL2`, then records, each `[len: u32 LE][crc32: u32 LE]
 //! [payload: len bytes]` where the payload is the postcard encoding of a [`Record`] and the
 //! CRC (IEEE) covers the payload. Segments are named by a sequence number that only grows;
-//! that number is the Delta transaction version of the segment's commits.
+//! that number is the Delta transaction version of the segment's commits. Segments of the
+//! first format (`ATDPWAL1`, protocol version 1 records) are still read ([`legacy`]).
 
 //!
 //! The log is in four parts: [`format`] (framing and reading segments back), [`recovery`]
@@ -12,6 +13,7 @@
 //! (appending, and the state they share).
 
 mod format;
+mod legacy;
 mod recovery;
 mod sync;
 #[cfg(test)]
