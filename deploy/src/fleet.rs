@@ -278,14 +278,14 @@ impl Fleet {
         Ok(engine)
     }
 
+    /// The 404 for a model no served policy answers to. It names no served policy: the
+    /// process may serve several tenants' agents, and one agent learns nothing of the others.
     fn unknown(&self, model: &str) -> ApiError {
-        let served: Vec<&str> = self.policies().collect();
         pin_error(
             StatusCode::NOT_FOUND,
             format!(
-                "The model `{}` does not exist: this server serves the policies {} (`<policy>` or `<policy>@v<N>`).",
-                shown(model),
-                served.join(", ")
+                "The model `{}` does not exist or you do not have access to it.",
+                shown(model)
             ),
         )
     }
