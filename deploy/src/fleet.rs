@@ -9,8 +9,8 @@
 //! server, one port for the proxy to route to); what a policy adds is measured by
 //! `bench-policies`.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -19,9 +19,12 @@ use serde::Serialize;
 use crate::engine::{Engine, Shared};
 use crate::error::{Error, Result};
 use crate::openai::ApiError;
-use crate::registry::Action;
+use crate::registry::{Action, Event};
 use crate::server::{Serving, Status};
 use crate::watch::Watcher;
+
+/// How long a refused pin is answered from memory, without reading the registry again.
+const REFUSED_FOR: Duration = Duration::from_secs(30);
 
 /// One policy: what it serves now and how it follows its registry (none: a fixed engine).
 #[derive(Debug)]
@@ -38,12 +41,71 @@ struct Pinned {
     used: Instant,
 }
 
+/// The pinned versions loaded, and the bookkeeping that bounds them.
+struct Pins {
+    max: usize,
+    /// Held only to look up, insert or evict: never across a load or a registry read.
+    loaded: Mutex<Vec<Pinned>>,
+    /// One pin loads at a time, so that at most `max` pinned engines (and the one loading)
+    /// are ever held.
+    loading: tokio::sync::Mutex<()>,
+    /// Pins refused lately (not published, refused by the gate, rolled back from), by
+    /// policy and version, with when.
+    refused: Mutex<HashMap<(String, u32), Instant>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Pins {
+    fn find(&self, policy: &str, number: Option<u32>) -> Option<Shared> {
+        let mut loaded = lock(&self.loaded);
+        let pinned = loaded
+            .iter_mut()
+            .find(|p| p.policy == policy && p.number == number)?;
+        pinned.used = Instant::now();
+        Some(pinned.engine.clone())
+    }
+
+    fn refused_lately(&self, policy: &str, number: u32) -> bool {
+        let mut refused = lock(&self.refused);
+        refused.retain(|_, at| at.elapsed() < REFUSED_FOR);
+        refused.contains_key(&(policy.to_owned(), number))
+    }
+
+    fn refuse(&self, policy: &str, number: u32) {
+        lock(&self.refused).insert((policy.to_owned(), number), Instant::now());
+    }
+
+    /// Drops the least recently used pins until one more fits.
+    fn make_room(&self) {
+        let mut loaded = lock(&self.loaded);
+        while !loaded.is_empty() && loaded.len() >= self.max {
+            let oldest = loaded
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.used)
+                .map(|(i, _)| i)
+                .unwrap_or_default();
+            loaded.swap_remove(oldest);
+        }
+    }
+
+    /// Drops the pins of `policy` whose versions are in `withdrawn`.
+    fn drop_withdrawn(&self, policy: &str, withdrawn: &BTreeSet<u32>) {
+        lock(&self.loaded)
+            .retain(|p| p.policy != policy || p.number.is_none_or(|n| !withdrawn.contains(&n)));
+    }
+}
+
 /// The policies one process serves.
 pub struct Fleet {
     members: BTreeMap<String, Member>,
     default: Option<String>,
-    pinned: tokio::sync::Mutex<Vec<Pinned>>,
-    max_pinned: usize,
+    pins: Arc<Pins>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -62,7 +124,8 @@ pub struct FleetStatus {
     /// The default policy's status (the first by name when there is no default).
     #[serde(flatten)]
     pub main: Status,
-    /// Each policy's status, by name.
+    /// Each policy's status, by name. A policy's request and failure counts include its
+    /// pinned versions' requests.
     pub policies: BTreeMap<String, Status>,
     /// Pinned versions loaded now (`support@v3`).
     pub pinned: Vec<String>,
@@ -74,11 +137,35 @@ pub(crate) struct Route {
     pub engine: Shared,
 }
 
+/// Versions a policy's log withdrew from serving: refused by the gate, or left by a rollback,
+/// unless promoted again since.
+fn withdrawn(log: &[Event]) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for event in log {
+        match event.action {
+            Action::Reject => {
+                out.insert(event.version);
+            }
+            Action::Rollback => {
+                if let Some(left) = event.previous {
+                    out.insert(left);
+                }
+            }
+            Action::Promote => {
+                out.remove(&event.version);
+            }
+        }
+    }
+    out
+}
+
 impl Fleet {
     /// Loads the promoted version of every watcher's policy (the base model where none is
     /// promoted). `default` takes requests whose `model` names no served policy; with one
     /// policy and no default, that policy is the default. A policy named twice, or a default
-    /// that is not served, is an error, as is any policy that cannot be served at start.
+    /// that is not served, is an error. A version that cannot be served at start is an error
+    /// with one policy; with several, that policy serves its base model, the refusal is in
+    /// its status, and its watcher goes on following the registry.
     pub async fn start(
         watchers: Vec<Watcher>,
         default: Option<String>,
@@ -87,13 +174,23 @@ impl Fleet {
         if watchers.is_empty() {
             return Err(Error::Config("serve at least one policy".into()));
         }
+        let several = watchers.len() > 1;
         let mut members = BTreeMap::new();
         for watcher in watchers {
             let policy = watcher.registry.policy().to_owned();
             if members.contains_key(&policy) {
                 return Err(Error::Config(format!("policy {policy} is named twice")));
             }
-            let serving = watcher.start().await?;
+            let serving = match watcher.start().await {
+                Ok(serving) => serving,
+                Err(e) if several => {
+                    tracing::error!(%policy, error = %e, "Cannot serve the promoted version at start; serving the base model.");
+                    let serving = Serving::new(watcher.prepare(None).await?);
+                    serving.refused(format!("at start: {e}"));
+                    serving
+                }
+                Err(e) => return Err(e),
+            };
             members.insert(
                 policy,
                 Member {
@@ -115,8 +212,12 @@ impl Fleet {
         Ok(Arc::new(Fleet {
             members,
             default,
-            pinned: tokio::sync::Mutex::new(Vec::new()),
-            max_pinned,
+            pins: Arc::new(Pins {
+                max: max_pinned,
+                loaded: Mutex::new(Vec::new()),
+                loading: tokio::sync::Mutex::new(()),
+                refused: Mutex::new(HashMap::new()),
+            }),
         }))
     }
 
@@ -131,16 +232,34 @@ impl Fleet {
         Arc::new(Fleet {
             members: BTreeMap::from([(policy.clone(), member)]),
             default: Some(policy),
-            pinned: tokio::sync::Mutex::new(Vec::new()),
-            max_pinned: 0,
+            pins: Arc::new(Pins {
+                max: 0,
+                loaded: Mutex::new(Vec::new()),
+                loading: tokio::sync::Mutex::new(()),
+                refused: Mutex::new(HashMap::new()),
+            }),
         })
     }
 
-    /// Follows every policy's registry every `poll`, each on its own task.
+    /// Follows every policy's registry every `poll`, each on its own task; pinned versions
+    /// that the log withdraws (refused by the gate, rolled back from) leave within a poll.
     pub fn follow(&self, poll: Duration) {
-        for member in self.members.values() {
-            if let Some(watcher) = &member.watcher {
-                tokio::spawn(watcher.clone().run(member.serving.clone(), poll));
+        for (policy, member) in &self.members {
+            let Some(watcher) = &member.watcher else {
+                continue;
+            };
+            tokio::spawn(watcher.clone().run(member.serving.clone(), poll));
+            if self.pins.max > 0 {
+                let (pins, registry, policy) =
+                    (self.pins.clone(), watcher.registry.clone(), policy.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(poll).await;
+                        if let Ok(log) = registry.log().await {
+                            pins.drop_withdrawn(&policy, &withdrawn(&log));
+                        }
+                    }
+                });
             }
         }
     }
@@ -161,7 +280,7 @@ impl Fleet {
     }
 
     /// Every policy's status.
-    pub async fn status(&self) -> FleetStatus {
+    pub fn status(&self) -> FleetStatus {
         let policies: BTreeMap<String, Status> = self
             .members
             .iter()
@@ -173,10 +292,7 @@ impl Fleet {
             .or_else(|| self.members.keys().next().cloned())
             .unwrap_or_default();
         let main = policies.get(&main_name).cloned().unwrap_or_default();
-        let pinned = self
-            .pinned
-            .lock()
-            .await
+        let pinned = lock(&self.pins.loaded)
             .iter()
             .map(|p| p.engine.version.to_string())
             .collect();
@@ -198,9 +314,9 @@ impl Fleet {
             (Some(member), _) => member,
             (None, None) => match self.default.as_ref().and_then(|d| self.members.get(d)) {
                 Some(member) => member,
-                None => return Err(self.unknown(model)),
+                None => return Err(unknown(model)),
             },
-            (None, Some(_)) => return Err(self.unknown(model)),
+            (None, Some(_)) => return Err(unknown(model)),
         };
         let serving = member.serving.clone();
         let current = serving.current();
@@ -213,7 +329,7 @@ impl Fleet {
         let number = parse_pin(pin).ok_or_else(|| {
             ApiError::invalid(
                 format!(
-                    "`model` pins a version as `{name}@v<N>` or `{name}@base`, not `{}`",
+                    "`model` pins a version as `<policy>@v<N>` or `<policy>@base`, not `@{}`",
                     shown(pin)
                 ),
                 Some("model"),
@@ -225,104 +341,115 @@ impl Fleet {
                 engine: current,
             });
         }
-        let engine = self.pinned(name, member, number).await?;
+        let engine = self.pinned(name, member, number, model).await?;
         Ok(Route { serving, engine })
     }
 
     /// A pinned version's engine: kept from an earlier request, or fetched, checked and
-    /// loaded now. The least recently used pinned engine leaves when more than `max_pinned`
-    /// are loaded (requests running on it finish on it).
+    /// loaded now. A pin that is refused for any reason gets the same answer as an unknown
+    /// model, so that the answer tells nothing about the policy's versions.
     async fn pinned(
         &self,
         name: &str,
         member: &Member,
         number: Option<u32>,
+        model: &str,
     ) -> Result<Shared, ApiError> {
-        let mut pinned = self.pinned.lock().await;
-        if let Some(p) = pinned
-            .iter_mut()
-            .find(|p| p.policy == name && p.number == number)
-        {
-            p.used = Instant::now();
-            return Ok(p.engine.clone());
+        if let Some(engine) = self.pins.find(name, number) {
+            return Ok(engine);
         }
-        let Some(watcher) = member.watcher.as_ref().filter(|_| self.max_pinned > 0) else {
-            return Err(pin_error(
-                StatusCode::NOT_FOUND,
-                format!("{name} serves its promoted version only: pinned versions are off"),
-            ));
+        let Some(watcher) = member.watcher.clone().filter(|_| self.pins.max > 0) else {
+            return Err(unknown(model));
         };
-        if let Some(n) = number {
-            check_pin(name, watcher, n).await?;
+        if number.is_some_and(|n| self.pins.refused_lately(name, n)) {
+            return Err(unknown(model));
         }
-        let engine = watcher.prepare(number).await.map_err(|e| {
-            tracing::error!(policy = %name, error = %e, "Could not load a pinned version.");
-            ApiError::server(format!("could not load {name}@{}: {e}", pin_name(number)))
-        })?;
-        let engine = Arc::new(engine);
-        while pinned.len() >= self.max_pinned {
-            let oldest = pinned
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, p)| p.used)
-                .map(|(i, _)| i)
-                .unwrap_or_default();
-            pinned.swap_remove(oldest);
-        }
-        pinned.push(Pinned {
-            policy: name.to_owned(),
-            number,
-            engine: engine.clone(),
-            used: Instant::now(),
+        // The load runs on its own task: a client that leaves does not cut it short (its
+        // engine is kept for the next request), and loads never overlap.
+        let pins = self.pins.clone();
+        let policy = name.to_owned();
+        let load = tokio::spawn(async move {
+            let _one = pins.loading.lock().await;
+            if let Some(engine) = pins.find(&policy, number) {
+                return Ok(engine);
+            }
+            if let Some(n) = number {
+                if pins.refused_lately(&policy, n) {
+                    return Err(Refused::Unknown);
+                }
+                check_pin(&pins, &policy, &watcher, n).await?;
+            }
+            pins.make_room();
+            let engine = watcher.prepare(number).await.map_err(|e| {
+                tracing::error!(%policy, version = %pin_name(number), error = %e, "Could not load a pinned version.");
+                Refused::Load
+            })?;
+            // The log may have withdrawn it while it loaded.
+            if let Some(n) = number {
+                check_pin(&pins, &policy, &watcher, n).await?;
+            }
+            let engine = Arc::new(engine);
+            lock(&pins.loaded).push(Pinned {
+                policy,
+                number,
+                engine: engine.clone(),
+                used: Instant::now(),
+            });
+            Ok(engine)
         });
-        Ok(engine)
-    }
-
-    /// The 404 for a model no served policy answers to. It names no served policy: the
-    /// process may serve several tenants' agents, and one agent learns nothing of the others.
-    fn unknown(&self, model: &str) -> ApiError {
-        pin_error(
-            StatusCode::NOT_FOUND,
-            format!(
-                "The model `{}` does not exist or you do not have access to it.",
+        match load.await {
+            Ok(Ok(engine)) => Ok(engine),
+            Ok(Err(Refused::Unknown)) => Err(unknown(model)),
+            Ok(Err(Refused::Load)) | Err(_) => Err(ApiError::server(format!(
+                "the version `{}` could not be loaded; the server's log says why",
                 shown(model)
-            ),
-        )
+            ))),
+        }
     }
 }
 
-/// A pin must name a published version the gate did not refuse.
-async fn check_pin(name: &str, watcher: &Watcher, number: u32) -> Result<(), ApiError> {
+/// Why a pin was not served.
+enum Refused {
+    /// Not published, withdrawn, or the registry could not be read: answered as unknown.
+    Unknown,
+    /// It failed to load.
+    Load,
+}
+
+/// A pin must name a published version the log has not withdrawn; a refusal is remembered
+/// for a while.
+async fn check_pin(
+    pins: &Pins,
+    policy: &str,
+    watcher: &Watcher,
+    number: u32,
+) -> std::result::Result<(), Refused> {
     let registry = &watcher.registry;
     let unreadable = |e: Error| {
-        tracing::warn!(policy = %name, error = %e, "Could not read the registry for a pin.");
-        ApiError::server(format!("could not read the registry of {name}"))
+        tracing::warn!(%policy, error = %e, "Could not read the registry for a pin.");
+        Refused::Unknown
     };
-    let versions = registry.versions().await.map_err(unreadable)?;
-    if !versions.contains(&number) {
-        return Err(pin_error(
-            StatusCode::NOT_FOUND,
-            format!("{name} has no published version v{number}"),
-        ));
-    }
+    let published = registry.versions().await.map_err(unreadable)?;
     let log = registry.log().await.map_err(unreadable)?;
-    if log
-        .iter()
-        .any(|e| e.action == Action::Reject && e.version == number)
-    {
-        return Err(pin_error(
-            StatusCode::NOT_FOUND,
-            format!("{name}@v{number} was refused by the gate and is not served"),
-        ));
+    if !published.contains(&number) || withdrawn(&log).contains(&number) {
+        tracing::info!(%policy, version = number, "Refused a pin: not published, or withdrawn by the log.");
+        pins.refuse(policy, number);
+        return Err(Refused::Unknown);
     }
     Ok(())
 }
 
-fn pin_error(status: StatusCode, message: String) -> ApiError {
+/// The 404 for a model no served policy answers to, and for every refused pin. It names no
+/// served policy and none of its versions: the process may serve several tenants' agents,
+/// and one agent learns nothing of the others.
+fn unknown(model: &str) -> ApiError {
     ApiError {
-        status,
+        status: StatusCode::NOT_FOUND,
         kind: "invalid_request_error",
-        message,
+        message: format!(
+            "The model `{}` does not exist or you do not have access to it.",
+            shown(model)
+        ),
         param: Some("model"),
         code: Some("model_not_found"),
     }
@@ -371,6 +498,33 @@ mod tests {
         ] {
             assert_eq!(parse_pin(bad), None, "{bad}");
         }
+    }
+
+    fn event(action: Action, version: u32, previous: Option<u32>) -> Event {
+        Event {
+            seq: 0,
+            action,
+            version,
+            previous,
+            at: String::new(),
+            by: String::new(),
+            reason: String::new(),
+            report: None,
+        }
+    }
+
+    #[test]
+    fn rejected_and_rolled_back_versions_are_withdrawn_until_promoted_again() {
+        let log = [
+            event(Action::Promote, 1, None),
+            event(Action::Reject, 2, Some(1)),
+            event(Action::Promote, 3, Some(1)),
+            event(Action::Rollback, 1, Some(3)),
+        ];
+        assert_eq!(withdrawn(&log), BTreeSet::from([2, 3]));
+        let mut again = log.to_vec();
+        again.push(event(Action::Promote, 3, Some(1)));
+        assert_eq!(withdrawn(&again), BTreeSet::from([2]));
     }
 
     #[test]

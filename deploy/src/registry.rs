@@ -312,7 +312,9 @@ impl Registry {
                     ),
                 });
             }
-            let partial = dir.join(format!(".{name}.partial"));
+            // A name of its own: the watcher and a pinned load may fetch the same version at
+            // once, and each renames only what it wrote itself.
+            let partial = dir.join(format!(".{name}.{}.partial", uuid::Uuid::now_v7().simple()));
             std::fs::write(&partial, &bytes).map_err(|e| Error::io(&partial, e))?;
             std::fs::rename(&partial, &target).map_err(|e| Error::io(&target, e))?;
         }

@@ -205,7 +205,7 @@ async fn health() -> &'static str {
 }
 
 async fn status(State(fleet): State<Arc<Fleet>>) -> axum::Json<FleetStatus> {
-    axum::Json(fleet.status().await)
+    axum::Json(fleet.status())
 }
 
 /// Every served policy, with the version it serves now.

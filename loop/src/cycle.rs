@@ -218,8 +218,20 @@ mod tests {
     #[test]
     fn two_tenants_with_the_same_trajectory_id_are_two_rewarded_trajectories() {
         let dir = tempfile::tempdir().unwrap();
-        let lake = twin_lake(dir.path());
+        let lake = twin_lake(dir.path(), [Some(true), Some(true)]);
         let n = rewarded_trajectories(&lake, Default::default(), &both(), "ok").unwrap();
         assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn only_trajectories_that_may_be_trained_on_make_a_cycle_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = twin_lake(dir.path(), [Some(false), None]);
+        let n = rewarded_trajectories(&lake, Default::default(), &both(), "ok").unwrap();
+        assert_eq!(n, 0, "one ineligible, one unmarked");
+        let mut unmarked = both();
+        unmarked.unmarked = atdp_schema::Unmarked::Eligible;
+        let n = rewarded_trajectories(&lake, Default::default(), &unmarked, "ok").unwrap();
+        assert_eq!(n, 1, "the unmarked one, taken as eligible");
     }
 }

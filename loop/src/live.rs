@@ -21,7 +21,8 @@ pub struct VersionReward {
 
 /// Reads the rewards named `reward` of the selected trajectories and attributes each to the
 /// version that served the trajectory's last step (`policy_version`); per version, the mean
-/// of the latest `window`. Blocking.
+/// of the latest `window`. Every served step counts, whatever its training marks: what may be
+/// trained on is not what was served. Blocking.
 pub fn live_rewards(
     lake: &str,
     options: HashMap<String, String>,
@@ -31,7 +32,7 @@ pub fn live_rewards(
 ) -> Result<BTreeMap<String, VersionReward>> {
     let mut selection = selection.clone();
     selection.reward_names = BTreeSet::from([reward.to_owned()]);
-    let data = atdp_trainer::read_lake(lake, options, &selection)?;
+    let data = atdp_trainer::read_lake_to_monitor(lake, options, &selection)?;
     // The version of each (tenant, trajectory)'s latest step.
     let mut last: HashMap<(&str, &str), (i64, &str)> = HashMap::new();
     for step in &data.steps {
@@ -148,8 +149,9 @@ pub(crate) mod tests {
 
     /// A lake in which the clients of two tenants both named their trajectory `t1`: acme's
     /// was served by `policy@v1` and rewarded 1, globex's (later) by `policy@v2` and
-    /// rewarded 0. Returns the lake's location.
-    pub(crate) fn twin_lake(dir: &Path) -> String {
+    /// rewarded 0; `marks` are the two steps' `training_eligible`. Returns the lake's
+    /// location.
+    pub(crate) fn twin_lake(dir: &Path, marks: [Option<bool>; 2]) -> String {
         let lake = dir.join("lake").display().to_string();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -160,10 +162,12 @@ pub(crate) mod tests {
             config.fsync = false;
             let writer = LakeWriter::open(config).await.unwrap();
             let at = 1_795_910_400_000_000;
-            for (i, (tenant, version, value)) in
-                [("acme", "policy@v1", 1.0), ("globex", "policy@v2", 0.0)]
-                    .into_iter()
-                    .enumerate()
+            for (i, (tenant, version, value, eligible)) in [
+                ("acme", "policy@v1", 1.0, marks[0]),
+                ("globex", "policy@v2", 0.0, marks[1]),
+            ]
+            .into_iter()
+            .enumerate()
             {
                 let started_at = at + i as i64 * 1_000_000;
                 writer
@@ -175,7 +179,7 @@ pub(crate) mod tests {
                         started_at,
                         status: "ok".into(),
                         policy_version: Some(version.into()),
-                        training_eligible: Some(true),
+                        training_eligible: eligible,
                         ..Step::default()
                     })
                     .unwrap();
@@ -208,7 +212,9 @@ pub(crate) mod tests {
     #[test]
     fn each_tenants_reward_counts_for_the_version_that_served_that_tenant() {
         let dir = tempfile::tempdir().unwrap();
-        let lake = twin_lake(dir.path());
+        // What may be trained on is not what was served: an ineligible and an unmarked step
+        // count as much as eligible ones.
+        let lake = twin_lake(dir.path(), [Some(false), None]);
         let live = live_rewards(&lake, Default::default(), &both(), "ok", 10).unwrap();
         let got: Vec<(&str, usize, f64)> = live
             .iter()

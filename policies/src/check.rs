@@ -49,14 +49,20 @@ pub fn check_dir(dir: &Path) -> Vec<String> {
             }
         }
     }
+    // The entity types a training rule may name: the built-in ones and masking.toml's own.
+    let mut masking_config = Some(MaskingConfig::default());
     if let Some(masking) = masking {
         match MaskingConfig::from_toml(&masking) {
             Ok(config) => {
                 if let Err(error) = Scanner::with_config(&config.detection, None) {
                     problems.push(format!("{MASKING_FILE}: {error}"));
                 }
+                masking_config = Some(config);
             }
-            Err(found) => problems.extend(found),
+            Err(found) => {
+                problems.extend(found);
+                masking_config = None;
+            }
         }
     }
     if let Some(forwarding) = forwarding
@@ -64,9 +70,13 @@ pub fn check_dir(dir: &Path) -> Vec<String> {
     {
         problems.extend(found.into_iter().map(|p| format!("{FORWARDING_FILE}: {p}")));
     }
-    if let Some(training) = training
-        && let Err(found) = Training::from_toml(&training)
-    {
+    if let Some(training) = training {
+        let found = match Training::from_toml(&training) {
+            Ok(training) => masking_config
+                .map(|m| training.unknown_entities(&m.entity_types()))
+                .unwrap_or_default(),
+            Err(found) => found,
+        };
         problems.extend(found.into_iter().map(|p| format!("{TRAINING_FILE}: {p}")));
     }
     problems

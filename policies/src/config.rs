@@ -121,6 +121,15 @@ pub struct MaskingConfig {
     pub internal: MaskPolicy,
 }
 
+impl MaskingConfig {
+    /// Every entity type the detectors can report: the built-in ones and the custom ones.
+    pub fn entity_types(&self) -> Vec<&str> {
+        let mut types = crate::detect::builtin_entities();
+        types.extend(self.detection.custom.iter().map(|c| c.name.as_str()));
+        types
+    }
+}
+
 impl Default for MaskingConfig {
     fn default() -> Self {
         MaskingConfig {

@@ -38,7 +38,9 @@ pub use config::{
     ContextWords, CustomEntity, CustomMatch, Destination, DetectionConfig, MASKING_FILE,
     MaskingConfig,
 };
-pub use detect::{NAME_FEATURES, Normalized, Scanner, Span, builtin_entities, name_tagger_input};
+pub use detect::{
+    CacheStats, NAME_FEATURES, Normalized, Scanner, Span, builtin_entities, name_tagger_input,
+};
 pub use error::{Error, Result, json_error_kind};
 pub use forwarding::{FORWARDING_FILE, Forwarding};
 pub use json::{FoundValues, JsonMasked, JsonMasker, KnownValues, MIN_KNOWN_CHARS};

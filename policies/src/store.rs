@@ -35,6 +35,14 @@ impl Policy {
         let scanner = Scanner::with_config(&masking.detection, None)?;
         let forwarding = Forwarding::load(dir)?;
         let training = Training::load(dir)?;
+        let unknown = training.unknown_entities(&masking.entity_types());
+        if !unknown.is_empty() {
+            return Err(crate::Error::Policy(format!(
+                "{}: {}",
+                crate::training::TRAINING_FILE,
+                unknown.join("; ")
+            )));
+        }
         Ok(Policy {
             access,
             masking,

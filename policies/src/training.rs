@@ -256,6 +256,27 @@ impl Training {
         }
     }
 
+    /// Entity types the rules name that the detectors do not report (`known`: the built-in
+    /// and custom entity types of `masking.toml`), one problem each. A misspelt type would
+    /// never match, and its rule would leave eligible what it was written to exclude.
+    pub fn unknown_entities(&self, known: &[&str]) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            for entity in rule
+                .entities
+                .iter()
+                .filter(|e| !known.contains(&e.as_str()))
+            {
+                problems.push(format!(
+                    "rule {} ({:?}): entity type {entity} is not one the detectors report (built-in or a custom type of masking.toml)",
+                    index + 1,
+                    rule.name
+                ));
+            }
+        }
+        problems
+    }
+
     /// Parses and checks the file's text; every problem is returned.
     pub fn from_toml(text: &str) -> std::result::Result<Training, Vec<String>> {
         let raw: RawTraining = toml::from_str(text).map_err(|e| vec![e.to_string()])?;
@@ -537,5 +558,43 @@ retention_days = 40000
         );
         assert!(Training::from_toml("[[rule]]\nname = \"n\"\n").is_err());
         assert!(Training::from_toml("colour = 1").is_err());
+    }
+
+    #[test]
+    fn a_misspelt_entity_type_stops_the_policy_from_loading() {
+        let text = r#"
+[[rule]]
+name = "no-ssn"
+entities = ["US_SNN", "EMPLOYEE_ID"]
+eligible = false
+"#;
+        let training = Training::from_toml(text).unwrap();
+        let masking = crate::MaskingConfig::default();
+        let known = masking.entity_types();
+        let problems = training.unknown_entities(&known);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("US_SNN"), "{problems:?}");
+        // A custom type of masking.toml is known.
+        let mut known = known;
+        known.push("EMPLOYEE_ID");
+        assert_eq!(training.unknown_entities(&known).len(), 1);
+        // The whole directory is refused, so the proxy keeps the policy it has (or does
+        // not start) rather than recording SSN steps as eligible.
+        let dir = tempfile::tempdir().unwrap();
+        let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart");
+        for entry in std::fs::read_dir(&example).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+            }
+        }
+        std::fs::write(dir.path().join(TRAINING_FILE), text).unwrap();
+        let error = crate::Policy::load(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("US_SNN"), "{error}");
+        assert!(
+            crate::check_dir(dir.path())
+                .iter()
+                .any(|p| p.contains("US_SNN"))
+        );
     }
 }

@@ -70,9 +70,11 @@ async fn answer(state: &State, mut stream: TcpStream) -> std::io::Result<()> {
         ("GET", "/metrics") => (
             200,
             "text/plain; version=0.0.4",
-            state
-                .metrics
-                .render(&state.writer.stats(), state.recorder.room_bytes()),
+            state.metrics.render(
+                &state.writer.stats(),
+                state.recorder.room_bytes(),
+                state.policy.current().1.scanner.cache_stats(),
+            ),
         ),
         ("GET", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
         ("GET", "/readyz") => {

@@ -103,7 +103,14 @@ impl Metrics {
     }
 
     /// The text exposition; `lake` gives the writer's back-log figures.
-    pub fn render(&self, lake: &atdp_schema::WriterStats, queue_free_bytes: usize) -> String {
+    /// `scan` is what the scan cache of the policy in force answered (`None`: the cache is
+    /// off); its counters start again at a policy reload, which builds a new scanner.
+    pub fn render(
+        &self,
+        lake: &atdp_schema::WriterStats,
+        queue_free_bytes: usize,
+        scan: Option<atdp_policies::CacheStats>,
+    ) -> String {
         let mut out = String::new();
         out.push_str("# HELP atdp_requests_total Requests by API and status.\n# TYPE atdp_requests_total counter\n");
         for ((api, status), n) in self
@@ -156,6 +163,35 @@ impl Metrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
+        }
+        if let Some(scan) = scan {
+            for (name, help, value) in [
+                (
+                    "atdp_scan_cache_lookups_total",
+                    "Texts of 128 bytes or more looked up in the scan cache.",
+                    scan.lookups,
+                ),
+                (
+                    "atdp_scan_cache_hits_total",
+                    "Texts the scan cache answered (scanned recently for the same tenant).",
+                    scan.hits,
+                ),
+                (
+                    "atdp_scan_cache_lookup_bytes_total",
+                    "Bytes of the texts looked up in the scan cache.",
+                    scan.looked_up_bytes,
+                ),
+                (
+                    "atdp_scan_cache_hit_bytes_total",
+                    "Bytes of the texts the scan cache answered.",
+                    scan.hit_bytes,
+                ),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+                );
+            }
         }
         let _ = writeln!(
             out,

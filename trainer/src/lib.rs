@@ -54,7 +54,7 @@ mod train;
 
 pub use data::{
     ChatFormat, Example, ExampleStats, LakeData, Placeholders, Selection, TableRead,
-    build_examples, read_lake, render_step, render_surrogates, surrogate,
+    build_examples, read_lake, read_lake_to_monitor, render_step, render_surrogates, surrogate,
 };
 pub use error::{Error, Result};
 pub use init::{

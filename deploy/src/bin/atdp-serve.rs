@@ -164,7 +164,7 @@ async fn serve(cli: Cli) -> Result<()> {
                 .await
                 .with_context(|| format!("binding {listen}"))?;
             let address = listener.local_addr()?;
-            let status = fleet.status().await;
+            let status = fleet.status();
             for (policy, s) in &status.policies {
                 tracing::info!(%address, %policy, serving = %s.serving, "Serving.");
             }

@@ -38,7 +38,7 @@ async fn two_policies_in_one_process_swap_on_their_own_under_load() {
     let open = |policy| Registry::open(lake.path().to_str().unwrap(), Default::default(), policy);
     let (support, reports) = (open("support").unwrap(), open("reports").unwrap());
     let work = tempfile::tempdir().unwrap();
-    for (registry, seeds) in [(&support, &[1_u64, 2, 5][..]), (&reports, &[3][..])] {
+    for (registry, seeds) in [(&support, &[1_u64, 2, 5, 6][..]), (&reports, &[3][..])] {
         for (i, seed) in seeds.iter().enumerate() {
             let dir = work.path().join(format!("{}-{seed}", registry.policy()));
             random_adapter(base.path(), &dir, 0.3, *seed);
@@ -134,7 +134,7 @@ async fn two_policies_in_one_process_swap_on_their_own_under_load() {
         ["reports@v1", "support@v1", "support@v2"],
         "{seen:?}"
     );
-    let status = server.fleet.status().await;
+    let status = server.fleet.status();
     assert_eq!(status.policies["support"].swaps, 1);
     assert_eq!(status.policies["reports"].swaps, 0, "reports did not move");
     assert!(
@@ -157,36 +157,65 @@ async fn two_policies_in_one_process_swap_on_their_own_under_load() {
             .version(),
         Some("support@v2")
     );
-    let status = server.fleet.status().await;
+    let status = server.fleet.status();
     assert_eq!(status.pinned, ["support@v1", "reports@base"]);
-    // A version the gate refused is never served, pinned or not.
+    // A version the gate refused is never served, pinned or not, and the answer is an
+    // unknown model's: it tells nothing of the policy's versions.
     support
         .reject(3, "test", "held-out reward fell", None)
         .await
         .unwrap();
-    let (status, body) = post(&client, server.addr, &asking("support@v3", false)).await;
-    assert_eq!(status, 404, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("refused by the gate"),
-        "{body}"
+    let not_there = "does not exist or you do not have access to it";
+    for model in ["support@v3", "support@v9"] {
+        let (status, body) = post(&client, server.addr, &asking(model, false)).await;
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["error"]["code"], "model_not_found");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(not_there), "{body}");
+        assert!(
+            !message.contains("gate") && !message.contains("reports"),
+            "{body}"
+        );
+    }
+    // A pinned version that the gate refuses later leaves within a poll.
+    support
+        .reject(1, "test", "found wanting", None)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server
+        .fleet
+        .status()
+        .pinned
+        .contains(&"support@v1".to_owned())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "support@v1 stayed pinned"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        post(&client, server.addr, &asking("support@v1", false))
+            .await
+            .0,
+        404
     );
+
     // What a policy serves now is never loaded twice; a third pin pushes out the least
     // recently used.
     let s2_pinned = chat(&client, server.addr, &asking("support@v2", false)).await;
     assert_eq!(s2_pinned.version(), Some("support@v2"));
-    assert_eq!(
-        server.fleet.status().await.pinned,
-        ["support@v1", "reports@base"]
-    );
+    assert_eq!(server.fleet.status().pinned, ["reports@base"]);
     let support_base = chat(&client, server.addr, &asking("support@base", false)).await;
     assert_eq!(support_base.version(), Some("support@base"));
     assert_eq!(
-        server.fleet.status().await.pinned,
+        server.fleet.status().pinned,
         ["reports@base", "support@base"]
     );
+    let v4 = chat(&client, server.addr, &asking("support@v4", true)).await;
+    assert_eq!(v4.version(), Some("support@v4"));
+    assert_eq!(server.fleet.status().pinned, ["support@base", "support@v4"]);
 
     // Rolling one policy back leaves the other as it is.
     support
@@ -199,7 +228,7 @@ async fn two_policies_in_one_process_swap_on_their_own_under_load() {
         &s1
     ));
     assert_eq!(
-        server.fleet.status().await.policies["reports"].serving,
+        server.fleet.status().policies["reports"].serving,
         "reports@v1"
     );
 }

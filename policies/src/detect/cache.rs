@@ -12,8 +12,9 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::Span;
+use super::{CacheStats, Span};
 
 /// Texts shorter than this are scanned each time: their scan costs about what a lookup does.
 pub(crate) const MIN_BYTES: usize = 128;
@@ -51,6 +52,10 @@ pub(crate) struct ScanCache {
     hasher: RandomState,
     shards: Vec<Mutex<Shard>>,
     shard_budget: usize,
+    lookups: AtomicU64,
+    hits: AtomicU64,
+    looked_up_bytes: AtomicU64,
+    hit_bytes: AtomicU64,
 }
 
 impl ScanCache {
@@ -63,6 +68,10 @@ impl ScanCache {
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_budget: (budget_bytes / SHARDS).max(1),
+            lookups: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            looked_up_bytes: AtomicU64::new(0),
+            hit_bytes: AtomicU64::new(0),
         })
     }
 
@@ -82,10 +91,28 @@ impl ScanCache {
 
     /// The spans found in `text` for `tenant`, if it was scanned recently.
     pub(crate) fn get(&self, tenant: &str, text: &str) -> Option<Vec<Span>> {
+        let bytes = text.len() as u64;
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        self.looked_up_bytes.fetch_add(bytes, Ordering::Relaxed);
         let key = self.key(tenant, text);
-        let shard = self.shard(key);
-        let entry = shard.entries.get(&key)?;
-        (*entry.tenant == *tenant && *entry.text == *text).then(|| entry.spans.to_vec())
+        let spans = {
+            let shard = self.shard(key);
+            let entry = shard.entries.get(&key)?;
+            (*entry.tenant == *tenant && *entry.text == *text).then(|| entry.spans.to_vec())?
+        };
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.hit_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Some(spans)
+    }
+
+    /// Lookups and hits since the cache was made.
+    pub(crate) fn stats(&self) -> CacheStats {
+        CacheStats {
+            lookups: self.lookups.load(Ordering::Relaxed),
+            hits: self.hits.load(Ordering::Relaxed),
+            looked_up_bytes: self.looked_up_bytes.load(Ordering::Relaxed),
+            hit_bytes: self.hit_bytes.load(Ordering::Relaxed),
+        }
     }
 
     /// Remembers what a scan of `text` for `tenant` found, evicting the oldest entries past
@@ -159,6 +186,16 @@ mod tests {
             cache.get("acm", &format!("e{text}")),
             None,
             "the same bytes, split otherwise"
+        );
+        // One hit of four lookups, counted in texts and in bytes.
+        assert_eq!(
+            cache.stats(),
+            CacheStats {
+                lookups: 4,
+                hits: 1,
+                looked_up_bytes: 200 + 200 + 201 + 201,
+                hit_bytes: 200,
+            }
         );
     }
 

@@ -427,6 +427,79 @@ fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
     queries
 }
 
+/// The value of the unlabelled counter `name` in a scrape.
+fn counter(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} not in {text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_scan_cache_answers_a_conversations_history_and_the_metrics_count_it() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let system = "You are the support agent of the billing team. Answer in two sentences, \
+                  quote the order number, and never promise a refund before checking it.";
+    let first = "Hello, this is Maria Jansen. My order 55120 arrived broken and I would like \
+                 a replacement; reach me at maria.jansen@example.com please.";
+    let auth = format!("Bearer {DEMO_KEY}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let scrape = || String::from_utf8(http(proxy.admin, "GET", "/metrics", &[], b"").body).unwrap();
+    let mut messages = vec![
+        serde_json::json!({"role": "system", "content": system}),
+        serde_json::json!({"role": "user", "content": first}),
+    ];
+    let mut seen = Vec::new();
+    for turn in 0..3 {
+        let body = serde_json::json!({"model": "gpt-4.1-mini", "messages": messages});
+        let response = http(
+            proxy.port,
+            "POST",
+            "/v1/chat/completions",
+            &headers,
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(response.status, 200, "turn {turn}");
+        messages.push(serde_json::json!({"role": "assistant", "content": "Noted."}));
+        messages.push(serde_json::json!({"role": "user", "content": format!(
+            "Turn {turn}: any news about the replacement for order 55120? It has been a while \
+             and I still have not heard back from anyone on your team."
+        )}));
+        let text = scrape();
+        seen.push((
+            counter(&text, "atdp_scan_cache_lookups_total"),
+            counter(&text, "atdp_scan_cache_hits_total"),
+            counter(&text, "atdp_scan_cache_hit_bytes_total"),
+        ));
+    }
+    // Every later turn repeats the history: the system prompt and every earlier user turn
+    // (each over 128 bytes) are answered by the cache, once per pass that reads them.
+    for (turn, pair) in seen.windows(2).enumerate() {
+        let ((lookups_before, hits_before, bytes_before), (lookups, hits, bytes)) =
+            (pair[0], pair[1]);
+        let repeated = 2 + turn as u64;
+        assert!(lookups > lookups_before, "{seen:?}");
+        assert!(
+            hits - hits_before >= repeated,
+            "turn {}: {seen:?}",
+            turn + 1
+        );
+        assert!(
+            bytes - bytes_before >= (system.len() + first.len()) as u64,
+            "{seen:?}"
+        );
+    }
+    assert!(
+        seen[0].1 < seen[0].0,
+        "the first turn's texts were new: {seen:?}"
+    );
+}
+
 #[test]
 fn the_dashboard_and_the_alerts_ask_only_for_what_the_proxy_exports() {
     let upstream = Upstream::start();

@@ -256,8 +256,8 @@ class Lake:
         placeholders: str = "surrogate",
     ) -> "LakeData":
         """The steps of ``tenant`` (only ``agent``, started in [``since``, ``until``) in µs
-        since the epoch) that may be trained on at ``now`` (µs since the epoch; default: the
-        time of the call), and the rewards of their trajectories with the names of
+        since the epoch) that may be trained on at ``now`` (µs since the epoch, never earlier
+        than the time of the call, which is the default), and the rewards of their trajectories with the names of
         ``weights`` (each pinned to a function version by ``reward_versions``), as the Rust
         trainer selects them, with their returns. Steps left out are counted by reason in
         :attr:`LakeData.excluded`; unmarked steps are read only with ``unmarked="eligible"``.
@@ -272,7 +272,10 @@ class Lake:
             raise ValueError(f"gamma {gamma} must be in [0, 1]")
         if unmarked not in UNMARKED:
             raise ValueError(f"unmarked {unmarked!r} must be one of {', '.join(UNMARKED)}")
-        now = time.time_ns() // 1000 if now is None else int(now)
+        # A later `now` narrows what is read (steps expiring before it); an earlier one would
+        # bring back expired steps, so the time of the call is the earliest taken.
+        current = time.time_ns() // 1000
+        now = current if now is None else max(int(now), current)
         steps_table = self.table("steps", steps_version)
         marked = any(f.name == "training_eligible" for f in steps_table.schema().fields)
         where = f"tenant_id = {_literal(tenant)}"

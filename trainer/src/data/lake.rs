@@ -89,16 +89,55 @@ pub fn read_lake(
             "the selection names no tenant: say which tenant (or tenants) to train on; trajectory ids are chosen by clients and repeat across tenants, so rewards are only matched to steps of the same tenant",
         ));
     }
+    read_blocking(location, options, selection, Marks::Training)
+}
+
+/// [`read_lake`] of every step the selection matches, training marks ignored: what was
+/// served and rewarded, for monitoring (the live reward per version that automatic rollback
+/// compares). Never for training. Blocking, like [`read_lake`].
+pub fn read_lake_to_monitor(
+    location: &str,
+    options: HashMap<String, String>,
+    selection: &Selection,
+) -> Result<LakeData> {
+    read_blocking(location, options, selection, Marks::Ignored)
+}
+
+/// Whether the training marks of steps decide what is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marks {
+    Training,
+    Ignored,
+}
+
+fn read_blocking(
+    location: &str,
+    options: HashMap<String, String>,
+    selection: &Selection,
+    marks: Marks,
+) -> Result<LakeData> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(crate::Error::invalid(
+            "caller",
+            "reading the lake blocks: call the trainer from a plain thread or `spawn_blocking`, not from async code",
+        ));
+    }
+    if selection.tenants.is_empty() {
+        return Err(crate::Error::invalid(
+            "select.tenant",
+            "the selection names no tenant: say which tenant (or tenants) to train on; trajectory ids are chosen by clients and repeat across tenants, so rewards are only matched to steps of the same tenant",
+        ));
+    }
     let lake = Lake::new(location, options)?;
     let reader = LakeReader::new(lake);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| crate::Error::io(location, e))?;
-    runtime.block_on(read(&reader, selection))
+    runtime.block_on(read(&reader, selection, marks))
 }
 
-async fn read(reader: &LakeReader, selection: &Selection) -> Result<LakeData> {
+async fn read(reader: &LakeReader, selection: &Selection, marks: Marks) -> Result<LakeData> {
     // Every tenant is read at the same table versions: the first read's, unless pinned.
     let mut steps_version = selection.steps_version;
     let mut rewards_version = selection.rewards_version;
@@ -117,13 +156,18 @@ async fn read(reader: &LakeReader, selection: &Selection) -> Result<LakeData> {
             version: steps_version,
             ..Filter::default()
         };
-        let trainable = reader
-            .trainable_steps(&steps_filter, now, selection.unmarked)
-            .await?;
-        for (reason, count) in trainable.excluded {
-            *excluded.entry(reason).or_insert(0) += count;
-        }
-        let read_steps = trainable.steps;
+        let read_steps = match marks {
+            Marks::Training => {
+                let trainable = reader
+                    .trainable_steps(&steps_filter, now, selection.unmarked)
+                    .await?;
+                for (reason, count) in trainable.excluded {
+                    *excluded.entry(reason).or_insert(0) += count;
+                }
+                trainable.steps
+            }
+            Marks::Ignored => reader.steps(&steps_filter).await?,
+        };
         steps_version = steps_version.or(read_steps.version);
         // Rewards arrive after the steps they judge: no time filter, only the tenant; they
         // are matched to this tenant's selected steps by trajectory below.

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::rewards::StepKey;
 pub use chat::ChatFormat;
-pub use lake::{LakeData, Selection, TableRead, read_lake};
+pub use lake::{LakeData, Selection, TableRead, read_lake, read_lake_to_monitor};
 pub use surrogate::{Placeholders, render as render_surrogates, render_step, surrogate};
 
 /// One training example: a prompt and the completion the behaviour policy produced.
