@@ -11,6 +11,7 @@ use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use atdp_trainer::{
@@ -208,6 +209,11 @@ pub struct Engine {
     pub loaded_in: Duration,
     /// The base model's chat template and tokenizer, which render every prompt.
     pub(crate) format: Arc<PromptFormat>,
+    /// Requests it failed since it last answered one.
+    failing: AtomicU64,
+    /// Tokens of prompt and completion together that the model's positions cover
+    /// (`max_position_embeddings`).
+    pub(crate) context: usize,
 }
 
 impl std::fmt::Debug for Engine {
@@ -220,6 +226,20 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// Counts a request it answered (`failed`: it failed inside the engine).
+    pub(crate) fn note(&self, failed: bool) {
+        if failed {
+            self.failing.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.failing.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests it failed since it last answered one.
+    pub fn failing(&self) -> u64 {
+        self.failing.load(Ordering::Relaxed)
+    }
+
     /// Loads `base` with `adapter` merged in, on a fresh thread.
     pub async fn load(
         base: &BaseModel,
@@ -294,6 +314,8 @@ impl Engine {
             model: mistralrs::Model::new(runner),
             loaded_in: started.elapsed(),
             format: base.format.clone(),
+            failing: AtomicU64::new(0),
+            context: base.config.max_position_embeddings,
         })
     }
 }

@@ -61,11 +61,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Pins {
+    /// A loaded pin; one whose engine failed its last request leaves, to be loaded again.
     fn find(&self, policy: &str, number: Option<u32>) -> Option<Shared> {
         let mut loaded = lock(&self.loaded);
-        let pinned = loaded
-            .iter_mut()
-            .find(|p| p.policy == policy && p.number == number)?;
+        let at = loaded
+            .iter()
+            .position(|p| p.policy == policy && p.number == number)?;
+        if loaded[at].engine.failing() > 0 {
+            loaded.swap_remove(at);
+            return None;
+        }
+        let pinned = &mut loaded[at];
         pinned.used = Instant::now();
         Some(pinned.engine.clone())
     }

@@ -222,8 +222,10 @@ pub(crate) struct Job {
     pub sampling: SamplingParams,
     /// The decoding constraint.
     pub constraint: Constraint,
-    /// OpenAI's `max_tokens`.
+    /// OpenAI's `max_tokens`, within the room the context leaves.
     pub max_tokens: usize,
+    /// Tokens the model's context holds after the prompt.
+    pub room: usize,
     /// A token the model may not sample.
     pub ban: Option<u32>,
 }
@@ -255,12 +257,29 @@ pub(crate) struct Generated {
     pub finish: String,
 }
 
+/// The first line of an engine error, at most 300 characters.
+fn shortened(message: &str) -> String {
+    message
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(300)
+        .collect()
+}
+
 fn engine_error(response: Response) -> Option<ApiError> {
     match response {
         Response::ValidationError(e) => Some(ApiError::invalid(e.to_string(), None)),
-        Response::InternalError(e) => Some(ApiError::server(format!("the model failed: {e}"))),
+        // mistral.rs's message names its internals (shapes, a backtrace): it goes to the
+        // log, and the client is told the request failed in the model.
+        Response::InternalError(e) => {
+            tracing::warn!(error = %shortened(&e.to_string()), "The model failed a request.");
+            Some(ApiError::server("the model failed on this request"))
+        }
         Response::CompletionModelError(message, _) | Response::ModelError(message, _) => {
-            Some(ApiError::server(format!("the model failed: {message}")))
+            tracing::warn!(error = %shortened(&message), "The model failed a request.");
+            Some(ApiError::server("the model failed on this request"))
         }
         _ => None,
     }
@@ -278,7 +297,8 @@ async fn send(
     });
     let mut sampling = job.sampling.clone();
     // One token past `max_tokens`, so that the tap sees every token kept.
-    sampling.max_len = Some(job.max_tokens.saturating_add(1));
+    // (Not past the context: at its end the last token is identified by its text.)
+    sampling.max_len = Some(job.max_tokens.saturating_add(1).min(job.room.max(1)));
     let (tx, rx) = mpsc::channel(64);
     let request = Request::Normal(Box::new(NormalRequest {
         messages: RequestMessage::CompletionTokens(job.prompt.as_ref().clone()),

@@ -153,6 +153,8 @@ pub struct ChatRequest {
     pub(crate) sampling: SamplingParams,
     pub(crate) constraint: Constraint,
     pub(crate) max_tokens: usize,
+    /// Whether the client set `max_tokens` (else it is the default, shortened to fit).
+    pub(crate) max_tokens_given: bool,
     /// Completions asked for.
     pub(crate) n: usize,
     /// Stop sequences (cut from the reply text).
@@ -179,8 +181,8 @@ impl std::fmt::Debug for ChatRequest {
 
 impl ChatRequest {
     /// What the engine generates for one choice: the prompt rendered with `format`, and a
-    /// forced tool call's grammar.
-    pub(crate) fn job(&self, format: &PromptFormat) -> Result<Job, ApiError> {
+    /// forced tool call's grammar, within a model `context` of that many tokens.
+    pub(crate) fn job(&self, format: &PromptFormat, context: usize) -> Result<Job, ApiError> {
         let offered = self
             .tools
             .as_ref()
@@ -200,11 +202,32 @@ impl ChatRequest {
             .as_ref()
             .filter(|t| !t.callable())
             .and_then(|_| format.open_id());
+        // The prompt and the completion share the model's context. A completion that would
+        // not fit is refused when the client asked for its length, and shortened to fit when
+        // the length is the default.
+        let room = context.saturating_sub(prompt.len());
+        let too_long = |completion: usize| ApiError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            message: format!(
+                "This model's maximum context length is {context} tokens. However, you requested {} tokens ({} in the messages, {completion} in the completion). Please reduce the length of the messages or completion.",
+                prompt.len() + completion,
+                prompt.len()
+            ),
+            param: Some("messages"),
+            code: Some("context_length_exceeded"),
+        };
+        let max_tokens = if room == 0 || (self.max_tokens_given && self.max_tokens > room) {
+            return Err(too_long(self.max_tokens));
+        } else {
+            self.max_tokens.min(room)
+        };
         Ok(Job {
             prompt: Arc::new(prompt),
             sampling: self.sampling.clone(),
             constraint,
-            max_tokens: self.max_tokens,
+            max_tokens,
+            room,
             ban,
         })
     }
@@ -371,6 +394,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         .into_iter()
         .map(message)
         .collect::<Result<Vec<_>, _>>()?;
+    let max_tokens_given = raw.max_completion_tokens.or(raw.max_tokens).is_some();
     let max_tokens = raw
         .max_completion_tokens
         .or(raw.max_tokens)
@@ -455,6 +479,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         sampling,
         constraint,
         max_tokens,
+        max_tokens_given,
         n,
         stop,
         logprobs: raw.logprobs || top_logprobs > 0,

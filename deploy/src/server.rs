@@ -67,6 +67,9 @@ pub struct Status {
     pub requests: u64,
     /// Requests that failed inside the engine since start.
     pub failures: u64,
+    /// Engines found dead (failing requests and the trial request) and replaced by a fresh
+    /// load of the same version, since start.
+    pub repairs: u64,
 }
 
 /// The engine served now and what happened to it.
@@ -117,8 +120,9 @@ impl Serving {
         }
     }
 
-    /// Counts a request answered (`failed`: the engine failed it).
-    pub(crate) fn count(&self, failed: bool) {
+    /// Counts a request `engine` answered (`failed`: the engine failed it).
+    pub(crate) fn count(&self, engine: &Engine, failed: bool) {
+        engine.note(failed);
         self.update(|s| {
             if failed {
                 s.failures += 1;
@@ -136,6 +140,22 @@ impl Serving {
     /// Sends new requests to `engine`, then waits up to `drain` for the old engine's requests
     /// to finish. Requests still running after that finish on the old engine all the same.
     pub async fn swap(&self, engine: Engine, load_ms: u64, drain: Duration) -> SwapReport {
+        self.replace(engine, load_ms, drain, false).await
+    }
+
+    /// Replaces a dead engine with `engine`, a fresh load of the same version: counted as a
+    /// repair, not a swap.
+    pub async fn repair(&self, engine: Engine, load_ms: u64, drain: Duration) -> SwapReport {
+        self.replace(engine, load_ms, drain, true).await
+    }
+
+    async fn replace(
+        &self,
+        engine: Engine,
+        load_ms: u64,
+        drain: Duration,
+        repair: bool,
+    ) -> SwapReport {
         let to = engine.version.to_string();
         let number = engine.version.number;
         let old = {
@@ -162,8 +182,12 @@ impl Serving {
         self.update(|s| {
             s.serving = to;
             s.number = number;
-            s.swaps += 1;
-            s.last_swap = Some(report.clone());
+            if repair {
+                s.repairs += 1;
+            } else {
+                s.swaps += 1;
+                s.last_swap = Some(report.clone());
+            }
         });
         report
     }
@@ -248,7 +272,7 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
         Err(e) => return error_response(&e, None),
     };
     let version = engine.version.to_string();
-    let job = match request.job(&engine.format) {
+    let job = match request.job(&engine.format, engine.context) {
         Ok(job) => job,
         Err(e) => return error_response(&e, Some(&version)),
     };
@@ -267,7 +291,7 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
     let results = futures::future::join_all(runs).await;
     match results.into_iter().collect::<Result<Vec<_>, _>>() {
         Ok(choices) => {
-            serving.count(false);
+            serving.count(&engine, false);
             let tools = request.tools;
             let body = reply::completion(&shape, choices, || parser(tools.as_ref()));
             let mut response = axum::Json(body).into_response();
@@ -278,7 +302,7 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
         }
         Err(e) => {
             if e.status.is_server_error() {
-                serving.count(true);
+                serving.count(&engine, true);
                 // The message may quote the prompt: log only that it failed.
                 tracing::warn!(version = %version, "Engine failed a request.");
             }
@@ -333,12 +357,12 @@ fn stream(
             }
         }
         if let Some(error) = failed {
-            serving.count(true);
+            serving.count(&engine, true);
             tracing::warn!(version = %version, "Engine failed a streamed request.");
             let _ = tx.send(sse(&error.body())).await;
             return;
         }
-        serving.count(false);
+        serving.count(&engine, false);
         if request.include_usage {
             let _ = tx.send(sse(&writer.usage_chunk())).await;
         }

@@ -2,17 +2,24 @@
 //! the base model, load it on a fresh engine, try one request on it, and only then swap.
 //! Anything that fails on the way leaves the served version as it was, with the reason in
 //! `/atdp/status` and the log.
+//!
+//! Keeping the served engine alive: an engine that failed a request is tried with one
+//! request at the next poll; when that fails too (mistral.rs's engine thread panicked and
+//! every request now fails), a fresh load of the same version replaces it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Adapter, BaseModel, Engine, EngineOptions, Version};
+use crate::engine::{Adapter, BaseModel, Engine, EngineOptions, Shared, Version};
 use crate::error::{Error, Result};
 use crate::generate;
 use crate::openai;
 use crate::registry::Registry;
 use crate::server::{Serving, SwapReport};
+
+/// How long the trial request of an engine that failed requests may take.
+const TRIAL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the watcher needs.
 #[derive(Debug, Clone)]
@@ -64,7 +71,12 @@ impl Watcher {
         refused: &mut Option<Option<u32>>,
     ) -> Result<Option<SwapReport>> {
         let want = self.registry.state().await?.serving;
-        let current = serving.current().version.number;
+        let engine = serving.current();
+        let current = engine.version.number;
+        if want == current && engine.failing() > 0 {
+            return Ok(self.repair_if_dead(serving, engine).await);
+        }
+        drop(engine);
         if want == current || *refused == Some(want) {
             return Ok(None);
         }
@@ -85,6 +97,36 @@ impl Watcher {
                 tracing::error!(version = %name, error = %e, "Refused the promoted version; the served one stays.");
                 serving.refused(message);
                 Err(e)
+            }
+        }
+    }
+
+    /// Tries `engine`, which failed requests, with one request; when that fails too, loads
+    /// its version afresh and puts the new engine in its place.
+    async fn repair_if_dead(&self, serving: &Serving, engine: Shared) -> Option<SwapReport> {
+        let alive = matches!(
+            tokio::time::timeout(TRIAL_TIMEOUT, canary(&engine)).await,
+            Ok(Ok(()))
+        );
+        if alive {
+            engine.note(false);
+            return None;
+        }
+        let number = engine.version.number;
+        let version = engine.version.to_string();
+        drop(engine);
+        tracing::error!(%version, "The served engine fails every request; loading the version again.");
+        let started = Instant::now();
+        match self.prepare(number).await {
+            Ok(fresh) => {
+                let load_ms = started.elapsed().as_millis() as u64;
+                let report = serving.repair(fresh, load_ms, self.drain).await;
+                tracing::warn!(%version, load_ms, "Replaced the dead engine.");
+                Some(report)
+            }
+            Err(e) => {
+                tracing::error!(%version, error = %e, "Could not load the version again; will retry.");
+                None
             }
         }
     }
@@ -116,7 +158,9 @@ async fn canary(engine: &Engine) -> Result<()> {
         br#"{"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "temperature": 0, "logprobs": true}"#,
     )
     .map_err(refused)?;
-    let job = request.job(&engine.format).map_err(refused)?;
+    let job = request
+        .job(&engine.format, engine.context)
+        .map_err(refused)?;
     let generated = generate::whole(engine, &job).await.map_err(refused)?;
     match generated.logprobs.first().map(|l| l.logprob) {
         Some(l) if l.is_finite() => Ok(()),

@@ -390,3 +390,107 @@ async fn constrained_decoding_keeps_replies_in_the_allowed_set() {
         "{answer:?}"
     );
 }
+
+/// A chat body whose user turn is `n` letters, asking for exactly `letters` letters back.
+fn long_prompt(n: usize, letters: usize) -> serde_json::Value {
+    serde_json::json!({
+        "model": "default",
+        "messages": [{"role": "user", "content": "q".repeat(n)}],
+        "max_tokens": letters,
+        "temperature": 0,
+        "grammar": {"type": "regex", "value": format!("[a-z]{{{letters}}}")},
+    })
+}
+
+/// The user-turn length whose prompt is `tokens` tokens long, found by asking.
+async fn user_length_for(
+    client: &reqwest::Client,
+    addr: std::net::SocketAddr,
+    tokens: usize,
+) -> usize {
+    let mut n = tokens;
+    for _ in 0..8 {
+        let (status, body) = crate::util::post(client, addr, &long_prompt(n, 1)).await;
+        assert_eq!(status, 200, "{body}");
+        let got = body["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+        if got == tokens {
+            return n;
+        }
+        n = (n + tokens).checked_sub(got).unwrap();
+    }
+    panic!("no user turn gives a {tokens}-token prompt");
+}
+
+/// The prompt and the completion share the model's context (2,048 positions for the tiny
+/// model): a completion asked for that does not fit is OpenAI's 400
+/// `context_length_exceeded`, the default length is shortened to fit, and concurrent
+/// requests near the end of the context never fail inside the model (mistral.rs fails a
+/// sequence that runs past its positions, and used to answer with its internals).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn completions_are_held_inside_the_context() {
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    let server = start(registry, base.path()).await;
+    let client = reqwest::Client::new();
+    let n = user_length_for(&client, server.addr, 2000).await;
+
+    let (status, body) = crate::util::post(&client, server.addr, &long_prompt(n, 100)).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "context_length_exceeded");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("maximum context length is 2048 tokens")
+            && message.contains("2100 tokens (2000 in the messages, 100 in the completion)"),
+        "{message}"
+    );
+    let mut default_length = long_prompt(n, 100);
+    for key in ["max_tokens", "grammar"] {
+        default_length.as_object_mut().unwrap().remove(key);
+    }
+    let (status, body) = crate::util::post(&client, server.addr, &default_length).await;
+    assert_eq!(status, 200, "{body}");
+    let total = body["usage"]["total_tokens"].as_u64().unwrap();
+    assert!(total <= 2048, "{body}");
+    let (status, body) = crate::util::post(&client, server.addr, &long_prompt(n + 60, 1)).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "context_length_exceeded");
+
+    // Eight clients, prompts of 1,490 to 1,580 letters, every other one 200 letters shorter
+    // with a forced tool call (the tool's definition brings it near the end of the context)
+    // and the default length.
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let (client, addr) = (client.clone(), server.addr);
+        tasks.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for round in 0..4 {
+                let n = 1490 + (worker * 13 + round * 7) % 90;
+                let tool_round = round % 2 == 0;
+                let mut body = long_prompt(if tool_round { n - 200 } else { n }, 20);
+                if tool_round {
+                    let object = body.as_object_mut().unwrap();
+                    object.remove("grammar");
+                    object.remove("max_tokens");
+                    body["tools"] = serde_json::json!([{"type": "function", "function": {
+                        "name": "refund", "strict": true,
+                        "description": "Refund an order. ".repeat(4),
+                        "parameters": {"type": "object",
+                            "properties": {"reference": {"type": "string", "enum": ["12345", "67890"]}},
+                            "required": ["reference"], "additionalProperties": false}}}]);
+                    body["tool_choice"] = serde_json::json!("required");
+                }
+                statuses.push(crate::util::post(&client, addr, &body).await);
+            }
+            statuses
+        }));
+    }
+    for task in tasks {
+        for (status, body) in task.await.unwrap() {
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    assert_eq!(server.serving.status().failures, 0);
+}
