@@ -388,6 +388,11 @@ impl Fleet {
             pins.make_room();
             let engine = watcher.prepare(number).await.map_err(|e| {
                 tracing::error!(%policy, version = %pin_name(number), error = %e, "Could not load a pinned version.");
+                // Not tried again for a while: a damaged version costs one load, not one
+                // per request.
+                if let Some(n) = number {
+                    pins.refuse(&policy, n);
+                }
                 Refused::Load
             })?;
             // The log may have withdrawn it while it loaded.
