@@ -4,7 +4,8 @@
 //! the share of texts and bytes the cache answered, and the masking time per call with the
 //! cache and without it.
 //!
-//! `cargo run --release -p atdp-policies --example bench-conversation -- [conversations] [turns]`
+//! `cargo run -p atdp-policies --example bench-conversation -- [conversations] [turns]` (add
+//! `--release` for timings)
 
 use std::time::{Duration, Instant};
 

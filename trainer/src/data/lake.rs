@@ -77,18 +77,6 @@ pub fn read_lake(
     options: HashMap<String, String>,
     selection: &Selection,
 ) -> Result<LakeData> {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(crate::Error::invalid(
-            "caller",
-            "reading the lake blocks: call the trainer from a plain thread or `spawn_blocking`, not from async code",
-        ));
-    }
-    if selection.tenants.is_empty() {
-        return Err(crate::Error::invalid(
-            "select.tenant",
-            "the selection names no tenant: say which tenant (or tenants) to train on; trajectory ids are chosen by clients and repeat across tenants, so rewards are only matched to steps of the same tenant",
-        ));
-    }
     read_blocking(location, options, selection, Marks::Training)
 }
 
