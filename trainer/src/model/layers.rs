@@ -2,10 +2,12 @@
 //! and the projections LoRA attaches to. Everything is composed from tensor ops that have a
 //! backward pass; hidden states travel as `[batch * seq, hidden]`.
 
+use std::sync::OnceLock;
+
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CudaStorage, CustomOp1, D, DType, Layout, Shape, Storage, Tensor};
 
-use super::rope;
+use super::{attention, rope};
 use crate::Result;
 use crate::lora::{Lora, TargetModule};
 
@@ -157,11 +159,23 @@ impl RmsNorm {
 pub(crate) struct PassContext<'a> {
     pub(crate) batch: usize,
     pub(crate) seq: usize,
+    /// `[seq, 1, head_dim]`, broadcast over the heads of `[batch, seq, heads, head_dim]`.
     pub(crate) cos: Tensor,
     pub(crate) sin: Tensor,
-    /// `[seq, seq]`, 0 on and below the diagonal, -inf above, in the upcast dtype.
-    pub(crate) causal_mask: Tensor,
+    /// `[seq, seq]`, 0 on and below the diagonal, -inf above, in the upcast dtype; made on
+    /// first use, by the attention that builds its scores from ops (not the fused one).
+    pub(crate) causal_mask: OnceLock<Tensor>,
     pub(crate) adapter: Active<'a>,
+}
+
+impl PassContext<'_> {
+    fn causal_mask(&self) -> Result<Tensor> {
+        if let Some(mask) = self.causal_mask.get() {
+            return Ok(mask.clone());
+        }
+        let mask = attention::causal_mask(self.seq, self.cos.dtype(), self.cos.device())?;
+        Ok(self.causal_mask.get_or_init(|| mask).clone())
+    }
 }
 
 #[derive(Debug)]
@@ -178,8 +192,8 @@ pub(crate) struct Attention {
 }
 
 impl Attention {
-    /// `[batch, heads, seq, head_dim]` from a projection's `[batch * seq, heads * head_dim]`,
-    /// with the per-head norm (Qwen3) applied first.
+    /// `[batch, seq, heads, head_dim]` from a projection's `[batch * seq, heads * head_dim]`
+    /// (a reshape, no copy), with the per-head norm (Qwen3) applied.
     fn heads(
         &self,
         x: &Tensor,
@@ -187,11 +201,11 @@ impl Attention {
         norm: Option<&RmsNorm>,
         ctx: &PassContext<'_>,
     ) -> Result<Tensor> {
-        let mut x = x.reshape((ctx.batch, ctx.seq, heads, self.head_dim))?;
-        if let Some(norm) = norm {
-            x = norm.forward(&x)?;
+        let x = x.reshape((ctx.batch, ctx.seq, heads, self.head_dim))?;
+        match norm {
+            Some(norm) => norm.forward(&x),
+            None => Ok(x),
         }
-        Ok(x.transpose(1, 2)?)
     }
 
     fn forward(&self, x: &Tensor, layer: usize, ctx: &PassContext<'_>) -> Result<Tensor> {
@@ -202,38 +216,13 @@ impl Attention {
         let q = self.heads(&q, self.num_heads, self.q_norm.as_ref(), ctx)?;
         let k = self.heads(&k, self.num_kv_heads, self.k_norm.as_ref(), ctx)?;
         let v = self.heads(&v, self.num_kv_heads, None, ctx)?;
-        let q = rope::apply(&q, &ctx.cos, &ctx.sin)?.contiguous()?;
+        let q = rope::apply(&q, &ctx.cos, &ctx.sin)?;
         let k = rope::apply(&k, &ctx.cos, &ctx.sin)?;
-        let n_rep = self.num_heads / self.num_kv_heads;
-        let k = repeat_kv(&k, n_rep)?.contiguous()?;
-        let v = repeat_kv(&v, n_rep)?.contiguous()?;
-
-        let dtype = q.dtype();
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let scores = q
-            .matmul(&k.t()?)?
-            .to_dtype(upcast(dtype))?
-            .affine(scale, 0.0)?
-            .broadcast_add(&ctx.causal_mask)?;
-        let probs = softmax_last_dim(&scores)?.to_dtype(dtype)?;
-        let out = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
+        let out = attention::causal_attention(&q, &k, &v, scale, || ctx.causal_mask())?
             .reshape((ctx.batch * ctx.seq, self.num_heads * self.head_dim))?;
         self.o_proj.forward(&out, layer, adapter)
     }
-}
-
-/// Repeats each key/value head `n_rep` times, head `h` of the result being kv head
-/// `h / n_rep` (transformers' `repeat_kv`).
-fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
-    if n_rep == 1 {
-        return Ok(x.clone());
-    }
-    let (b, kv, s, d) = x.dims4()?;
-    Ok(x.unsqueeze(2)?
-        .broadcast_as((b, kv, n_rep, s, d))?
-        .reshape((b, kv * n_rep, s, d))?)
 }
 
 /// `down(silu(gate(x)) * up(x))`.
@@ -313,18 +302,5 @@ mod tests {
         let y = norm.forward(&x).unwrap().to_vec2::<f64>().unwrap();
         let rms = (12.5f64 + 0.5).sqrt();
         assert!((y[0][0] - 3.0 / rms).abs() < 1e-15 && (y[0][1] - 8.0 / rms).abs() < 1e-15);
-    }
-
-    #[test]
-    fn repeat_kv_orders_heads_like_transformers() {
-        // 2 kv heads [0.., 1..] repeated twice → heads 0, 0, 1, 1.
-        let x = Tensor::from_vec(vec![0.0f32, 1.0], (1, 2, 1, 1), &Device::Cpu).unwrap();
-        let y = repeat_kv(&x, 2)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        assert_eq!(y, vec![0.0, 0.0, 1.0, 1.0]);
     }
 }

@@ -4,6 +4,7 @@
 //! weights are plain tensors (frozen): their matmuls have a backward pass for the input only,
 //! and [`Model::backward`] can recompute activations layer by layer instead of keeping them.
 
+mod attention;
 mod head;
 mod layers;
 pub(crate) mod rope;
@@ -11,6 +12,7 @@ pub(crate) mod weights;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use candle_core::{D, DType, Device, Tensor, TensorId, Var};
 
@@ -384,7 +386,7 @@ impl Model {
         Ok((self.checked_ids(input_ids)?, batch, seq))
     }
 
-    /// RoPE tables, the causal mask and the adapter for a pass over `[batch, seq]`.
+    /// RoPE tables and the adapter for a pass over `[batch, seq]`.
     fn pass_context<'a>(
         &self,
         batch: usize,
@@ -409,18 +411,12 @@ impl Model {
             lora.check_fits(&self.config)?;
         }
         let (cos, sin) = rope::tables(&self.inv_freq, seq, self.dtype, &self.device)?;
-        let mut mask = Vec::with_capacity(seq * seq);
-        for i in 0..seq {
-            mask.extend((0..seq).map(|j| if j <= i { 0.0 } else { f64::NEG_INFINITY }));
-        }
-        let causal_mask =
-            Tensor::from_vec(mask, (seq, seq), &self.device)?.to_dtype(upcast(self.dtype))?;
         Ok(PassContext {
             batch,
             seq,
-            cos,
-            sin,
-            causal_mask,
+            cos: cos.unsqueeze(1)?,
+            sin: sin.unsqueeze(1)?,
+            causal_mask: OnceLock::new(),
             adapter: active,
         })
     }

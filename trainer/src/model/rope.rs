@@ -68,7 +68,8 @@ pub(crate) fn tables(
     Ok((cos, sin))
 }
 
-/// `x * cos + rotate_half(x) * sin` for `x: [batch, heads, seq, head_dim]`, where
+/// `x * cos + rotate_half(x) * sin` for `x: [.., head_dim]` and tables that broadcast to it
+/// (`[seq, 1, head_dim]` for `[batch, seq, heads, head_dim]`), where
 /// `rotate_half([x1, x2]) = [-x2, x1]`.
 pub(crate) fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let half = x.dim(D::Minus1)? / 2;
