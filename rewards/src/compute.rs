@@ -39,13 +39,7 @@ pub async fn compute(
     on_batch: &mut OnBatch<'_>,
 ) -> Result<u64> {
     selection.validate()?;
-    let restricted;
-    let catalog = if catalog.training() == Some(selection.unmarked) {
-        catalog
-    } else {
-        restricted = catalog.for_training(selection.unmarked).await?;
-        &restricted
-    };
+    let catalog = &for_training(catalog, selection).await?;
     let units = select::units(catalog, function, selection, scope)
         .await?
         .cache()
@@ -93,6 +87,15 @@ pub async fn compute(
         },
     }
     Ok(total)
+}
+
+/// `catalog` with `steps` restricted to what may be trained on (unmarked steps as
+/// `selection.unmarked` says): the catalog itself when it already is.
+pub(crate) async fn for_training(catalog: &Catalog, selection: &Selection) -> Result<Catalog> {
+    if catalog.training() == Some(selection.unmarked) {
+        return Ok(catalog.clone());
+    }
+    Ok(catalog.for_training(selection.unmarked).await?)
 }
 
 async fn stream_sql(

@@ -80,7 +80,7 @@ pub struct Bucket {
 pub struct Example {
     /// The trajectory.
     pub trajectory_id: String,
-    /// The step shown (for a trajectory reward: its last step).
+    /// The step shown (for a trajectory reward: its last step that may be trained on).
     pub step_id: String,
     /// The value.
     pub value: f64,
@@ -189,7 +189,10 @@ pub async fn preview(
             chosen.push((*bucket, label));
         }
     }
-    let steps = example_steps(catalog, &chosen).await?;
+    // Examples are shown from the steps the function read: a trajectory's latest trainable
+    // step, never one that may not be trained on.
+    let trainable = crate::compute::for_training(catalog, selection).await?;
+    let steps = example_steps(&trainable, &chosen).await?;
     for (bucket, label) in chosen {
         let step = match &label.step_id {
             Some(_) => steps.get(&label.key()),

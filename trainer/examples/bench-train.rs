@@ -40,6 +40,9 @@ struct Args {
     /// Where generated models are kept.
     #[arg(long, default_value = "/tmp/atdp-bench-train")]
     dir: PathBuf,
+    /// Print one line of JSON (the fields of `bench_train_torch.py`'s line) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 fn peak_rss_mb() -> f64 {
@@ -115,6 +118,24 @@ fn main() -> anyhow::Result<()> {
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
+    let tokens_per_s = (args.batch * args.seq) as f64 / median;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "system": "atdp",
+                "seq": args.seq,
+                "batch": args.batch,
+                "scored": scored,
+                "recompute": args.recompute,
+                "lora_parameters": params,
+                "step_s": (median * 1000.0).round() / 1000.0,
+                "tokens_per_s": (tokens_per_s * 10.0).round() / 10.0,
+                "peak_rss_mb": peak_rss_mb().round(),
+            })
+        );
+        return Ok(());
+    }
     println!(
         "preset {} seq {} batch {} scored {} recompute {}: {} LoRA parameters (r 8, all projections), step median {:.3} s, {:.0} tokens/s, peak RSS {:.0} MB",
         args.preset,
@@ -124,7 +145,7 @@ fn main() -> anyhow::Result<()> {
         args.recompute,
         params,
         median,
-        (args.batch * args.seq) as f64 / median,
+        tokens_per_s,
         peak_rss_mb()
     );
     Ok(())

@@ -37,12 +37,19 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--completion", type=int, help="positions scored (the last N); default all")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
+    p.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="gradient checkpointing (transformers'), the counterpart of bench-train --recompute",
+    )
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS)
+    if args.checkpointing:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = get_peft_model(base, config)
     model.train()
     params = [q for q in model.parameters() if q.requires_grad]
@@ -74,6 +81,7 @@ def main() -> None:
                 "seq": args.seq,
                 "scored": scored,
                 "threads": torch.get_num_threads(),
+                "checkpointing": args.checkpointing,
                 "lora_parameters": sum(q.numel() for q in params),
                 "step_s": round(wall, 3),
                 "cpu_s": round(statistics.median(cpus), 3),

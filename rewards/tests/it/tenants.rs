@@ -4,7 +4,7 @@
 //! acme:   t1 = [s1, s2], t2 = [s3]        replies end with `stop`
 //! globex: t1 = [s1],     t2 = [s2, s3]    replies end with `length`
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use atdp_rewards::{RewardFn, Selection};
@@ -360,6 +360,28 @@ async fn steps_that_may_not_be_trained_on_are_never_labelled() {
         written(&f, &turns).await,
         values(&[("acme", "t1", None, 1.0), ("acme", "t2", None, 1.0)])
     );
+    // A preview's examples are trainable steps too: t1's latest step (s3, expired) is not
+    // shown for its trajectory value, s1 is.
+    let catalog = f.catalog().await;
+    for seed in 0..4 {
+        let preview = atdp_rewards::preview(&catalog, &turns, &Selection::default(), 10, seed)
+            .await
+            .unwrap();
+        let shown: BTreeSet<(String, String)> = preview
+            .buckets
+            .iter()
+            .flat_map(|b| &b.examples)
+            .map(|e| (e.trajectory_id.clone(), e.step_id.clone()))
+            .collect();
+        assert_eq!(
+            shown,
+            BTreeSet::from([
+                ("t1".to_owned(), "s1".to_owned()),
+                ("t2".to_owned(), "s5".to_owned())
+            ]),
+            "{preview}"
+        );
+    }
     // Unmarked steps, when the operator says they may be trained on.
     let eligible = Selection {
         unmarked: atdp_schema::Unmarked::Eligible,
