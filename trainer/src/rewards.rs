@@ -17,7 +17,8 @@
 //!   (greatest `started_at` among the steps no other step continues) and flows back along
 //!   `parent_step_id`: the step at distance `d` from that leaf gets `γ^d · r`. Only the path
 //!   that led to the leaf is credited; siblings (a failed retry, an abandoned branch) get
-//!   nothing.
+//!   nothing. The steps given are the ones that may be trained on, so when a trajectory's
+//!   latest step is excluded, its latest trainable step is the leaf credited.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
