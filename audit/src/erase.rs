@@ -139,7 +139,7 @@ pub async fn erase(
     Ok(report)
 }
 
-fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> atdp_policies::Verdict {
+pub(crate) fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> atdp_policies::Verdict {
     policy.decide(
         ("Auditor", &auditor.id),
         "erase",

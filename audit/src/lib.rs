@@ -34,6 +34,7 @@ mod error;
 mod export;
 mod keys;
 mod reason;
+mod retention;
 mod reveal;
 mod search;
 mod segments;
@@ -50,6 +51,7 @@ pub use error::{Error, Result};
 pub use export::{Bundle, BundleRow, FORMAT, Subject, digest, row, seal, trajectory_bundle};
 pub use keys::{RotateReport, rotate_key};
 pub use reason::{MAX_REASON, MIN_REASON_VISIBLE};
+pub use retention::{ExpireReport, RetentionCheck, Vacuum, check as check_retention, expire};
 pub use reveal::{RevealRequest, Revealed, reveal};
 pub use search::{
     Hit, MAX_PAGE, MAX_TEXT, Page, Search, Searcher, audited_search, search, steps_by_id,

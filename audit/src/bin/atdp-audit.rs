@@ -124,6 +124,37 @@ enum Command {
         #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
         auditor_key: String,
     },
+    /// Delete a tenant's steps whose retention ended (`retention_until`), with their rewards
+    /// and the vault entries only they used; run it on a schedule (cron, a systemd timer).
+    Expire {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Why (recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// The instant compared with `retention_until` (RFC 3339 or YYYY-MM-DD; never later
+        /// than now). Default: now.
+        #[arg(long)]
+        now: Option<String>,
+        /// Delete the removed files from storage at once, instead of after each table's
+        /// retention window (older table versions can then no longer be read).
+        #[arg(long)]
+        vacuum_now: bool,
+        /// The auditor key of who deletes (Cedar decides, as for `erase`).
+        #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
+        auditor_key: String,
+    },
+    /// Check that no readable version of `steps` holds a tenant's step whose retention ended;
+    /// exits 1 when one does.
+    CheckRetention {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The instant compared with `retention_until` (RFC 3339 or YYYY-MM-DD). Default: now.
+        #[arg(long)]
+        now: Option<String>,
+    },
     /// Rotate a tenant's vault key (new values sealed under a new key id; old ones still open).
     RotateKey {
         /// The tenant.
@@ -552,6 +583,50 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             .await;
             trail.close().await?;
             println!("{}", serde_json::to_string_pretty(&report?)?);
+        }
+        Command::Expire {
+            tenant,
+            reason,
+            now,
+            vacuum_now,
+            auditor_key,
+        } => {
+            let auditor = env.auditor(&auditor_key)?;
+            let now = now.as_deref().map(time).transpose()?;
+            let trail = env.trail().await?;
+            let report = atdp_audit::expire(
+                &env.lake,
+                env.policy()?,
+                &trail,
+                &auditor,
+                &tenant,
+                now.unwrap_or_else(atdp_schema::now_micros),
+                if vacuum_now {
+                    atdp_audit::Vacuum::Now
+                } else {
+                    atdp_audit::Vacuum::AfterWindow
+                },
+                &reason,
+            )
+            .await;
+            trail.close().await?;
+            println!("{}", serde_json::to_string_pretty(&report?)?);
+        }
+        Command::CheckRetention { tenant, now } => {
+            let now = now
+                .as_deref()
+                .map(time)
+                .transpose()?
+                .unwrap_or_else(atdp_schema::now_micros);
+            let report = atdp_audit::check_retention(&env.lake, &tenant, now).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            if !report.ok() {
+                eprintln!(
+                    "atdp-audit: {} version(s) of steps still hold steps whose retention ended",
+                    report.holding.len()
+                );
+                return Ok(ExitCode::from(1));
+            }
         }
         Command::RotateKey {
             tenant,

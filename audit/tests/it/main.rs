@@ -15,6 +15,7 @@ mod hostile;
 mod html;
 mod key_file;
 mod paging;
+mod retention;
 mod tenants;
 mod tls;
 mod verify;
