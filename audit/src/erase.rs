@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::access::{self, Auditor};
 use crate::error::{Error, Result};
+use crate::lineage::{TrainedAdapter, trained_on};
 use crate::trail::{Trail, event, redact};
 
 /// What an erasure did.
@@ -39,6 +40,10 @@ pub struct EraseReport {
     pub files_deleted: usize,
     /// Keys removed (tenant erasure).
     pub keys_erased: bool,
+    /// The adapter versions in the lake's registry that learned from the erased data
+    /// (`lineage`); `None` when they could not be looked up (the error is in the outcome
+    /// event). They keep serving until they are retired: erasure does not reach weights.
+    pub trained_adapters: Option<Vec<TrainedAdapter>>,
     /// The audit event that recorded it.
     pub event_id: String,
 }
@@ -103,6 +108,7 @@ pub async fn erase(
         vault_files_removed: 0,
         files_deleted: 0,
         keys_erased: false,
+        trained_adapters: None,
         event_id: recorded.event_id.clone(),
     };
     let done = match subject {
@@ -118,6 +124,11 @@ pub async fn erase(
             .map(|erased| report.keys_erased = erased)
             .map_err(Error::from),
     };
+    // Which adapters learned from it: the steps keep their spans, so this works after the
+    // deletion too. A failed lookup does not undo or stop the erasure; the outcome says so.
+    let lineage = trained_on(lake, tenant, subject.map(|_| tokens.as_slice())).await;
+    let lineage_error = lineage.as_ref().err().map(ToString::to_string);
+    report.trained_adapters = lineage.ok();
     // The outcome follows as its own event, linked to the first by its subject.
     let mut outcome = event("erase_completed", &auditor.actor(), tenant);
     outcome.subject = Some(recorded.event_id);
@@ -130,6 +141,8 @@ pub async fn erase(
             "vault_files_removed": report.vault_files_removed,
             "files_deleted": report.files_deleted,
             "keys_erased": report.keys_erased,
+            "trained_adapters": report.trained_adapters,
+            "lineage_error": lineage_error,
         })
         .to_string(),
     );

@@ -26,6 +26,7 @@ use deltalake::datafusion::common::ScalarValue;
 use deltalake::datafusion::functions::core::expr_fn::get_field;
 use deltalake::datafusion::prelude::{DataFrame, Expr, col, lit};
 use deltalake::operations::vacuum::VacuumMode;
+use futures::TryStreamExt;
 use serde::Serialize;
 
 use crate::access::{self, Auditor};
@@ -70,6 +71,8 @@ pub struct RetentionCheck {
     pub tenant: String,
     /// The instant compared with `retention_until`.
     pub now: i64,
+    /// The oldest version still in the log (older ones can no longer be loaded).
+    pub first_version: u64,
     /// Versions of `steps` read.
     pub versions_read: usize,
     /// Versions of `steps` that can no longer be read (their files were vacuumed).
@@ -146,6 +149,7 @@ pub async fn expire(
     outcome.detail_json = Some(
         serde_json::json!({
             "ok": done.is_ok(),
+            "error": done.as_ref().err().map(ToString::to_string),
             "now": now,
             "steps_deleted": report.steps_deleted,
             "rewards_deleted": report.rewards_deleted,
@@ -162,7 +166,7 @@ pub async fn expire(
 }
 
 /// The distinct values of string column `name` in `frame`.
-async fn strings(frame: DataFrame, name: &str) -> Result<BTreeSet<String>> {
+pub(crate) async fn strings(frame: DataFrame, name: &str) -> Result<BTreeSet<String>> {
     let batches = frame
         .select(vec![col(name)])
         .and_then(DataFrame::distinct)
@@ -232,69 +236,73 @@ async fn delete_expired(
     vacuum: Vacuum,
     report: &mut ExpireReport,
 ) -> Result<()> {
-    let catalog = Catalog::open(lake, &Default::default()).await?;
-    // Vault entries written after this are never deleted: a call may tokenize a value again
-    // while the expiry runs.
-    let scanned_at = atdp_schema::now_micros();
-    let tenant_steps = catalog
+    let own = || col("tenant_id").eq(lit(tenant.to_owned()));
+    let expired = Catalog::open(lake, &Default::default())
+        .await?
         .frame(Table::Steps)
         .await?
-        .filter(col("tenant_id").eq(lit(tenant.to_owned())))
-        .map_err(Error::query)?;
-    let expired = tenant_steps
-        .clone()
         .filter(expired_in(tenant, now))
         .map_err(Error::query)?;
-    let kept = tenant_steps
-        .filter(!expired_in(tenant, now))
-        .map_err(Error::query)?;
     let step_ids = strings(expired.clone(), "step_id").await?;
-    if step_ids.is_empty() {
-        return Ok(());
-    }
-    let gone_trajectories: BTreeSet<String> = strings(expired.clone(), "trajectory_id")
-        .await?
-        .difference(&strings(kept.clone(), "trajectory_id").await?)
-        .cloned()
-        .collect();
-    let gone_tokens: BTreeSet<String> = tokens(expired)
-        .await?
-        .difference(&tokens(kept).await?)
-        .cloned()
-        .collect();
-
-    // Rewards and vault entries first: if a later deletion fails, the steps are still there
-    // and the next expiry finds them again.
-    if let Some(table) = lake.open_table(Table::Rewards).await? {
-        let mut predicate = in_list("step_id", &step_ids);
-        if !gone_trajectories.is_empty() {
-            predicate = predicate.or(col("step_id")
-                .is_null()
-                .and(in_list("trajectory_id", &gone_trajectories)));
+    if !step_ids.is_empty() {
+        let trajectories = strings(expired.clone(), "trajectory_id").await?;
+        let expired_tokens = tokens(expired).await?;
+        // What stays is read again at the latest version, just before the deletions: a
+        // step committed since the scan (a proxy's write-ahead log catching up) keeps its
+        // trajectory's rewards and its values. Vault entries masked after the scan began
+        // are never deleted either.
+        let scanned_at = atdp_schema::now_micros();
+        let kept = Catalog::open(lake, &Default::default())
+            .await?
+            .frame(Table::Steps)
+            .await?
+            .filter(own().and(!in_list("step_id", &step_ids)))
+            .map_err(Error::query)?;
+        let gone_trajectories: BTreeSet<String> = trajectories
+            .difference(&strings(kept.clone(), "trajectory_id").await?)
+            .cloned()
+            .collect();
+        let gone_tokens: BTreeSet<String> = expired_tokens
+            .difference(&tokens(kept).await?)
+            .cloned()
+            .collect();
+        // Rewards and vault entries before the steps: if a deletion fails, the steps are
+        // still there and the next expiry finds them again.
+        if let Some(table) = lake.open_table(Table::Rewards).await? {
+            let mut predicate = in_list("step_id", &step_ids);
+            if !gone_trajectories.is_empty() {
+                predicate = predicate.or(col("step_id")
+                    .is_null()
+                    .and(in_list("trajectory_id", &gone_trajectories)));
+            }
+            let (_, rows, files) = delete(table, own().and(predicate)).await?;
+            report.rewards_deleted = rows;
+            report.files_removed += files;
         }
-        let (table, rows, files) =
-            delete(table, col("tenant_id").eq(lit(tenant.to_owned())).and(predicate)).await?;
-        report.rewards_deleted = rows;
-        report.files_removed += files;
-        report.files_deleted += vacuum_table(table, vacuum).await?;
+        if !gone_tokens.is_empty()
+            && let Some(table) = lake.open_table(Table::PiiVault).await?
+        {
+            let predicate = own()
+                .and(in_list("token", &gone_tokens))
+                .and(col("created_at").lt_eq(at(scanned_at)));
+            let (_, rows, files) = delete(table, predicate).await?;
+            report.vault_rows_deleted = rows;
+            report.files_removed += files;
+        }
+        if let Some(table) = lake.open_table(Table::Steps).await? {
+            // The steps scanned, by id: a row committed since is the next expiry's, with
+            // its rewards and values.
+            let (_, rows, files) = delete(table, own().and(in_list("step_id", &step_ids))).await?;
+            report.steps_deleted = rows.unwrap_or(step_ids.len() as u64);
+            report.files_removed += files;
+        }
     }
-    if !gone_tokens.is_empty()
-        && let Some(table) = lake.open_table(Table::PiiVault).await?
-    {
-        let predicate = col("tenant_id")
-            .eq(lit(tenant.to_owned()))
-            .and(in_list("token", &gone_tokens))
-            .and(col("created_at").lt_eq(at(scanned_at)));
-        let (table, rows, files) = delete(table, predicate).await?;
-        report.vault_rows_deleted = rows;
-        report.files_removed += files;
-        report.files_deleted += vacuum_table(table, vacuum).await?;
-    }
-    if let Some(table) = lake.open_table(Table::Steps).await? {
-        let (table, rows, files) = delete(table, expired_in(tenant, now)).await?;
-        report.steps_deleted = rows.unwrap_or(step_ids.len() as u64);
-        report.files_removed += files;
-        report.files_deleted += vacuum_table(table, vacuum).await?;
+    // Every run vacuums the three tables, including when it expired nothing: files that
+    // earlier runs removed are deleted once their window has passed.
+    for table in [Table::Rewards, Table::PiiVault, Table::Steps] {
+        if let Some(delta) = lake.open_table(table).await? {
+            report.files_deleted += vacuum_table(delta, vacuum).await?;
+        }
     }
     Ok(())
 }
@@ -304,21 +312,42 @@ async fn delete_expired(
 /// version either holds none or can no longer be read (its files are gone). It reads the
 /// whole log, version by version: a compliance check, not a hot path.
 pub async fn check(lake: &Lake, tenant: &str, now: i64) -> Result<RetentionCheck> {
+    let now = now.min(atdp_schema::now_micros());
     let mut out = RetentionCheck {
         tenant: tenant.to_owned(),
         now,
+        first_version: 0,
         versions_read: 0,
         versions_gone: 0,
         holding: Vec::new(),
     };
-    let Some(newest) = lake
-        .open_table(Table::Steps)
-        .await?
-        .and_then(|t| t.version())
-    else {
+    let Some(latest) = lake.open_table(Table::Steps).await? else {
         return Ok(out);
     };
-    for version in 0..=u64::try_from(newest).unwrap_or(0) {
+    let Some(newest) = latest.version().and_then(|v| u64::try_from(v).ok()) else {
+        return Ok(out);
+    };
+    // Versions whose log entries were cleaned up (Delta keeps 30 days of log by default)
+    // cannot be loaded: the check starts at the oldest commit or checkpoint still in the log.
+    let log: Vec<_> = latest
+        .object_store()
+        .list(Some(&object_store::path::Path::from("_delta_log")))
+        .try_collect()
+        .await
+        .map_err(Error::query)?;
+    let oldest = log
+        .iter()
+        .filter_map(|meta| {
+            let name = meta.location.filename()?;
+            let digits = name
+                .strip_suffix(".json")
+                .or_else(|| name.strip_suffix(".checkpoint.parquet"))?;
+            digits.parse::<u64>().ok()
+        })
+        .min()
+        .unwrap_or(0);
+    out.first_version = oldest;
+    for version in oldest..=newest {
         let counted = async {
             let table = lake.open_table_at(Table::Steps, version).await?;
             let ctx = deltalake::datafusion::prelude::SessionContext::new();
@@ -347,8 +376,9 @@ pub async fn check(lake: &Lake, tenant: &str, now: i64) -> Result<RetentionCheck
     Ok(out)
 }
 
-/// Whether an error says that a file is missing (object_store's `NotFound`).
+/// Whether an error says that a data file is missing (object_store's `NotFound` on a
+/// Parquet file), and nothing else: any other failure is an error, never a pass.
 fn gone(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    message.contains("not found") || message.contains("no such file")
+    let lower = message.to_ascii_lowercase();
+    (lower.contains("not found") || lower.contains("no such file")) && lower.contains(".parquet")
 }

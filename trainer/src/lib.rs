@@ -62,7 +62,7 @@ pub use init::{
     TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_VOCAB_SIZE, added_token_id, init_model,
 };
 pub use lora::{Lora, LoraConfig, LoraLayer, TargetModule};
-pub use manifest::{MANIFEST_FILE, Manifest, RewardInfo, RewardVersions, hash_weights};
+pub use manifest::{Lineage, MANIFEST_FILE, Manifest, RewardInfo, RewardVersions, hash_weights};
 pub use model::{
     Adapter, Gradients, LoadOptions, Model, Span, TokenStats, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
     token_log_probs, weight_files,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::data::{ExampleStats, TableRead};
+use crate::data::{Example, ExampleStats, TableRead};
 use crate::model::Model;
 use crate::peft::write_atomic;
 use crate::rewards::RewardSpec;
@@ -209,6 +209,33 @@ pub struct Manifest {
     pub steps: u64,
     /// The last step's metrics.
     pub final_metrics: Option<StepMetrics>,
+    /// What the adapter learned from (absent from manifests of older runs).
+    #[serde(default)]
+    pub lineage: Lineage,
+}
+
+/// The trajectories whose steps became the examples trained on, by tenant: an erasure finds
+/// the adapter versions that learned from a person by looking up the person's trajectories
+/// here (`atdp-audit lineage`). A step's prompt holds only its own trajectory's history, so
+/// trajectories cover every text the adapter saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    /// Tenant → trajectory ids, sorted.
+    pub trajectories: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Lineage {
+    /// The trajectories of `examples`.
+    pub fn of<'a>(examples: impl IntoIterator<Item = &'a Example>) -> Self {
+        let mut trajectories: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for e in examples {
+            trajectories
+                .entry(e.tenant_id.clone())
+                .or_default()
+                .insert(e.trajectory_id.clone());
+        }
+        Lineage { trajectories }
+    }
 }
 
 impl Manifest {
@@ -224,6 +251,7 @@ impl Manifest {
         unmatched_step_rewards: usize,
         steps: u64,
         final_metrics: Option<StepMetrics>,
+        lineage: Lineage,
     ) -> Result<Self> {
         let (sha256, files) = hash_weights(model.weight_files())?;
         let hyper_parameters = json!({
@@ -271,6 +299,7 @@ impl Manifest {
             unmatched_step_rewards,
             steps,
             final_metrics,
+            lineage,
         })
     }
 

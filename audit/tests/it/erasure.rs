@@ -108,6 +108,24 @@ async fn reveal_then_erase_then_reveal_fails() {
     .await;
     assert!(matches!(denied, Err(Error::Denied(_))), "{denied:?}");
 
+    // The registry: v1 learned from the subject's trajectory, v2 from another trajectory
+    // only, v3 records no lineage; `triage` learned from the other tenant's trajectory of
+    // the same id.
+    let manifest = |policy: &str, version: &str, lineage: Option<serde_json::Value>| {
+        let dir = f.lake_root().join("adapters").join(policy).join(version);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut m = serde_json::json!({"format": "atdp-trainer/manifest-v1"});
+        if let Some(l) = lineage {
+            m["lineage"] = l;
+        }
+        std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
+    };
+    let demo = &f.demo_trajectory;
+    manifest("support", "v1", Some(serde_json::json!({"trajectories": {"demo": ["a", demo]}})));
+    manifest("support", "v2", Some(serde_json::json!({"trajectories": {"demo": ["a", "b"]}})));
+    manifest("support", "v3", None);
+    manifest("triage", "v1", Some(serde_json::json!({"trajectories": {"other": [demo]}})));
+
     let report = atdp_audit::erase(
         &f.lake,
         &f.policy,
@@ -121,6 +139,18 @@ async fn reveal_then_erase_then_reveal_fails() {
     .await
     .unwrap();
     assert_eq!(report.scope, "subject");
+    let trained: Vec<(String, u32, Option<usize>)> = report
+        .trained_adapters
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.policy, a.version, a.trajectories))
+        .collect();
+    assert_eq!(
+        trained,
+        vec![("support".into(), 1, Some(1)), ("support".into(), 3, None)],
+        "{report:?}"
+    );
     assert!(report.vault_files_removed >= 1, "{report:?}");
     assert!(report.files_deleted >= 1, "{report:?}");
     assert!(matches!(

@@ -164,6 +164,21 @@ async fn expired_steps_their_rewards_and_their_own_vault_entries_leave_every_ver
         other_vault_rows
     );
 
+    // A second run finds nothing more to delete.
+    let again = atdp_audit::expire(
+        &f.lake,
+        &f.policy,
+        &trail,
+        &f.auditor(DEMO_AUDITOR),
+        "demo",
+        now,
+        Vacuum::Now,
+        "Retention schedule, support records",
+    )
+    .await
+    .unwrap();
+    assert_eq!((again.steps_deleted, again.files_removed), (0, 0), "{again:?}");
+
     // No version of `steps` that can still be read holds them.
     let after = atdp_audit::check_retention(&f.lake, "demo", now).await.unwrap();
     assert!(after.ok(), "{after:?}");

@@ -292,6 +292,7 @@ pub fn run(
         credited.unmatched_step_rewards,
         step,
         final_metrics,
+        manifest::Lineage::of(&examples),
     )?;
     manifest.write(&config.out_dir)?;
     let all_metrics: Vec<StepMetrics> = std::fs::read_to_string(&metrics_path)

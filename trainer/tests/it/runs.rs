@@ -378,10 +378,12 @@ fn steps_that_may_not_be_trained_on_are_never_read_and_the_manifest_counts_them(
     let at = 1_795_910_400_000_000 + 100_000_000;
     // Rewarded episodes the selection matches, each of them not to be trained on.
     let mut excluded_ids = BTreeSet::new();
+    let mut excluded_trajectories = BTreeSet::new();
     let mut add = |i: i64, edit: &dyn Fn(&mut atdp_schema::Step)| {
         let (mut step, reward) = episode(GOOD, 1.0, Some("v1"), at + i * 1_000_000);
         edit(&mut step);
         excluded_ids.insert(step.step_id.clone());
+        excluded_trajectories.insert(step.trajectory_id.clone());
         records.push(step.into());
         records.push(reward.into());
     };
@@ -429,6 +431,15 @@ fn steps_that_may_not_be_trained_on_are_never_read_and_the_manifest_counts_them(
     );
     // The rewards of the trajectories not read are not read either: 4 of 10.
     assert_eq!(manifest["tables"][1]["rows_kept"], 4);
+    // The lineage names the four trajectories trained on, none of the excluded ones.
+    let lineage: BTreeSet<String> =
+        serde_json::from_value(manifest["lineage"]["trajectories"]["acme"].clone()).unwrap();
+    assert_eq!(lineage.len(), 4, "{}", manifest["lineage"]);
+    assert!(lineage.is_disjoint(&excluded_trajectories));
+    assert_eq!(
+        manifest["lineage"]["trajectories"].as_object().map(|o| o.len()),
+        Some(1)
+    );
 
     // The same selection read directly: no excluded step among the rows; unmarked steps only
     // when the operator says they may be trained on.

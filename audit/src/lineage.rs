@@ -1,0 +1,158 @@
+//! Lineage from a person to adapters: which adapter versions in the lake's registry learned
+//! from a subject's trajectories.
+//!
+//! The subject's trajectories are those of the tenant's steps whose `pii` spans carry one of
+//! the subject's tokens (the spans stay after an erasure, so this works after one too). Each
+//! adapter version's `manifest.json` (`adapters/<policy>/v<N>/`, written by `atdp-train`)
+//! lists the trajectories its examples came from (`lineage.trajectories`, by tenant); a
+//! version learned from the subject when the two lists meet. A version without a lineage
+//! (trained before it was recorded) is listed as unknown, never as clean.
+
+use std::collections::BTreeSet;
+
+use atdp_schema::{Catalog, Lake, Table};
+use deltalake::datafusion::functions::core::expr_fn::get_field;
+use deltalake::datafusion::prelude::{col, lit};
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::retention::strings;
+
+/// An adapter version that learned from the subject, or may have.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct TrainedAdapter {
+    /// The policy (registry name).
+    pub policy: String,
+    /// The version.
+    pub version: u32,
+    /// How many of the subject's trajectories it learned from; `None`: its manifest has no
+    /// lineage, so whether it did is unknown.
+    pub trajectories: Option<usize>,
+}
+
+/// The trajectories of `tenant` whose steps hold one of `tokens` (every trajectory of the
+/// tenant when `tokens` is `None`).
+async fn trajectories(
+    lake: &Lake,
+    tenant: &str,
+    tokens: Option<&[String]>,
+) -> Result<BTreeSet<String>> {
+    let catalog = Catalog::open(lake, &Default::default()).await?;
+    let steps = catalog
+        .frame(Table::Steps)
+        .await?
+        .filter(col("tenant_id").eq(lit(tenant.to_owned())))
+        .map_err(Error::query)?;
+    let Some(tokens) = tokens else {
+        return strings(steps, "trajectory_id").await;
+    };
+    let wanted: BTreeSet<String> = tokens.iter().cloned().collect();
+    let hits = steps
+        .select(vec![col("trajectory_id"), col("pii")])
+        .and_then(|f| f.unnest_columns(&["pii"]))
+        .and_then(|f| f.filter(in_list_expr(get_field(col("pii"), "token"), &wanted)))
+        .map_err(Error::query)?;
+    strings(hits, "trajectory_id").await
+}
+
+fn in_list_expr(
+    expr: deltalake::datafusion::prelude::Expr,
+    values: &BTreeSet<String>,
+) -> deltalake::datafusion::prelude::Expr {
+    expr.in_list(values.iter().map(|v| lit(v.clone())).collect(), false)
+}
+
+/// `<policy>/v<N>/manifest.json` → (policy, N).
+fn version_of(path: &str) -> Option<(String, u32)> {
+    let mut parts = path.split('/');
+    let (policy, version, file) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || file != "manifest.json" {
+        return None;
+    }
+    Some((policy.to_owned(), version.strip_prefix('v')?.parse().ok()?))
+}
+
+/// The adapter versions under the lake's `adapters/` that learned from `tenant`'s subject
+/// with `tokens` (from any of the tenant's trajectories when `tokens` is `None`: a tenant
+/// erasure), sorted by policy and version.
+pub async fn trained_on(
+    lake: &Lake,
+    tenant: &str,
+    tokens: Option<&[String]>,
+) -> Result<Vec<TrainedAdapter>> {
+    let subject = trajectories(lake, tenant, tokens).await?;
+    let url = lake
+        .root()
+        .join("adapters/")
+        .map_err(|e| Error::Invalid(format!("registry location: {e}")))?;
+    if let Ok(path) = url.to_file_path()
+        && !path.exists()
+    {
+        return Ok(Vec::new());
+    }
+    let store = deltalake::logstore::store_for(&url, lake.options().clone())
+        .map_err(Error::query)?;
+    let listed: Vec<_> = store.list(None).try_collect().await.map_err(Error::query)?;
+    let mut found = Vec::new();
+    for meta in listed {
+        let Some((policy, version)) = version_of(meta.location.as_ref()) else {
+            continue;
+        };
+        let bytes = store
+            .get(&meta.location)
+            .await
+            .map_err(Error::query)?
+            .bytes()
+            .await
+            .map_err(Error::query)?;
+        let manifest: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Query(format!("{policy} v{version}: manifest.json: {e}")))?;
+        let trajectories = match manifest.get("lineage") {
+            None => None,
+            Some(lineage) => {
+                let learned = lineage["trajectories"][tenant].as_array();
+                let met = learned.map_or(0, |ids| {
+                    ids.iter()
+                        .filter_map(|id| id.as_str())
+                        .filter(|id| subject.contains(*id))
+                        .count()
+                });
+                if met == 0 {
+                    continue;
+                }
+                Some(met)
+            }
+        };
+        found.push(TrainedAdapter {
+            policy,
+            version,
+            trajectories,
+        });
+    }
+    found.sort();
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_of;
+
+    #[test]
+    fn only_a_versions_own_manifest_names_a_version() {
+        assert_eq!(
+            version_of("support/v12/manifest.json"),
+            Some(("support".into(), 12))
+        );
+        for other in [
+            "support/v12/adapter_config.json",
+            "support/log/00000000000000000001.json",
+            "support/v12/extra/manifest.json",
+            "support/12/manifest.json",
+            "support/vx/manifest.json",
+        ] {
+            assert_eq!(version_of(other), None, "{other}");
+        }
+    }
+}
