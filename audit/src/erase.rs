@@ -70,19 +70,7 @@ pub async fn erase(
     subject: Option<&str>,
     reason: &str,
 ) -> Result<EraseReport> {
-    let reason = crate::reason::checked(reason, "an erasure")?;
-    let verdict = decide(&policy.access, auditor, tenant);
-    let mut record = event("erase", &auditor.actor(), tenant);
-    record.reason = Some(redact(&policy.scanner, reason));
-    record.policy_id = access::policy_ids(&verdict);
-    record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
-    record.subject = Some(format!("tenant:{tenant}"));
-    if !verdict.allowed {
-        trail.record_committed(record).await?;
-        return Err(Error::Denied(format!(
-            "the access policy does not let this auditor erase data of tenant {tenant}"
-        )));
-    }
+    let mut record = allowed_deletion(policy, trail, auditor, tenant, "erase", reason).await?;
     let file = KeyFile::new(keys_path);
     let keys = file.load()?;
     let tokens = match subject {
@@ -152,7 +140,39 @@ pub async fn erase(
     Ok(report)
 }
 
-pub(crate) fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> atdp_policies::Verdict {
+/// Checks a deletion (`kind`: `erase`, `expire`) of `tenant`'s data: a reason, and Cedar's
+/// `erase` on the tenant. A refusal is recorded (committed) and returned as an error; an
+/// allowed deletion returns its event, not recorded yet, for the caller to complete.
+pub(crate) async fn allowed_deletion(
+    policy: &atdp_policies::Policy,
+    trail: &Trail,
+    auditor: &Auditor,
+    tenant: &str,
+    kind: &str,
+    reason: &str,
+) -> Result<atdp_schema::AuditEvent> {
+    let action = if kind == "expire" {
+        "an expiry"
+    } else {
+        "an erasure"
+    };
+    let reason = crate::reason::checked(reason, action)?;
+    let verdict = decide(&policy.access, auditor, tenant);
+    let mut record = event(kind, &auditor.actor(), tenant);
+    record.reason = Some(redact(&policy.scanner, reason));
+    record.policy_id = access::policy_ids(&verdict);
+    record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
+    record.subject = Some(format!("tenant:{tenant}"));
+    if !verdict.allowed {
+        trail.record_committed(record).await?;
+        return Err(Error::Denied(format!(
+            "the access policy does not let this auditor delete data of tenant {tenant} ({kind})"
+        )));
+    }
+    Ok(record)
+}
+
+fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> atdp_policies::Verdict {
     policy.decide(
         ("Auditor", &auditor.id),
         "erase",

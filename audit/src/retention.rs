@@ -29,9 +29,9 @@ use deltalake::operations::vacuum::VacuumMode;
 use futures::TryStreamExt;
 use serde::Serialize;
 
-use crate::access::{self, Auditor};
+use crate::access::Auditor;
 use crate::error::{Error, Result};
-use crate::trail::{Trail, event, redact};
+use crate::trail::{Trail, event};
 
 /// When files that an expiry removed from a table are deleted from storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,19 +116,8 @@ pub async fn expire(
     vacuum: Vacuum,
     reason: &str,
 ) -> Result<ExpireReport> {
-    let reason = crate::reason::checked(reason, "an expiry")?;
-    let verdict = crate::erase::decide(&policy.access, auditor, tenant);
-    let mut record = event("expire", &auditor.actor(), tenant);
-    record.reason = Some(redact(&policy.scanner, reason));
-    record.policy_id = access::policy_ids(&verdict);
-    record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
-    record.subject = Some(format!("tenant:{tenant}"));
-    if !verdict.allowed {
-        trail.record_committed(record).await?;
-        return Err(Error::Denied(format!(
-            "the access policy does not let this auditor delete data of tenant {tenant}"
-        )));
-    }
+    let mut record =
+        crate::erase::allowed_deletion(policy, trail, auditor, tenant, "expire", reason).await?;
     let now = now.min(atdp_schema::now_micros());
     record.detail_json = Some(serde_json::json!({ "now": now }).to_string());
     let recorded = trail.record_committed(record).await?;
