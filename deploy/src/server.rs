@@ -7,6 +7,7 @@
 //! finishes.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -77,7 +78,13 @@ pub struct Status {
 pub struct Serving {
     current: RwLock<Shared>,
     status: Mutex<Status>,
+    /// A watcher replaces this policy's engine when it dies.
+    repaired: AtomicBool,
 }
+
+/// How long a request that a dead engine failed waits for the watcher to load the version
+/// afresh (its next poll, a trial token of up to 30 s, the load) before it is answered 500.
+const REPAIR_WAIT: Duration = Duration::from_secs(120);
 
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -94,6 +101,7 @@ impl Serving {
         Arc::new(Serving {
             current: RwLock::new(Arc::new(engine)),
             status: Mutex::new(status),
+            repaired: AtomicBool::new(false),
         })
     }
 
@@ -102,6 +110,34 @@ impl Serving {
         match self.current.read() {
             Ok(engine) => Arc::clone(&engine),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Marks this policy's engine as one a watcher repairs (see [`Serving::replacement`]).
+    pub(crate) fn watched(&self) {
+        self.repaired.store(true, Ordering::Relaxed);
+    }
+
+    /// After `engine` failed a request: the engine the watcher put in its place on finding it
+    /// dead (a fresh load of the same version), on which a request that had nothing from the
+    /// dead one yet runs again. None as soon as `engine` answers a request or the watcher's
+    /// trial token (the failure was the request's own), when no watcher repairs this policy,
+    /// when `engine` is not the one served (a pinned version), and after [`REPAIR_WAIT`].
+    pub(crate) async fn replacement(&self, engine: &Shared) -> Option<Shared> {
+        if !self.repaired.load(Ordering::Relaxed) {
+            return None;
+        }
+        let deadline = Instant::now() + REPAIR_WAIT;
+        loop {
+            let current = self.current();
+            if !Arc::ptr_eq(&current, engine) {
+                return (current.version == engine.version).then_some(current);
+            }
+            drop(current);
+            if engine.failing() == 0 || Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -287,27 +323,38 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
     if request.stream {
         return stream(serving, engine, request, job, shape);
     }
-    let runs = (0..request.n).map(|_| generate::whole(&engine, &job));
-    let results = futures::future::join_all(runs).await;
-    match results.into_iter().collect::<Result<Vec<_>, _>>() {
-        Ok(choices) => {
-            serving.count(&engine, false);
-            let tools = request.tools;
-            let body = reply::completion(&shape, choices, || parser(tools.as_ref()));
-            let mut response = axum::Json(body).into_response();
-            if let Ok(v) = HeaderValue::from_str(&version) {
-                response.headers_mut().insert(VERSION_HEADER, v);
+    // A fresh load of the same version has the same prompt format and context, so the job
+    // runs again unchanged on the engine that replaced a dead one.
+    let mut engine = engine;
+    let mut retried = false;
+    loop {
+        let runs = (0..request.n).map(|_| generate::whole(&engine, &job));
+        let results = futures::future::join_all(runs).await;
+        let error = match results.into_iter().collect::<Result<Vec<_>, _>>() {
+            Ok(choices) => {
+                serving.count(&engine, false);
+                let tools = request.tools;
+                let body = reply::completion(&shape, choices, || parser(tools.as_ref()));
+                let mut response = axum::Json(body).into_response();
+                if let Ok(v) = HeaderValue::from_str(&version) {
+                    response.headers_mut().insert(VERSION_HEADER, v);
+                }
+                return response;
             }
-            response
-        }
-        Err(e) => {
-            if e.status.is_server_error() {
-                serving.count(&engine, true);
-                // The message may quote the prompt: log only that it failed.
-                tracing::warn!(version = %version, "Engine failed a request.");
+            Err(e) => e,
+        };
+        if error.status.is_server_error() {
+            serving.count(&engine, true);
+            // The message may quote the prompt: log only that it failed.
+            tracing::warn!(version = %version, "Engine failed a request.");
+            if !retried && let Some(fresh) = serving.replacement(&engine).await {
+                tracing::warn!(version = %version, "Running a failed request again on the engine that replaced a dead one.");
+                engine = fresh;
+                retried = true;
+                continue;
             }
-            error_response(&e, Some(&version))
         }
+        return error_response(&error, Some(&version));
     }
 }
 
@@ -333,32 +380,49 @@ fn stream(
     tokio::spawn(async move {
         let version = task_version;
         let mut writer = StreamWriter::new(shape, parser(request.tools.as_ref()));
-        let mut failed = None;
-        match generate::stream(&engine, &job).await {
-            Err(e) => failed = Some(e),
-            Ok(mut tokens) => {
-                while let Some(step) = tokens.next().await {
-                    match step {
-                        Ok(step) => {
-                            for chunk in writer.step(step) {
-                                if tx.send(sse(&chunk)).await.is_err() {
-                                    // The client left; dropping the stream cancels the
-                                    // sequence.
-                                    return;
+        let mut engine = engine;
+        let mut retried = false;
+        loop {
+            // Whether the engine gave a token: after one, the stream cannot start again.
+            let mut started = false;
+            let mut failed = None;
+            match generate::stream(&engine, &job).await {
+                Err(e) => failed = Some(e),
+                Ok(mut tokens) => {
+                    while let Some(step) = tokens.next().await {
+                        match step {
+                            Ok(step) => {
+                                started = true;
+                                for chunk in writer.step(step) {
+                                    if tx.send(sse(&chunk)).await.is_err() {
+                                        // The client left; dropping the stream cancels the
+                                        // sequence.
+                                        return;
+                                    }
                                 }
                             }
-                        }
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
                         }
                     }
                 }
             }
-        }
-        if let Some(error) = failed {
+            let Some(error) = failed else {
+                break;
+            };
             serving.count(&engine, true);
             tracing::warn!(version = %version, "Engine failed a streamed request.");
+            if !started
+                && !retried
+                && let Some(fresh) = serving.replacement(&engine).await
+            {
+                tracing::warn!(version = %version, "Running a failed request again on the engine that replaced a dead one.");
+                engine = fresh;
+                retried = true;
+                continue;
+            }
             let _ = tx.send(sse(&error.body())).await;
             return;
         }
@@ -385,4 +449,79 @@ fn stream(
         headers.insert(VERSION_HEADER, v);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use atdp_trainer::{Arch, InitSpec, init_model};
+
+    use super::*;
+    use crate::engine::{BaseModel, EngineOptions, Version};
+
+    async fn load(dir: &Path, number: Option<u32>) -> Engine {
+        let base = BaseModel::open(dir).unwrap();
+        let version = Version {
+            policy: "support".into(),
+            number,
+        };
+        Engine::load(&base, None, version, &EngineOptions::default())
+            .await
+            .unwrap()
+    }
+
+    /// Starts waiting for the replacement of `engine` and checks that the wait has not ended
+    /// on its own.
+    async fn waiting(
+        serving: &Arc<Serving>,
+        engine: &Shared,
+    ) -> tokio::task::JoinHandle<Option<Shared>> {
+        let (serving, engine) = (Arc::clone(serving), Arc::clone(engine));
+        let task = tokio::spawn(async move { serving.replacement(&engine).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!task.is_finished(), "gave up on an engine that may be dead");
+        task
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_request_runs_again_only_on_the_engine_that_replaced_a_dead_one() {
+        let dir = tempfile::tempdir().unwrap();
+        init_model(dir.path(), &InitSpec::tiny(Arch::Qwen2)).unwrap();
+        let serving = Serving::new(load(dir.path(), None).await);
+        let first = serving.current();
+        serving.count(&first, true);
+        let unwatched = tokio::time::timeout(Duration::from_secs(1), serving.replacement(&first));
+        assert!(
+            unwatched.await.expect("no wait").is_none(),
+            "no watcher repairs this policy: the failure stands at once"
+        );
+
+        serving.watched();
+        let task = waiting(&serving, &first).await;
+        serving.count(&first, false);
+        assert!(
+            task.await.unwrap().is_none(),
+            "the engine answered again: the failure was the request's own"
+        );
+
+        serving.count(&first, true);
+        let task = waiting(&serving, &first).await;
+        serving
+            .repair(load(dir.path(), None).await, 0, Duration::ZERO)
+            .await;
+        let fresh = task.await.unwrap().expect("the engine that replaced it");
+        assert!(Arc::ptr_eq(&fresh, &serving.current()));
+        assert!(!Arc::ptr_eq(&fresh, &first));
+        assert_eq!(serving.status().repairs, 1);
+
+        let pinned: Shared = Arc::new(load(dir.path(), Some(1)).await);
+        serving.count(&pinned, true);
+        let pinned_wait =
+            tokio::time::timeout(Duration::from_secs(1), serving.replacement(&pinned));
+        assert!(
+            pinned_wait.await.expect("no wait").is_none(),
+            "a pinned version is not the served one; nothing replaces it"
+        );
+    }
 }

@@ -133,6 +133,7 @@ impl Watcher {
 
     /// Follows the registry every `poll` until the process ends.
     pub async fn run(self, serving: Arc<Serving>, poll: Duration) {
+        serving.watched();
         let mut refused = None;
         loop {
             tokio::time::sleep(poll).await;

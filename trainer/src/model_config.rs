@@ -132,15 +132,21 @@ pub struct ModelConfig {
 
 impl ModelConfig {
     /// An estimate of the memory a training forward pass over `[batch, seq]` keeps for its
-    /// backward pass: per layer, 8 attention-score-sized tensors (`heads × seq²`) and 24
-    /// hidden-sized plus 13 intermediate-sized values per token, in the compute dtype. The
-    /// coefficients are fitted to the peak memory measured on the Qwen2-0.5B shape at 256
-    /// and 1,024 tokens (docs/benchmarks.md); the estimate decides when to recompute.
-    pub fn activation_bytes(&self, batch: usize, seq: usize, dtype: DType) -> usize {
+    /// backward pass: per layer, 24 hidden-sized plus 13 intermediate-sized values per token,
+    /// in the compute dtype, and with `scores` (attention built from candle ops, as on CUDA)
+    /// 8 attention-score-sized tensors (`heads × seq²`); the CPU's fused attention keeps only
+    /// per-token statistics. The coefficients are fitted to the peak memory measured on the
+    /// Qwen2-0.5B shape at 256 and 1,024 tokens (docs/benchmarks.md); the estimate decides
+    /// when to recompute.
+    pub fn activation_bytes(&self, batch: usize, seq: usize, dtype: DType, scores: bool) -> usize {
         let c = self;
         let per_token = 24 * c.hidden_size + 13 * c.intermediate_size;
-        let per_layer = batch * (8 * c.num_attention_heads * seq * seq + seq * per_token);
-        per_layer
+        let score_values = if scores {
+            8 * c.num_attention_heads * seq * seq
+        } else {
+            0
+        };
+        (batch * (seq * per_token + score_values))
             .saturating_mul(c.num_hidden_layers)
             .saturating_mul(dtype.size_in_bytes())
     }

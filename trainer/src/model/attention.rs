@@ -52,7 +52,13 @@ pub(crate) fn causal_attention(
 }
 
 /// The fused op with a chosen block size (tests use small blocks to cross block boundaries).
-pub(crate) fn fused(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, block: usize) -> Result<Tensor> {
+pub(crate) fn fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    block: usize,
+) -> Result<Tensor> {
     let dtype = q.dtype();
     let wide = upcast(dtype);
     let op = |t: &Tensor| -> Result<Tensor> { Ok(t.to_dtype(wide)?.contiguous()?) };
@@ -190,9 +196,17 @@ impl Dims {
         let d = self.head_dim;
         let start = offset + self.kv_at(row, 0, 0);
         if transposed {
-            Layout::new(Shape::from((self.kv_heads, d, end)), vec![d, 1, self.kv_heads * d], start)
+            Layout::new(
+                Shape::from((self.kv_heads, d, end)),
+                vec![d, 1, self.kv_heads * d],
+                start,
+            )
         } else {
-            Layout::new(Shape::from((self.kv_heads, end, d)), vec![d, self.kv_heads * d, 1], start)
+            Layout::new(
+                Shape::from((self.kv_heads, end, d)),
+                vec![d, self.kv_heads * d, 1],
+                start,
+            )
         }
     }
 }
@@ -280,7 +294,11 @@ fn matmul<T: Element>(
 /// layout of its transpose.
 fn packed_layout(kv_heads: usize, rows: usize, cols: usize, transposed: bool) -> Layout {
     if transposed {
-        Layout::new(Shape::from((kv_heads, cols, rows)), vec![rows * cols, 1, cols], 0)
+        Layout::new(
+            Shape::from((kv_heads, cols, rows)),
+            vec![rows * cols, 1, cols],
+            0,
+        )
     } else {
         Layout::contiguous((kv_heads, rows, cols))
     }
@@ -560,8 +578,12 @@ impl CustomOp3 for FusedCausalAttention {
         );
         let sizes = (q.shape(), k.shape(), v.shape());
         match q.dtype() {
-            DType::F32 => self.gradients::<f32>(&dims, sizes, (qs, q0), &kv, (os, o0), (gs, g0), lse),
-            DType::F64 => self.gradients::<f64>(&dims, sizes, (qs, q0), &kv, (os, o0), (gs, g0), lse),
+            DType::F32 => {
+                self.gradients::<f32>(&dims, sizes, (qs, q0), &kv, (os, o0), (gs, g0), lse)
+            }
+            DType::F64 => {
+                self.gradients::<f64>(&dims, sizes, (qs, q0), &kv, (os, o0), (gs, g0), lse)
+            }
             other => candle_core::bail!("fused attention computes in f32 or f64, not {other:?}"),
         }
     }
@@ -642,13 +664,7 @@ mod tests {
 
     /// Output and the gradients of `Σ out ⊙ w` for q, k, v, by the fused op with `block`
     /// (`Some`) or by the unfused reference (`None`).
-    fn run(
-        q: &Var,
-        k: &Var,
-        v: &Var,
-        w: &Tensor,
-        block: Option<usize>,
-    ) -> (Tensor, [Tensor; 3]) {
+    fn run(q: &Var, k: &Var, v: &Var, w: &Tensor, block: Option<usize>) -> (Tensor, [Tensor; 3]) {
         let scale = 1.0 / (q.dim(3).unwrap() as f64).sqrt();
         let out = match block {
             Some(block) => fused(q, k, v, scale, block).unwrap(),
@@ -672,11 +688,17 @@ mod tests {
         let (want, want_grads) = run(&q, &k, &v, &w, None);
         assert_eq!(out.dims(), want.dims());
         let diff = max_diff(&out, &want);
-        assert!(diff < tol, "output differs by {diff} ({shape:?}, block {block})");
+        assert!(
+            diff < tol,
+            "output differs by {diff} ({shape:?}, block {block})"
+        );
         for (name, (got, want)) in ["q", "k", "v"].iter().zip(grads.iter().zip(&want_grads)) {
             assert_eq!(got.dims(), want.dims());
             let diff = max_diff(got, want);
-            assert!(diff < tol, "d{name} differs by {diff} ({shape:?}, block {block})");
+            assert!(
+                diff < tol,
+                "d{name} differs by {diff} ({shape:?}, block {block})"
+            );
         }
     }
 
@@ -725,7 +747,13 @@ mod tests {
         let w = Tensor::from_vec(w, (batch, seq, heads, d), &Device::Cpu).unwrap();
         let (_, [_, dk, dv]) = run(&q, &k, &v, &w, Some(2));
         for g in [dk, dv] {
-            let last = g.narrow(1, seq - 1, 1).unwrap().abs().unwrap().sum_all().unwrap();
+            let last = g
+                .narrow(1, seq - 1, 1)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap();
             assert_eq!(last.to_scalar::<f64>().unwrap(), 0.0);
         }
     }

@@ -488,10 +488,12 @@ fn accumulate(
             dropout_key,
             &spans,
             config.recompute_activations.unwrap_or_else(|| {
-                model
-                    .config()
-                    .activation_bytes(micro.len(), len, model.dtype())
-                    > AUTO_RECOMPUTE_BYTES
+                model.config().activation_bytes(
+                    micro.len(),
+                    len,
+                    model.dtype(),
+                    !model.device().is_cpu(),
+                ) > AUTO_RECOMPUTE_BYTES
             }),
             loss,
         )?;

@@ -437,7 +437,9 @@ fn steps_that_may_not_be_trained_on_are_never_read_and_the_manifest_counts_them(
     assert_eq!(lineage.len(), 4, "{}", manifest["lineage"]);
     assert!(lineage.is_disjoint(&excluded_trajectories));
     assert_eq!(
-        manifest["lineage"]["trajectories"].as_object().map(|o| o.len()),
+        manifest["lineage"]["trajectories"]
+            .as_object()
+            .map(|o| o.len()),
         Some(1)
     );
 
