@@ -2,8 +2,11 @@
 //! see, tenant by tenant.
 
 use atdp_policies::{AccessPolicy, Verdict, hash_api_key};
+use atdp_schema::{Catalog, Table};
+use deltalake::datafusion::prelude::{Expr, col, lit};
 
 use crate::error::{Error, Result};
+use crate::trail::SYSTEM_TENANT;
 
 /// The probe trajectory id used to ask Cedar whether an auditor may read a tenant at all.
 /// Policies decide on the trajectory's tenant; a policy that singles out trajectory ids is
@@ -81,6 +84,25 @@ impl Auditor {
         self.tenants.iter().any(|t| t == tenant)
     }
 
+    /// The rows of `table` this auditor may read: its tenants' rows, and in `audit` also its
+    /// own events and the system-wide policy changes (policy reloads, key rotations), not
+    /// other auditors' logins or their searches across tenants. The console's audit page and
+    /// `atdp-audit sql` read through this one filter.
+    pub fn visible_rows(&self, table: Table) -> Expr {
+        let tenants =
+            col("tenant_id").in_list(self.tenants.iter().map(|t| lit(t.clone())).collect(), false);
+        match table {
+            Table::Audit => {
+                let policy_change =
+                    col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false);
+                tenants
+                    .or(col("actor").eq(lit(self.actor())))
+                    .or(col("tenant_id").eq(lit(SYSTEM_TENANT)).and(policy_change))
+            }
+            _ => tenants,
+        }
+    }
+
     /// The tenants to search: `wanted` if given and visible, else all visible ones.
     pub fn scope(&self, wanted: Option<&str>) -> Result<Vec<String>> {
         match wanted {
@@ -91,6 +113,37 @@ impl Auditor {
             None => Ok(self.tenants.clone()),
         }
     }
+}
+
+/// The rows of `tenants`, the filter every read of the console and its commands starts from.
+pub(crate) fn tenant_in(tenants: &[String]) -> Expr {
+    col("tenant_id").in_list(tenants.iter().map(|t| lit(t.clone())).collect(), false)
+}
+
+/// Replaces every table of `catalog`'s session by a view of the rows `auditor` may read
+/// ([`Auditor::visible_rows`]), so that no query, join or aggregate over the session reaches
+/// another tenant's rows.
+pub async fn scope_catalog(catalog: &Catalog, auditor: &Auditor) -> Result<()> {
+    if auditor.tenants.is_empty() {
+        return Err(Error::Denied(
+            "this auditor may read no tenant, so there is nothing to query".to_owned(),
+        ));
+    }
+    let session = catalog.session();
+    for table in Table::ALL {
+        let rows = catalog
+            .frame(table)
+            .await?
+            .filter(auditor.visible_rows(table))
+            .map_err(Error::query)?;
+        session
+            .deregister_table(table.name())
+            .map_err(Error::query)?;
+        session
+            .register_table(table.name(), rows.into_view())
+            .map_err(Error::query)?;
+    }
+    Ok(())
 }
 
 /// Cedar's decision on `action` by `auditor` on trajectory `trajectory_id` of `tenant`.

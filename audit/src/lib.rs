@@ -45,7 +45,7 @@ mod transcript;
 mod verify;
 mod web;
 
-pub use access::Auditor;
+pub use access::{Auditor, scope_catalog};
 pub use catalog::Catalog;
 pub use erase::{EraseReport, erase};
 pub use error::{Error, Result};

@@ -92,8 +92,8 @@ pub async fn trained_on(
     {
         return Ok(Vec::new());
     }
-    let store = deltalake::logstore::store_for(&url, lake.options().clone())
-        .map_err(Error::query)?;
+    let store =
+        deltalake::logstore::store_for(&url, lake.options().clone()).map_err(Error::query)?;
     let listed: Vec<_> = store.list(None).try_collect().await.map_err(Error::query)?;
     let mut found = Vec::new();
     for meta in listed {

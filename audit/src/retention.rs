@@ -313,7 +313,7 @@ pub async fn check(lake: &Lake, tenant: &str, now: i64) -> Result<RetentionCheck
     let Some(latest) = lake.open_table(Table::Steps).await? else {
         return Ok(out);
     };
-    let Some(newest) = latest.version().and_then(|v| u64::try_from(v).ok()) else {
+    let Some(newest) = latest.version() else {
         return Ok(out);
     };
     // Versions whose log entries were cleaned up (Delta keeps 30 days of log by default)

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use atdp_policies::Policy;
 
-use crate::access::Auditor;
+use crate::access::{Auditor, tenant_in};
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::trail::{SYSTEM_TENANT, Trail, event, record_refusal, redact};
@@ -171,10 +171,6 @@ impl Search {
         }
         Ok(())
     }
-}
-
-fn tenant_in(tenants: &[String]) -> Expr {
-    col("tenant_id").in_list(tenants.iter().map(|t| lit(t.clone())).collect(), false)
 }
 
 /// The filters that prune partitions and files: tenant and time.

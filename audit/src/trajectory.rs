@@ -28,9 +28,7 @@ pub async fn load(
     if tenants.is_empty() {
         return Err(not_found());
     }
-    let in_tenants =
-        col("tenant_id").in_list(tenants.iter().map(|t| lit(t.clone())).collect(), false);
-    let filter = in_tenants.and(col("trajectory_id").eq(lit(id.to_owned())));
+    let filter = access::tenant_in(&tenants).and(col("trajectory_id").eq(lit(id.to_owned())));
     let mut steps = rows(
         catalog.frame(Table::Steps).await?.filter(filter),
         atdp_schema::steps_from_batch,

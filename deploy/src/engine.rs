@@ -10,8 +10,8 @@
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use atdp_trainer::{
@@ -209,8 +209,14 @@ pub struct Engine {
     pub loaded_in: Duration,
     /// The base model's chat template and tokenizer, which render every prompt.
     pub(crate) format: Arc<PromptFormat>,
-    /// Requests it failed since it last answered one.
-    failing: AtomicU64,
+    /// Requests it failed, ever.
+    failures: AtomicU64,
+    /// How many of `failures` a later answer showed to be the requests' own: the failures
+    /// counted when the latest answered request (or trial token) started.
+    cleared: AtomicU64,
+    /// The engine that replaced it when it was found dead (set before the replacement takes
+    /// traffic).
+    repaired_by: OnceLock<Weak<Engine>>,
     /// Tokens of prompt and completion together that the model's positions cover
     /// (`max_position_embeddings`).
     pub(crate) context: usize,
@@ -226,18 +232,38 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Counts a request it answered (`failed`: it failed inside the engine).
-    pub(crate) fn note(&self, failed: bool) {
+    /// What a request takes when it starts, to be given back to [`Engine::note`].
+    pub(crate) fn ticket(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
+    }
+
+    /// Counts a request it answered (`failed`: it failed inside the engine) that started with
+    /// `ticket`. An answer clears only the failures that came before its request started: a
+    /// request that began before the engine died and finishes after it shows nothing about
+    /// the engine now.
+    pub(crate) fn note(&self, ticket: u64, failed: bool) {
         if failed {
-            self.failing.fetch_add(1, Ordering::Relaxed);
+            self.failures.fetch_add(1, Ordering::SeqCst);
         } else {
-            self.failing.store(0, Ordering::Relaxed);
+            self.cleared.fetch_max(ticket, Ordering::SeqCst);
         }
     }
 
-    /// Requests it failed since it last answered one.
+    /// Requests it failed that no request started after them has answered past.
     pub fn failing(&self) -> u64 {
-        self.failing.load(Ordering::Relaxed)
+        let cleared = self.cleared.load(Ordering::SeqCst);
+        self.failures.load(Ordering::SeqCst).saturating_sub(cleared)
+    }
+
+    /// The engine that replaced it when it was found dead, while that one is loaded.
+    pub(crate) fn repaired_by(&self) -> Option<Shared> {
+        self.repaired_by.get().and_then(Weak::upgrade)
+    }
+
+    /// Records `fresh` as its replacement, before `fresh` takes its traffic (weakly: a dead
+    /// engine that a stuck request still holds keeps no later engine loaded).
+    pub(crate) fn replaced_by(&self, fresh: &Shared) {
+        let _ = self.repaired_by.set(Arc::downgrade(fresh));
     }
 
     /// Loads `base` with `adapter` merged in, on a fresh thread.
@@ -314,7 +340,9 @@ impl Engine {
             model: mistralrs::Model::new(runner),
             loaded_in: started.elapsed(),
             format: base.format.clone(),
-            failing: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            cleared: AtomicU64::new(0),
+            repaired_by: OnceLock::new(),
             context: base.config.max_position_embeddings,
         })
     }

@@ -4,7 +4,9 @@
 //! Each request takes its policy's current engine (an `Arc`) when it arrives and keeps it
 //! until its last byte is sent, so a response comes whole from one version; a swap only
 //! changes which engine the next request takes. The old engine stops when its last request
-//! finishes.
+//! finishes. A request that a dead engine failed before it had any output runs once more on
+//! the fresh load of the same version that replaced it: still one version, and every byte
+//! from one engine.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,23 +120,24 @@ impl Serving {
         self.repaired.store(true, Ordering::Relaxed);
     }
 
-    /// After `engine` failed a request: the engine the watcher put in its place on finding it
-    /// dead (a fresh load of the same version), on which a request that had nothing from the
-    /// dead one yet runs again. None as soon as `engine` answers a request or the watcher's
-    /// trial token (the failure was the request's own), when no watcher repairs this policy,
-    /// when `engine` is not the one served (a pinned version), and after [`REPAIR_WAIT`].
+    /// After `engine` failed a request: the engine the watcher loaded afresh in its place on
+    /// finding it dead, on which a request that had nothing from the dead one yet runs again.
+    /// None when no watcher repairs this policy, once a request started after the failure
+    /// (or the watcher's trial token) is answered (the failure was the request's own), once
+    /// `engine` is no longer served without having been repaired (a pinned version, a swap),
+    /// and after [`REPAIR_WAIT`].
     pub(crate) async fn replacement(&self, engine: &Shared) -> Option<Shared> {
         if !self.repaired.load(Ordering::Relaxed) {
             return None;
         }
         let deadline = Instant::now() + REPAIR_WAIT;
         loop {
-            let current = self.current();
-            if !Arc::ptr_eq(&current, engine) {
-                return (current.version == engine.version).then_some(current);
+            // Read before the replacement: `replace` records it before the swap shows.
+            let served = Arc::ptr_eq(&self.current(), engine);
+            if let Some(fresh) = engine.repaired_by() {
+                return Some(fresh);
             }
-            drop(current);
-            if engine.failing() == 0 || Instant::now() >= deadline {
+            if !served || engine.failing() == 0 || Instant::now() >= deadline {
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -156,9 +159,10 @@ impl Serving {
         }
     }
 
-    /// Counts a request `engine` answered (`failed`: the engine failed it).
-    pub(crate) fn count(&self, engine: &Engine, failed: bool) {
-        engine.note(failed);
+    /// Counts a request `engine` answered (`failed`: the engine failed it), which started
+    /// with `ticket` ([`Engine::ticket`]). A request run again counts once per run.
+    pub(crate) fn count(&self, engine: &Engine, ticket: u64, failed: bool) {
+        engine.note(ticket, failed);
         self.update(|s| {
             if failed {
                 s.failures += 1;
@@ -194,12 +198,16 @@ impl Serving {
     ) -> SwapReport {
         let to = engine.version.to_string();
         let number = engine.version.number;
+        let fresh = Arc::new(engine);
         let old = {
             let mut current = match self.current.write() {
                 Ok(c) => c,
                 Err(poisoned) => poisoned.into_inner(),
             };
-            std::mem::replace(&mut *current, Arc::new(engine))
+            if repair {
+                current.replaced_by(&fresh);
+            }
+            std::mem::replace(&mut *current, fresh)
         };
         let switched = Instant::now();
         let at = now();
@@ -302,7 +310,7 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(e) => return error_response(&e, None),
     };
-    // The engine is taken once: every byte of this response comes from it.
+    // The engine is taken once; only the fresh load that replaces it, dead, runs it again.
     let (serving, engine) = match fleet.route(request.model.as_deref()).await {
         Ok(route) => (route.serving, route.engine),
         Err(e) => return error_response(&e, None),
@@ -328,11 +336,12 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
     let mut engine = engine;
     let mut retried = false;
     loop {
+        let ticket = engine.ticket();
         let runs = (0..request.n).map(|_| generate::whole(&engine, &job));
         let results = futures::future::join_all(runs).await;
         let error = match results.into_iter().collect::<Result<Vec<_>, _>>() {
             Ok(choices) => {
-                serving.count(&engine, false);
+                serving.count(&engine, ticket, false);
                 let tools = request.tools;
                 let body = reply::completion(&shape, choices, || parser(tools.as_ref()));
                 let mut response = axum::Json(body).into_response();
@@ -344,7 +353,7 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
             Err(e) => e,
         };
         if error.status.is_server_error() {
-            serving.count(&engine, true);
+            serving.count(&engine, ticket, true);
             // The message may quote the prompt: log only that it failed.
             tracing::warn!(version = %version, "Engine failed a request.");
             if !retried && let Some(fresh) = serving.replacement(&engine).await {
@@ -382,10 +391,11 @@ fn stream(
         let mut writer = StreamWriter::new(shape, parser(request.tools.as_ref()));
         let mut engine = engine;
         let mut retried = false;
-        loop {
+        let ticket = loop {
             // Whether the engine gave a token: after one, the stream cannot start again.
             let mut started = false;
             let mut failed = None;
+            let ticket = engine.ticket();
             match generate::stream(&engine, &job).await {
                 Err(e) => failed = Some(e),
                 Ok(mut tokens) => {
@@ -410,14 +420,20 @@ fn stream(
                 }
             }
             let Some(error) = failed else {
-                break;
+                break ticket;
             };
-            serving.count(&engine, true);
+            serving.count(&engine, ticket, true);
             tracing::warn!(version = %version, "Engine failed a streamed request.");
-            if !started
-                && !retried
-                && let Some(fresh) = serving.replacement(&engine).await
-            {
+            let fresh = if started || retried {
+                None
+            } else {
+                tokio::select! {
+                    fresh = serving.replacement(&engine) => fresh,
+                    // A client that left is not answered on the fresh engine.
+                    () = tx.closed() => return,
+                }
+            };
+            if let Some(fresh) = fresh {
                 tracing::warn!(version = %version, "Running a failed request again on the engine that replaced a dead one.");
                 engine = fresh;
                 retried = true;
@@ -425,8 +441,8 @@ fn stream(
             }
             let _ = tx.send(sse(&error.body())).await;
             return;
-        }
-        serving.count(&engine, false);
+        };
+        serving.count(&engine, ticket, false);
         if request.include_usage {
             let _ = tx.send(sse(&writer.usage_chunk())).await;
         }
@@ -484,44 +500,84 @@ mod tests {
         task
     }
 
+    /// Waits at most a second for `task`: the wait ended on its own, not at [`REPAIR_WAIT`].
+    async fn ended(task: tokio::task::JoinHandle<Option<Shared>>) -> Option<Shared> {
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("the wait should have ended at once")
+            .unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_request_runs_again_only_on_the_engine_that_replaced_a_dead_one() {
         let dir = tempfile::tempdir().unwrap();
         init_model(dir.path(), &InitSpec::tiny(Arch::Qwen2)).unwrap();
         let serving = Serving::new(load(dir.path(), None).await);
         let first = serving.current();
-        serving.count(&first, true);
-        let unwatched = tokio::time::timeout(Duration::from_secs(1), serving.replacement(&first));
+        let before = first.ticket();
+        serving.count(&first, before, true);
+        let unwatched = {
+            let (serving, first) = (Arc::clone(&serving), Arc::clone(&first));
+            tokio::spawn(async move { serving.replacement(&first).await })
+        };
         assert!(
-            unwatched.await.expect("no wait").is_none(),
+            ended(unwatched).await.is_none(),
             "no watcher repairs this policy: the failure stands at once"
         );
 
         serving.watched();
         let task = waiting(&serving, &first).await;
-        serving.count(&first, false);
+        // A request that started before the failure and ends after it says nothing about
+        // the engine now.
+        serving.count(&first, before, false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(
-            task.await.unwrap().is_none(),
-            "the engine answered again: the failure was the request's own"
+            !task.is_finished(),
+            "an older request's answer ended the wait"
+        );
+        let after = first.ticket();
+        serving.count(&first, after, false);
+        assert!(
+            ended(task).await.is_none(),
+            "a later request was answered: the failure was the request's own"
         );
 
-        serving.count(&first, true);
+        serving.count(&first, first.ticket(), true);
         let task = waiting(&serving, &first).await;
-        serving
-            .repair(load(dir.path(), None).await, 0, Duration::ZERO)
-            .await;
-        let fresh = task.await.unwrap().expect("the engine that replaced it");
+        let repair = {
+            let serving = Arc::clone(&serving);
+            let fresh = load(dir.path(), None).await;
+            tokio::spawn(async move { serving.repair(fresh, 0, Duration::from_millis(100)).await })
+        };
+        let fresh = ended(task).await.expect("the engine that replaced it");
         assert!(Arc::ptr_eq(&fresh, &serving.current()));
         assert!(!Arc::ptr_eq(&fresh, &first));
+        repair.await.unwrap();
         assert_eq!(serving.status().repairs, 1);
-
-        let pinned: Shared = Arc::new(load(dir.path(), Some(1)).await);
-        serving.count(&pinned, true);
-        let pinned_wait =
-            tokio::time::timeout(Duration::from_secs(1), serving.replacement(&pinned));
         assert!(
-            pinned_wait.await.expect("no wait").is_none(),
-            "a pinned version is not the served one; nothing replaces it"
+            Arc::ptr_eq(&first.repaired_by().unwrap(), &fresh),
+            "a request that fails on the dead engine later still finds its replacement"
         );
+
+        // An engine of the served version that is not the one served (a pin loaded before a
+        // rollback made its version the served one): nothing repairs it.
+        let pinned: Shared = Arc::new(load(dir.path(), None).await);
+        serving.count(&pinned, pinned.ticket(), true);
+        let task = {
+            let (serving, pinned) = (Arc::clone(&serving), Arc::clone(&pinned));
+            tokio::spawn(async move { serving.replacement(&pinned).await })
+        };
+        assert!(
+            ended(task).await.is_none(),
+            "a pinned engine is not repaired"
+        );
+
+        // A swap to another version while a request waits: the request is not run on it.
+        serving.count(&fresh, fresh.ticket(), true);
+        let task = waiting(&serving, &fresh).await;
+        serving
+            .swap(load(dir.path(), Some(1)).await, 0, Duration::ZERO)
+            .await;
+        assert!(ended(task).await.is_none(), "a swap is not a repair");
     }
 }

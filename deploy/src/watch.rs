@@ -70,13 +70,19 @@ impl Watcher {
         serving: &Serving,
         refused: &mut Option<Option<u32>>,
     ) -> Result<Option<SwapReport>> {
-        let want = self.registry.state().await?.serving;
+        // A dead engine is repaired before the registry is read: requests wait on it even
+        // when the registry cannot be read or names a version not served.
+        // (The engine is not held past this check: a swap waits for its holders.)
         let engine = serving.current();
-        let current = engine.version.number;
-        if want == current && engine.failing() > 0 {
-            return Ok(self.repair_if_dead(serving, engine).await);
+        if engine.failing() > 0 {
+            if let Some(report) = self.repair_if_dead(serving, engine).await {
+                return Ok(Some(report));
+            }
+        } else {
+            drop(engine);
         }
-        drop(engine);
+        let want = self.registry.state().await?.serving;
+        let current = serving.current().version.number;
         if want == current || *refused == Some(want) {
             return Ok(None);
         }
@@ -104,12 +110,13 @@ impl Watcher {
     /// Tries `engine`, which failed requests, with one request; when that fails too, loads
     /// its version afresh and puts the new engine in its place.
     async fn repair_if_dead(&self, serving: &Serving, engine: Shared) -> Option<SwapReport> {
+        let ticket = engine.ticket();
         let alive = matches!(
             tokio::time::timeout(TRIAL_TIMEOUT, canary(&engine)).await,
             Ok(Ok(()))
         );
         if alive {
-            engine.note(false);
+            engine.note(ticket, false);
             return None;
         }
         let number = engine.version.number;
@@ -131,7 +138,8 @@ impl Watcher {
         }
     }
 
-    /// Follows the registry every `poll` until the process ends.
+    /// Follows the registry every `poll` until the process ends, and repairs a dead engine:
+    /// requests it failed wait for the repair ([`Serving::replacement`]).
     pub async fn run(self, serving: Arc<Serving>, poll: Duration) {
         serving.watched();
         let mut refused = None;

@@ -495,7 +495,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let auditor = auditor_key.as_deref().map(|k| env.auditor(k)).transpose()?;
             let catalog = Catalog::open(&env.lake, &env.pins).await?;
             if let Some(auditor) = &auditor {
-                scope_to_auditor(&catalog, auditor).await?;
+                atdp_audit::scope_catalog(&catalog, auditor).await?;
             }
             let actor = match &auditor {
                 Some(auditor) => auditor.actor(),
@@ -675,41 +675,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Replaces every table of `catalog`'s session by a view of what `auditor` may read: the
-/// rows of its tenants (for `audit`, also its own events and system-wide policy changes, as
-/// on the console's audit page), so that no query, join or aggregate reaches another
-/// tenant's rows.
-async fn scope_to_auditor(catalog: &Catalog, auditor: &Auditor) -> Result<()> {
-    use deltalake::datafusion::prelude::{col, lit};
-
-    if auditor.tenants.is_empty() {
-        bail!("this auditor may read no tenant, so there is nothing to query");
-    }
-    let tenants = || {
-        col("tenant_id").in_list(
-            auditor.tenants.iter().map(|t| lit(t.clone())).collect(),
-            false,
-        )
-    };
-    let session = catalog.session();
-    for table in Table::ALL {
-        let visible = match table {
-            Table::Audit => {
-                tenants()
-                    .or(col("actor").eq(lit(auditor.actor())))
-                    .or(col("tenant_id").eq(lit(atdp_audit::SYSTEM_TENANT)).and(
-                        col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false),
-                    ))
-            }
-            _ => tenants(),
-        };
-        let rows = catalog.frame(table).await?.filter(visible)?;
-        session.deregister_table(table.name())?;
-        session.register_table(table.name(), rows.into_view())?;
-    }
-    Ok(())
 }
 
 async fn shutdown_signal() {

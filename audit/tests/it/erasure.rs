@@ -121,10 +121,22 @@ async fn reveal_then_erase_then_reveal_fails() {
         std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
     };
     let demo = &f.demo_trajectory;
-    manifest("support", "v1", Some(serde_json::json!({"trajectories": {"demo": ["a", demo]}})));
-    manifest("support", "v2", Some(serde_json::json!({"trajectories": {"demo": ["a", "b"]}})));
+    manifest(
+        "support",
+        "v1",
+        Some(serde_json::json!({"trajectories": {"demo": ["a", demo]}})),
+    );
+    manifest(
+        "support",
+        "v2",
+        Some(serde_json::json!({"trajectories": {"demo": ["a", "b"]}})),
+    );
     manifest("support", "v3", None);
-    manifest("triage", "v1", Some(serde_json::json!({"trajectories": {"other": [demo]}})));
+    manifest(
+        "triage",
+        "v1",
+        Some(serde_json::json!({"trajectories": {"other": [demo]}})),
+    );
 
     let report = atdp_audit::erase(
         &f.lake,

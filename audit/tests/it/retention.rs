@@ -25,8 +25,8 @@ fn reward(tenant: &str, trajectory: &str, step: Option<&str>) -> Reward {
 
 async fn count(f: &Fixture, sql: &str) -> i64 {
     let batches = f.catalog().await.sql(sql).await.unwrap();
-    let column = arrow::compute::cast(batches[0].column(0), &arrow::datatypes::DataType::Int64)
-        .unwrap();
+    let column =
+        arrow::compute::cast(batches[0].column(0), &arrow::datatypes::DataType::Int64).unwrap();
     column
         .as_any()
         .downcast_ref::<arrow::array::Int64Array>()
@@ -85,22 +85,29 @@ async fn expired_steps_their_rewards_and_their_own_vault_entries_leave_every_ver
     )
     .await;
 
-    let before = atdp_audit::check_retention(&f.lake, "demo", now).await.unwrap();
+    let before = atdp_audit::check_retention(&f.lake, "demo", now)
+        .await
+        .unwrap();
     assert!(!before.ok(), "{before:?}");
     let vault_rows = |token: String| {
         let f = &f;
         async move {
             count(
                 f,
-                &format!("SELECT count(*) FROM pii_vault WHERE tenant_id = 'demo' AND token = '{token}'"),
+                &format!(
+                    "SELECT count(*) FROM pii_vault WHERE tenant_id = 'demo' AND token = '{token}'"
+                ),
             )
             .await
         }
     };
     assert!(vault_rows(gone_token.clone()).await >= 1);
 
-    let other_vault_rows =
-        count(&f, "SELECT count(*) FROM pii_vault WHERE tenant_id = 'other'").await;
+    let other_vault_rows = count(
+        &f,
+        "SELECT count(*) FROM pii_vault WHERE tenant_id = 'other'",
+    )
+    .await;
     assert!(other_vault_rows >= 2);
     let trail = f.trail("retention").await;
     // An analyst may not delete.
@@ -136,15 +143,31 @@ async fn expired_steps_their_rewards_and_their_own_vault_entries_leave_every_ver
 
     let ids = expired_ids.map(|id| format!("'{id}'")).join(", ");
     assert_eq!(
-        count(&f, &format!("SELECT count(*) FROM steps WHERE step_id IN ({ids})")).await,
+        count(
+            &f,
+            &format!("SELECT count(*) FROM steps WHERE step_id IN ({ids})")
+        )
+        .await,
         0
     );
     assert_eq!(
-        count(&f, &format!("SELECT count(*) FROM rewards WHERE step_id IN ({ids}) OR trajectory_id = '{y}'")).await,
+        count(
+            &f,
+            &format!(
+                "SELECT count(*) FROM rewards WHERE step_id IN ({ids}) OR trajectory_id = '{y}'"
+            )
+        )
+        .await,
         0
     );
     assert_eq!(
-        count(&f, &format!("SELECT count(*) FROM rewards WHERE trajectory_id = '{x}' AND step_id IS NULL")).await,
+        count(
+            &f,
+            &format!(
+                "SELECT count(*) FROM rewards WHERE trajectory_id = '{x}' AND step_id IS NULL"
+            )
+        )
+        .await,
         1
     );
     // The value only the expired step used is gone; the one kept steps use stays.
@@ -156,11 +179,22 @@ async fn expired_steps_their_rewards_and_their_own_vault_entries_leave_every_ver
         3
     );
     assert_eq!(
-        count(&f, &format!("SELECT count(*) FROM steps WHERE step_id = '{}'", o1.step_id)).await,
+        count(
+            &f,
+            &format!(
+                "SELECT count(*) FROM steps WHERE step_id = '{}'",
+                o1.step_id
+            )
+        )
+        .await,
         1
     );
     assert_eq!(
-        count(&f, "SELECT count(*) FROM pii_vault WHERE tenant_id = 'other'").await,
+        count(
+            &f,
+            "SELECT count(*) FROM pii_vault WHERE tenant_id = 'other'"
+        )
+        .await,
         other_vault_rows
     );
 
@@ -177,21 +211,36 @@ async fn expired_steps_their_rewards_and_their_own_vault_entries_leave_every_ver
     )
     .await
     .unwrap();
-    assert_eq!((again.steps_deleted, again.files_removed), (0, 0), "{again:?}");
+    assert_eq!(
+        (again.steps_deleted, again.files_removed),
+        (0, 0),
+        "{again:?}"
+    );
 
     // No version of `steps` that can still be read holds them.
-    let after = atdp_audit::check_retention(&f.lake, "demo", now).await.unwrap();
+    let after = atdp_audit::check_retention(&f.lake, "demo", now)
+        .await
+        .unwrap();
     assert!(after.ok(), "{after:?}");
     assert!(after.versions_gone >= 1, "{after:?}");
     assert!(after.versions_read >= 1, "{after:?}");
     // The other tenant's expired step is still there, and the check says so.
-    assert!(!atdp_audit::check_retention(&f.lake, "other", now).await.unwrap().ok());
+    assert!(
+        !atdp_audit::check_retention(&f.lake, "other", now)
+            .await
+            .unwrap()
+            .ok()
+    );
 
     trail.close().await.unwrap();
     let text = f
         .sql_table("SELECT kind, decision, reason FROM audit WHERE kind IN ('expire', 'expire_completed') ORDER BY chain_seq")
         .await;
-    for expected in ["Retention schedule, support records", "expire_completed", "tidy up"] {
+    for expected in [
+        "Retention schedule, support records",
+        "expire_completed",
+        "tidy up",
+    ] {
         assert!(text.contains(expected), "{expected} not in\n{text}");
     }
     let verified = atdp_audit::verify(&f.lake, None).await.unwrap();

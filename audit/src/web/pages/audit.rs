@@ -8,14 +8,13 @@ use atdp_schema::{AuditEvent, Table, audit_from_batch};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use deltalake::datafusion::prelude::{col, lit};
+use deltalake::datafusion::prelude::col;
 use serde::Deserialize;
 
 use super::{failure, html, short, signed_in, text, time, version};
 use crate::access::Auditor;
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
-use crate::trail::SYSTEM_TENANT;
 use crate::verify::VerifyReport;
 use crate::web::Console;
 use crate::web::render::filters;
@@ -45,15 +44,7 @@ async fn audit_events(
     offset: usize,
     limit: usize,
 ) -> Result<(Vec<AuditEvent>, bool)> {
-    // The auditor's tenants' events, its own, and system-wide policy changes; not other
-    // auditors' logins and cross-tenant searches.
-    let tenants: Vec<_> = auditor.tenants.iter().map(|t| lit(t.clone())).collect();
-    let visible = col("tenant_id")
-        .in_list(tenants, false)
-        .or(col("actor").eq(lit(auditor.actor())))
-        .or(col("tenant_id")
-            .eq(lit(SYSTEM_TENANT))
-            .and(col("kind").in_list(vec![lit("policy_reload"), lit("key_rotation")], false)));
+    let visible = auditor.visible_rows(Table::Audit);
     let mut events = rows(
         catalog
             .frame(Table::Audit)
