@@ -17,8 +17,8 @@ use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use serde::Serialize;
 
+use crate::catalog::distinct as strings;
 use crate::error::{Error, Result};
-use crate::retention::strings;
 
 /// An adapter version that learned from the subject, or may have.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]

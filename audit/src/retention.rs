@@ -19,7 +19,6 @@
 
 use std::collections::BTreeSet;
 
-use arrow::array::{Array, AsArray};
 use atdp_schema::{Catalog, Lake, Table};
 use deltalake::DeltaTable;
 use deltalake::datafusion::common::ScalarValue;
@@ -30,6 +29,7 @@ use futures::TryStreamExt;
 use serde::Serialize;
 
 use crate::access::Auditor;
+use crate::catalog::distinct as strings;
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event};
 
@@ -152,29 +152,6 @@ pub async fn expire(
     done?;
     completed?;
     Ok(report)
-}
-
-/// The distinct values of string column `name` in `frame`.
-pub(crate) async fn strings(frame: DataFrame, name: &str) -> Result<BTreeSet<String>> {
-    let batches = frame
-        .select(vec![col(name)])
-        .and_then(DataFrame::distinct)
-        .map_err(Error::query)?
-        .collect()
-        .await
-        .map_err(Error::query)?;
-    let mut out = BTreeSet::new();
-    for batch in batches {
-        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Utf8)
-            .map_err(|e| Error::Query(e.to_string()))?;
-        let column = column.as_string::<i32>();
-        out.extend(
-            (0..column.len())
-                .filter(|&i| column.is_valid(i))
-                .map(|i| column.value(i).to_owned()),
-        );
-    }
-    Ok(out)
 }
 
 /// The tokens named in the `pii` spans of the steps of `frame`.

@@ -24,7 +24,7 @@ use mistralrs::core::{
 };
 
 use crate::error::{Error, Result};
-use crate::generate::PromptFormat;
+use crate::prompt::PromptFormat;
 
 /// A local base model directory in Hugging Face layout, checked once.
 #[derive(Debug, Clone)]

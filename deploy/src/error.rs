@@ -1,4 +1,8 @@
-//! The crate's error type.
+//! The crate's error types: [`Error`] for loading, publishing and serving, and [`ApiError`],
+//! an answer in OpenAI's error format.
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
 
 /// What can go wrong publishing, loading or serving an adapter.
 #[derive(Debug, thiserror::Error)]
@@ -73,3 +77,50 @@ impl Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error in OpenAI's format.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// `error.type`.
+    pub kind: &'static str,
+    /// `error.message`.
+    pub message: String,
+    /// `error.param`.
+    pub param: Option<&'static str>,
+    /// `error.code` (`model_not_found`), when OpenAI gives one.
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub(crate) fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            message: message.into(),
+            param,
+            code: None,
+        }
+    }
+
+    pub(crate) fn server(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: "server_error",
+            message: message.into(),
+            param: None,
+            code: None,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        json!({ "error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}

@@ -17,10 +17,10 @@ use axum::http::StatusCode;
 use serde::Serialize;
 
 use crate::engine::{Engine, Shared};
+use crate::error::ApiError;
 use crate::error::{Error, Result};
-use crate::openai::ApiError;
 use crate::registry::{Action, Event};
-use crate::server::{Serving, Status};
+use crate::serving::{Serving, Status};
 use crate::watch::Watcher;
 
 /// How long a refused pin is answered from memory, without reading the registry again.

@@ -11,58 +11,13 @@ use mistralrs::{Constraint, SamplingParams, StopTokens};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::generate::{Job, PromptFormat};
+use crate::error::ApiError;
+use crate::generate::Job;
+use crate::prompt::PromptFormat;
 use crate::tools::Tools;
 
 /// The default `max_tokens` when the client sets none.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
-
-/// An error in OpenAI's format.
-#[derive(Debug)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// `error.type`.
-    pub kind: &'static str,
-    /// `error.message`.
-    pub message: String,
-    /// `error.param`.
-    pub param: Option<&'static str>,
-    /// `error.code` (`model_not_found`), when OpenAI gives one.
-    pub code: Option<&'static str>,
-}
-
-impl ApiError {
-    pub(crate) fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            kind: "invalid_request_error",
-            message: message.into(),
-            param,
-            code: None,
-        }
-    }
-
-    pub(crate) fn server(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            kind: "server_error",
-            message: message.into(),
-            param: None,
-            code: None,
-        }
-    }
-
-    /// The JSON body.
-    pub fn body(&self) -> Value {
-        json!({ "error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }})
-    }
-}
 
 #[derive(Debug, Deserialize)]
 struct RawMessage {

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use crate::openai::ApiError;
+use crate::error::ApiError;
 
 /// Opens a call.
 pub(crate) const OPEN: &str = "<tool_call>";

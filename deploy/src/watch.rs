@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::generate;
 use crate::openai;
 use crate::registry::Registry;
-use crate::server::{Serving, SwapReport};
+use crate::serving::{Serving, SwapReport};
 
 /// How long the trial request of an engine that failed requests may take.
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -157,7 +157,7 @@ impl Watcher {
 /// One greedy token on a new engine before it takes traffic: it must answer, with a finite
 /// log-probability (a merged adapter full of huge values gives NaN logits).
 async fn canary(engine: &Engine) -> Result<()> {
-    let refused = |e: openai::ApiError| {
+    let refused = |e: crate::error::ApiError| {
         Error::Engine(format!(
             "{}: the first request failed: {}",
             engine.version, e.message

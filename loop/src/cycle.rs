@@ -8,7 +8,7 @@ use atdp_deploy::{Event, Registry};
 use atdp_trainer::{RunConfig, Selection, StepMetrics, TrainOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::env::Environment;
+use crate::environment::Environment;
 use crate::error::blocking;
 use crate::gate::{GateConfig, GateReport, GateSetup, gate};
 use crate::trail::Trail;

@@ -14,15 +14,14 @@
 //!   right one with the ticket's number, read its result, answer. Reward `tool_use_score`
 //!   (half for the call, half for the answer); success is the call ([`tool_use`]).
 //!
-//! A custom environment is any HTTP client in any language; [`Environment`] is either a
-//! built-in one or a command that plays a custom one ([`CommandEnv`], `docs/loop.md`).
+//! A custom environment is any HTTP client in any language, played by a command
+//! (`command`); `environment` chooses between the two.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::client::{Agent, ChatMessage, Prompt};
-use crate::command::CommandEnv;
 
 mod tool_use;
 
@@ -89,91 +88,6 @@ pub enum Env {
     Guess,
     /// Call the right tool with the ticket's number, then answer from its result.
     ToolUse,
-}
-
-/// An environment the loop evaluates, gates and rolls back on.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Environment {
-    /// A built-in environment, played in this process.
-    Builtin(Env),
-    /// A program of the user's that plays its own environment's episodes.
-    Command(CommandEnv),
-}
-
-impl Environment {
-    /// Its name in reports (`routing`, `guess`, or the command's name).
-    pub fn name(&self) -> &str {
-        match self {
-            Environment::Builtin(env) => env.name(),
-            Environment::Command(command) => &command.name,
-        }
-    }
-
-    /// The reward its episodes post, which automatic rollback compares.
-    pub fn reward_name(&self) -> &str {
-        match self {
-            Environment::Builtin(env) => env.reward_name(),
-            Environment::Command(command) => &command.reward,
-        }
-    }
-}
-
-/// The environment flags of `atdp-eval` and `atdp-loop`: a built-in environment, or a
-/// command that plays the user's own.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct EnvArgs {
-    /// A built-in environment: `routing` (the default), `guess` or `tool_use`.
-    #[arg(long, env = "ATDP_ENV", conflicts_with = "env_command")]
-    pub env: Option<String>,
-    /// A command that plays episodes of your own environment (docs/loop.md, "A command
-    /// environment"): a program and its arguments, quoted as for a shell.
-    #[arg(long, env = "ATDP_ENV_COMMAND", requires = "env_reward")]
-    pub env_command: Option<String>,
-    /// The reward name the command's episodes are posted under, which automatic rollback
-    /// compares.
-    #[arg(long, env = "ATDP_ENV_REWARD", requires = "env_command")]
-    pub env_reward: Option<String>,
-    /// The command environment's name in reports and in its rewards' `env` tag.
-    #[arg(long, env = "ATDP_ENV_NAME", requires = "env_command")]
-    pub env_name: Option<String>,
-    /// The longest one process of the command may run, in seconds.
-    #[arg(long, env = "ATDP_ENV_TIMEOUT", default_value_t = 1800)]
-    pub env_timeout: u64,
-}
-
-impl EnvArgs {
-    /// The environment the flags name.
-    pub fn environment(&self) -> crate::Result<Environment> {
-        let Some(command) = &self.env_command else {
-            let name = self.env.as_deref().unwrap_or("routing");
-            return Env::from_name(name)
-                .map(Environment::Builtin)
-                .ok_or_else(|| {
-                    crate::Error::Loop(format!(
-                        "unknown environment {name:?} (routing, guess, tool_use; or --env-command)"
-                    ))
-                });
-        };
-        let reward = self.env_reward.as_deref().unwrap_or_default();
-        let mut env = CommandEnv::new(command, reward)?;
-        if let Some(name) = &self.env_name {
-            env = env.named(name)?;
-        }
-        env.timeout = std::time::Duration::from_secs(self.env_timeout.max(1));
-        Ok(Environment::Command(env))
-    }
-}
-
-impl From<Env> for Environment {
-    fn from(env: Env) -> Self {
-        Environment::Builtin(env)
-    }
-}
-
-impl From<CommandEnv> for Environment {
-    fn from(command: CommandEnv) -> Self {
-        Environment::Command(command)
-    }
 }
 
 /// The routing task's tools, their letters, and ticket templates (`{n}`: an order number).

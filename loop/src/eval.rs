@@ -9,7 +9,8 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use crate::client::Agent;
-use crate::env::{Environment, Episode};
+use crate::env::Episode;
+use crate::environment::Environment;
 
 /// What a set of episodes gave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::client::{Agent, ChatMessage, Prompt};
-use crate::env::Environment;
+use crate::environment::Environment;
 use crate::error::blocking;
 use crate::eval::{EvalPlan, EvalReport, evaluate};
 use crate::{Error, Result};

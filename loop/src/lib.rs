@@ -21,6 +21,7 @@ mod client;
 mod command;
 mod cycle;
 mod env;
+mod environment;
 mod error;
 mod eval;
 mod gate;
@@ -34,7 +35,8 @@ pub use cycle::{
     CycleOutcome, Trained, cycle, data_since, record_decision, rewarded_trajectories,
     train_and_publish,
 };
-pub use env::{Env, EnvArgs, Environment, Episode, SeedRng};
+pub use env::{Env, Episode, SeedRng};
+pub use environment::{EnvArgs, Environment};
 pub use error::{Error, Result, blocking};
 pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
 pub use gate::{

@@ -6,7 +6,11 @@
 //! - [`Service`]: a helper process that binds loopback port 0 and announces its port on
 //!   stdout (`{"port": N}`), so no test guesses a free port: [`FakeUpstream::start`] (the one
 //!   fake, an LLM provider speaking the real wire formats) and [`Moto::start`] (moto's S3
-//!   server).
+//!   server);
+//! - [`shape`]: which modules of a crate import which, and the cycles among them (a test
+//!   here keeps every crate of the workspace free of new ones).
+
+pub mod shape;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;

@@ -75,9 +75,10 @@ pub use peft::{
     adapter_config_json, check_adapter, load_adapter, save_adapter, tensor_name,
 };
 pub use report::REPORT_FILE;
+pub use report::StepMetrics;
 pub use rewards::{Returns, RewardSpec, StepKey, step_returns};
 pub use rng::Rng;
 pub use run_config::{
     Length, RawLora, RawObjective, RawRewards, RawRunConfig, RawSelect, RawTrain, RunConfig,
 };
-pub use train::{CHECKPOINT_DIR, METRICS_FILE, RunReport, StepMetrics, TrainOptions, run};
+pub use train::{CHECKPOINT_DIR, METRICS_FILE, RunReport, TrainOptions, run};

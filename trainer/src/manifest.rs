@@ -16,9 +16,9 @@ use sha2::{Digest, Sha256};
 use crate::data::{Example, ExampleStats, TableRead};
 use crate::model::Model;
 use crate::peft::write_atomic;
+use crate::report::StepMetrics;
 use crate::rewards::RewardSpec;
 use crate::run_config::RunConfig;
-use crate::train::StepMetrics;
 use crate::{Error, Result};
 
 /// The manifest file.

@@ -1,13 +1,50 @@
 //! `report.html`, written next to the adapter: reward, loss, KL, entropy and the advantage
 //! distribution over optimizer steps, as inline SVG (no scripts, no external files), plus
-//! the manifest's key facts.
+//! the manifest's key facts; and [`StepMetrics`], what each step measured (a line of
+//! `metrics.jsonl`), that the report draws.
 
 use std::fmt::Write;
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
+
 use crate::Result;
 use crate::peft::write_atomic;
-use crate::train::StepMetrics;
+
+/// What one optimizer step measured (one line of `metrics.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// Optimizer step, from 1.
+    pub step: u64,
+    /// Total steps of the run.
+    pub total_steps: u64,
+    /// Token-mean loss.
+    pub loss: f64,
+    /// Mean return of the step's examples.
+    pub reward_mean: f64,
+    /// Mean advantage.
+    pub advantage_mean: f64,
+    /// Standard deviation of the advantages.
+    pub advantage_std: f64,
+    /// Smallest advantage.
+    pub advantage_min: f64,
+    /// Largest advantage.
+    pub advantage_max: f64,
+    /// Token-mean k3 KL to the base model (0 when the KL term is off).
+    pub kl: f64,
+    /// Token-mean entropy of the policy on completion tokens.
+    pub entropy: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Examples in the step.
+    pub examples: usize,
+    /// Completion tokens in the step.
+    pub completion_tokens: usize,
+    /// Tokens (prompt and completion) processed per second.
+    pub tokens_per_s: f64,
+}
 
 /// The report file.
 pub const REPORT_FILE: &str = "report.html";

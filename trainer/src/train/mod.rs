@@ -11,7 +11,6 @@ use std::path::Path;
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
-use serde::{Deserialize, Serialize};
 
 use crate::data::{
     ChatFormat, Example, ExampleStats, Placeholders, build_examples, read_lake, render_step,
@@ -21,6 +20,7 @@ use crate::model::{Adapter, LoadOptions, Model, Span, TokenStats};
 use crate::objective::{Advantage, grpo_advantages, reinforce_advantages, token_terms};
 use crate::optim::{AdamW, clip_grad_norm, learning_rate};
 use crate::peft::{SavedAdapter, save_adapter};
+use crate::report::StepMetrics;
 use crate::rewards::step_returns;
 use crate::rng::Rng;
 use crate::run_config::{Length, RunConfig};
@@ -42,41 +42,6 @@ pub struct TrainOptions {
     pub stop_after: Option<u64>,
     /// Model dtype and device (default f32 on the CPU).
     pub load: LoadOptions,
-}
-
-/// What one optimizer step measured (one line of `metrics.jsonl`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepMetrics {
-    /// Optimizer step, from 1.
-    pub step: u64,
-    /// Total steps of the run.
-    pub total_steps: u64,
-    /// Token-mean loss.
-    pub loss: f64,
-    /// Mean return of the step's examples.
-    pub reward_mean: f64,
-    /// Mean advantage.
-    pub advantage_mean: f64,
-    /// Standard deviation of the advantages.
-    pub advantage_std: f64,
-    /// Smallest advantage.
-    pub advantage_min: f64,
-    /// Largest advantage.
-    pub advantage_max: f64,
-    /// Token-mean k3 KL to the base model (0 when the KL term is off).
-    pub kl: f64,
-    /// Token-mean entropy of the policy on completion tokens.
-    pub entropy: f64,
-    /// Global gradient norm before clipping.
-    pub grad_norm: f64,
-    /// Learning rate used.
-    pub lr: f64,
-    /// Examples in the step.
-    pub examples: usize,
-    /// Completion tokens in the step.
-    pub completion_tokens: usize,
-    /// Tokens (prompt and completion) processed per second.
-    pub tokens_per_s: f64,
 }
 
 /// What a run produced.
