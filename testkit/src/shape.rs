@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The module a source file is (`call`, `lake::files`, `detect::names` for
-/// `detect/names/mod.rs`); `None` for the crate root and binaries.
+/// `detect/names/mod.rs`); `None` for the crate root, binaries and `tests` modules.
 fn module_of(path: &Path, src: &Path) -> Option<String> {
     let relative = path.strip_prefix(src).ok()?.with_extension("");
     let mut parts: Vec<String> = relative
@@ -18,6 +18,10 @@ fn module_of(path: &Path, src: &Path) -> Option<String> {
     }
     if parts.last().is_some_and(|p| p == "mod") {
         parts.pop();
+    }
+    // A `tests` module (`#[cfg(test)] mod tests;` in its own file) is test code.
+    if parts.last().is_some_and(|p| p == "tests") {
+        return None;
     }
     match parts.as_slice() {
         [] => None,
@@ -219,6 +223,7 @@ mod tests {
                 ),
                 ("d/mod.rs", "mod e;"),
                 ("d/e.rs", "use crate::d::X; use crate::a::Y;"),
+                ("d/tests.rs", "use crate::b::Z;"),
             ],
         );
         let edges = imports(&src);
@@ -234,6 +239,7 @@ mod tests {
         assert!(names("b").is_empty(), "a comment is not an import");
         assert_eq!(names("c"), ["d"], "test code is not the crate's shape");
         assert_eq!(names("d::e"), ["a"], "a module may use its parent");
+        assert!(names("d::tests").is_empty(), "a tests module is test code");
         std::fs::remove_dir_all(src).unwrap();
     }
 
