@@ -31,8 +31,7 @@ pub const NAMESPACE: &str = "Atdp";
 pub const SCHEMA_FILE: &str = "schema.cedarschema";
 /// The policies' file name.
 pub const POLICIES_FILE: &str = "policies.cedar";
-/// The entities' file name.
-pub const ENTITIES_FILE: &str = "entities.json";
+pub use crate::entities::ENTITIES_FILE;
 
 /// The id under which an API key is stored: the SHA-256 (hex) of the key.
 pub fn hash_api_key(key: &str) -> String {
@@ -88,7 +87,7 @@ pub struct AccessPolicy {
     /// [`by_action`]); empty when the policies hold templates (then all are evaluated).
     by_action: HashMap<EntityUid, PolicySet>,
     /// The API keys and auditors of the entities, for audit events of a reload.
-    principals: Vec<crate::principals::Principal>,
+    principals: Vec<crate::entities::Principal>,
     /// The context attributes the schema declares, by action id ([`context::declared`]).
     context_attributes: HashMap<String, HashSet<String>>,
     /// Requests that passed the schema check, by everything the check reads (see
@@ -234,7 +233,7 @@ impl AccessPolicy {
             .filter_map(|p| Some((p.id().clone(), p.annotation("id")?.to_owned())))
             .collect();
         let by_action = by_action(&policies, actions.values());
-        let principals = crate::principals::parse(entities_json)?;
+        let principals = crate::entities::parse(entities_json)?;
         Ok(AccessPolicy {
             schema,
             policies,
@@ -300,7 +299,7 @@ impl AccessPolicy {
     }
 
     /// The API keys and auditors of `entities.json`, by kind and id.
-    pub fn principals(&self) -> &[crate::principals::Principal] {
+    pub fn principals(&self) -> &[crate::entities::Principal] {
         &self.principals
     }
 

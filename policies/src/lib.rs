@@ -19,6 +19,7 @@ mod access;
 mod check;
 mod config;
 mod detect;
+mod entities;
 mod error;
 mod forwarding;
 mod json;
@@ -34,12 +35,10 @@ pub use access::{
     hash_api_key,
 };
 pub use check::check_dir;
-pub use config::{
-    ContextWords, CustomEntity, CustomMatch, Destination, DetectionConfig, MASKING_FILE,
-    MaskingConfig,
-};
+pub use config::{Destination, MASKING_FILE, MaskingConfig};
 pub use detect::{
-    CacheStats, NAME_FEATURES, Normalized, Scanner, Span, builtin_entities, name_tagger_input,
+    CacheStats, ContextWords, CustomEntity, CustomMatch, DetectionConfig, NAME_FEATURES,
+    Normalized, Scanner, Span, builtin_entities, name_tagger_input,
 };
 pub use error::{Error, Result, json_error_kind};
 pub use forwarding::{FORWARDING_FILE, Forwarding};

@@ -8,7 +8,7 @@
 //!   fake, an LLM provider speaking the real wire formats) and [`Moto::start`] (moto's S3
 //!   server);
 //! - [`shape`]: which modules of a crate import which, and the cycles among them (a test
-//!   here keeps every crate of the workspace free of new ones).
+//!   here keeps every crate of the workspace free of them).
 
 pub mod shape;
 

@@ -1,5 +1,5 @@
-//! The shape of a crate's code: which of its modules import which (`crate::…` paths in the
-//! code that runs, not in tests or comments), and the groups of modules that import each other
+//! The shape of a crate's code: which of its modules import which (`crate::…` and
+//! `super::…` paths in the code that runs, not in tests or comments), and the groups of modules that import each other
 //! in a cycle. A module in a cycle cannot be read, tested or moved on its own.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,18 +112,41 @@ pub fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             continue;
         };
         let code = running_code(&text);
+        let mut paths = Vec::new();
         for (at, _) in code.match_indices("crate::") {
-            for path in imported_paths(&code[at + "crate::".len()..]) {
-                let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
-                // The longest prefix that is a module.
-                while !parts.is_empty() && !modules.contains(&parts.join("::")) {
-                    parts.pop();
-                }
-                let to = parts.join("::");
-                // A module may use its parents (`super` by another name).
-                if !to.is_empty() && to != from && !from.starts_with(&format!("{to}::")) {
-                    edges.entry(from.clone()).or_default().insert(to);
-                }
+            paths.extend(imported_paths(&code[at + "crate::".len()..]));
+        }
+        // `super::…` names a module relative to this one's parent.
+        for (at, _) in code.match_indices("super::") {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let mut rest = &code[at..];
+            let mut base: Vec<&str> = from.split("::").collect();
+            while let Some(next) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = next;
+            }
+            let base = base.join("::");
+            for path in imported_paths(rest) {
+                paths.push(if base.is_empty() {
+                    path
+                } else {
+                    format!("{base}::{path}")
+                });
+            }
+        }
+        for path in paths {
+            let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+            // The longest prefix that is a module.
+            while !parts.is_empty() && !modules.contains(&parts.join("::")) {
+                parts.pop();
+            }
+            let to = parts.join("::");
+            // A module may use its parents (`super` by another name).
+            if !to.is_empty() && to != from && !from.starts_with(&format!("{to}::")) {
+                edges.entry(from.clone()).or_default().insert(to);
             }
         }
     }
@@ -224,6 +247,7 @@ mod tests {
                 ("d/mod.rs", "mod e;"),
                 ("d/e.rs", "use crate::d::X; use crate::a::Y;"),
                 ("d/tests.rs", "use crate::b::Z;"),
+                ("d/f.rs", "use super::e::X; use super::super::b::Y;"),
             ],
         );
         let edges = imports(&src);
@@ -240,6 +264,7 @@ mod tests {
         assert_eq!(names("c"), ["d"], "test code is not the crate's shape");
         assert_eq!(names("d::e"), ["a"], "a module may use its parent");
         assert!(names("d::tests").is_empty(), "a tests module is test code");
+        assert_eq!(names("d::f"), ["b", "d::e"], "super names the parent");
         std::fs::remove_dir_all(src).unwrap();
     }
 
@@ -264,17 +289,20 @@ mod tests {
         std::fs::remove_dir_all(src).unwrap();
     }
 
-    /// The cycles not yet taken apart, by crate folder. A new cycle, or one that grows, fails
-    /// the test below; so does one taken apart and left on this list.
-    const KNOWN: &[(&str, &[&str])] = &[
-        ("atdp-schema", &["lake::files", "lake::tables"]),
-        ("policies", &["access", "principals"]),
-        ("policies", &["config", "detect", "mask"]),
-        ("trainer", &["lora", "model"]),
-    ];
+    /// The cycles not yet taken apart, by crate folder: the names detector's word lists hold
+    /// the tagger, which reads the lists. A new cycle, or one that grows, fails the test
+    /// below; so does one taken apart and left on this list.
+    const KNOWN: &[(&str, &[&str])] = &[(
+        "policies",
+        &[
+            "detect::names::lists",
+            "detect::names::scan",
+            "detect::names::tagger",
+        ],
+    )];
 
     #[test]
-    fn no_crate_has_an_import_cycle_but_the_known_ones() {
+    fn no_crate_has_an_import_cycle_but_the_known_one() {
         let root = crate::repo_root();
         let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
         let members: Vec<&str> = manifest
@@ -298,11 +326,10 @@ mod tests {
                 found.push((member.to_string(), group));
             }
         }
-        let mut known: Vec<(String, Vec<String>)> = KNOWN
+        let known: Vec<(String, Vec<String>)> = KNOWN
             .iter()
             .map(|(c, g)| (c.to_string(), g.iter().map(|m| m.to_string()).collect()))
             .collect();
-        known.sort();
         found.sort();
         assert_eq!(found, known, "import cycles (crate, modules)");
     }

@@ -10,7 +10,6 @@ use std::str::FromStr;
 
 use candle_core::{DType, Device, Tensor, Var};
 
-use crate::model::Model;
 use crate::model_config::ModelConfig;
 use crate::rng::Rng;
 use crate::{Error, Result};
@@ -223,13 +222,16 @@ pub struct Lora {
 }
 
 impl Lora {
-    /// A fresh adapter for `model`: `A` random (seeded by `config.seed`), `B` zero.
-    pub fn new(model: &Model, config: LoraConfig) -> Result<Self> {
-        let dtype = param_dtype(model.dtype());
-        Self::init(model.config(), config, dtype, model.device())
-    }
-
-    fn init(c: &ModelConfig, config: LoraConfig, dtype: DType, device: &Device) -> Result<Self> {
+    /// A fresh adapter for a model of config `c` whose weights are in `dtype` on `device`:
+    /// `A` random (seeded by `config.seed`), `B` zero. [`Lora::new`] takes them from a
+    /// loaded model.
+    pub(crate) fn init(
+        c: &ModelConfig,
+        config: LoraConfig,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let dtype = param_dtype(dtype);
         config.validate()?;
         let mut pairs = BTreeMap::new();
         for layer in 0..c.num_hidden_layers {

@@ -24,14 +24,13 @@ use arrow::datatypes::Date32Type;
 use delta_kernel::expressions::Scalar;
 use delta_kernel::table_properties::DataSkippingNumIndexedCols;
 use deltalake::datafile::writer::{DeltaWriter as FileWriter, WriterConfig as FileConfig};
-use deltalake::kernel::Add;
 use deltalake::logstore::ObjectStoreRef;
 use indexmap::IndexMap;
 use tokio::runtime::Handle;
 
 use crate::batch::{PARTITION_COLUMNS, arrow_schema};
 use crate::error::{Error, Result};
-use crate::lake::tables::{Lake, stats_columns, writer_properties};
+use crate::lake::tables::{Lake, TableOutput, stats_columns, writer_properties};
 use crate::record::Table;
 
 /// How the data files of a segment are cut; see [`WriterConfig`](crate::WriterConfig).
@@ -46,17 +45,6 @@ pub(crate) struct FileLimits {
     pub open_files: usize,
     /// A data file is finished and another started once it holds about this many bytes.
     pub target_file_bytes: u64,
-}
-
-/// What one table's part of a segment became.
-#[derive(Debug, Default)]
-pub(crate) struct TableOutput {
-    /// The data files written, as `Add` actions to commit.
-    pub adds: Vec<Add>,
-    /// Rows in those files.
-    pub rows: u64,
-    /// Distinct partitions among them.
-    pub partitions: usize,
 }
 
 /// A data file being written: one partition of one table.

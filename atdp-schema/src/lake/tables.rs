@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Once;
 
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TableReference};
-use deltalake::kernel::{Action, Transaction};
+use deltalake::kernel::{Action, Add, Transaction};
 use deltalake::logstore::{LogStoreRef, ObjectStoreRef};
 use deltalake::parquet::basic::{Compression, ZstdLevel};
 use deltalake::parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -20,7 +20,6 @@ use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 
 use crate::batch::{PARTITION_COLUMNS, arrow_schema};
 use crate::error::{Error, Result};
-use crate::lake::files::TableOutput;
 use crate::record::{PROTOCOL_VERSION, READABLE_VERSIONS, Table};
 
 /// The table configuration key holding the ATDP protocol version.
@@ -260,6 +259,17 @@ pub(crate) fn writer_properties(table: Table) -> WriterProperties {
             .set_column_bloom_filter_fpp(ColumnPath::from(*column), 0.01);
     }
     builder.build()
+}
+
+/// What one table's part of a segment became (`files`), for [`Committer::commit`].
+#[derive(Debug, Default)]
+pub(crate) struct TableOutput {
+    /// The data files written, as `Add` actions to commit.
+    pub adds: Vec<Add>,
+    /// Rows in those files.
+    pub rows: u64,
+    /// Distinct partitions among them.
+    pub partitions: usize,
 }
 
 /// What a commit attempt found.

@@ -20,8 +20,8 @@ use tokio::task::JoinHandle;
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::lake::config::WriterConfig;
-use crate::lake::files::{FileLimits, SegmentFiles, TABLE_ORDER, TableOutput, table_index};
-use crate::lake::tables::{Committed, Committer, Lake};
+use crate::lake::files::{FileLimits, SegmentFiles, TABLE_ORDER, table_index};
+use crate::lake::tables::{Committed, Committer, Lake, TableOutput};
 use crate::lake::wal::{Damage, DamageKind, Sealed, Wal, WalConfig, scan_segment_with};
 use crate::record::{AuditEvent, Record, Reward, Step, Table, VaultEntry};
 

@@ -16,6 +16,7 @@ mod cache;
 mod names;
 mod normal;
 mod patterns;
+mod settings;
 mod validate;
 
 use std::sync::Mutex;
@@ -24,11 +25,11 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Serialize;
 
-use crate::config::{CustomEntity, CustomMatch, DetectionConfig};
 use crate::error::{Error, Result};
 
 #[doc(hidden)]
 pub use normal::Normalized;
+pub use settings::{ContextWords, CustomEntity, CustomMatch, DetectionConfig};
 
 /// A detected span: `start..end` are UTF-8 byte offsets into the scanned text.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -27,7 +27,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Storage, Tensor, WithDType};
 use rayon::prelude::*;
 
-use super::layers::{softmax_last_dim, upcast};
+use super::numeric::{softmax_last_dim, upcast};
 use crate::Result;
 
 /// Query positions per block. With Qwen2-0.5B's 7 query heads per key/value head, a block is a

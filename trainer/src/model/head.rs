@@ -10,7 +10,7 @@
 
 use candle_core::{D, Tensor};
 
-use super::layers::upcast;
+use super::numeric::upcast;
 use crate::Result;
 
 /// Logit elements made at once (per chunk of rows): 16M, 64 MB in f32.

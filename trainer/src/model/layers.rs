@@ -5,29 +5,12 @@
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CudaStorage, CustomOp1, D, DType, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CudaStorage, CustomOp1, D, Layout, Shape, Storage, Tensor};
 
+use super::numeric::upcast;
 use super::{attention, rope};
 use crate::Result;
 use crate::lora::{Lora, TargetModule};
-
-/// The dtype reductions run in: f32 for half-precision weights (as transformers does for
-/// RMSNorm and softmax), the weights' own dtype otherwise.
-pub(crate) fn upcast(dtype: DType) -> DType {
-    match dtype {
-        DType::F16 | DType::BF16 => DType::F32,
-        other => other,
-    }
-}
-
-/// Softmax over the last dimension: `exp(x - max) / sum(exp(x - max))`. The max is a
-/// constant for the gradient (the result does not depend on it).
-pub(crate) fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let exp = x.broadcast_sub(&max)?.exp()?;
-    let sum = exp.sum_keepdim(D::Minus1)?;
-    Ok(exp.broadcast_div(&sum)?)
-}
 
 /// The adapter in effect for one forward pass.
 #[derive(Debug, Clone, Copy)]
@@ -275,6 +258,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use candle_core::Device;
+
+    use crate::model::numeric::softmax_last_dim;
 
     use super::*;
 

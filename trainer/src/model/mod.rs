@@ -7,6 +7,7 @@
 mod attention;
 mod head;
 mod layers;
+mod numeric;
 pub(crate) mod rope;
 pub(crate) mod weights;
 
@@ -16,11 +17,12 @@ use std::sync::OnceLock;
 
 use candle_core::{D, DType, Device, Tensor, TensorId, Var};
 
-use crate::lora::{Lora, TargetModule};
+use crate::lora::{Lora, LoraConfig, TargetModule};
 use crate::model_config::ModelConfig;
 use crate::{Error, Result};
 pub use head::TokenStats;
-use layers::{Active, Attention, Block, Linear, Mlp, PassContext, RmsNorm, upcast};
+use layers::{Active, Attention, Block, Linear, Mlp, PassContext, RmsNorm};
+use numeric::upcast;
 pub use weights::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE, weight_files};
 
 /// Where and in which dtype a model is loaded.
@@ -513,6 +515,13 @@ fn span_rows(ids: &Tensor, batch: usize, seq: usize, spans: &[Span]) -> Result<(
 /// Gradients of a loss for an adapter's variables.
 #[derive(Debug, Default)]
 pub struct Gradients(HashMap<TensorId, Tensor>);
+
+impl Lora {
+    /// A fresh adapter for `model`: `A` random (seeded by `config.seed`), `B` zero.
+    pub fn new(model: &Model, config: LoraConfig) -> Result<Self> {
+        Lora::init(model.config(), config, model.dtype(), model.device())
+    }
+}
 
 impl Gradients {
     /// The gradient of `var`, if the loss depends on it.

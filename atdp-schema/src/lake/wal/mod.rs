@@ -43,6 +43,11 @@ const LOCK_FILE: &str = "LOCK";
 /// are committed.
 pub const DAMAGED_DIR: &str = "damaged";
 
+/// The file of segment `seq` in the log directory `dir`.
+fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:020}{SEGMENT_SUFFIX}"))
+}
+
 /// Settings of the write-ahead log.
 #[derive(Debug, Clone)]
 pub(crate) struct WalConfig {

@@ -18,10 +18,6 @@ use crate::chain::ChainHead;
 use crate::error::{Error, Result};
 use crate::record::Record;
 
-pub(super) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
-    dir.join(format!("{seq:020}{SEGMENT_SUFFIX}"))
-}
-
 fn read_or_create_writer_id(dir: &Path) -> Result<String> {
     let path = dir.join(WRITER_ID_FILE);
     match fs::read_to_string(&path) {

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::format::MAGIC;
-use super::recovery::segment_path;
-use super::{CHAIN_HEAD_FILE, Sealed, SyncProgress, Wal};
+use super::{CHAIN_HEAD_FILE, Sealed, SyncProgress, Wal, segment_path};
 use crate::chain::ChainHead;
 use crate::error::{Error, Result};
 

@@ -46,6 +46,21 @@ pub(crate) fn version(v: &Option<u64>) -> String {
     v.map_or_else(|| "none".to_owned(), |v| v.to_string())
 }
 
+/// A posted form that carries only its CSRF token (reading a transcript, exporting
+/// evidence, reading a message's text).
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct TokenForm {
+    csrf: String,
+}
+
+impl TokenForm {
+    /// The form's token.
+    pub(crate) fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// What every page shows in its frame, and the token its forms carry.
 pub(crate) struct Frame {
     who: Option<String>,

@@ -18,8 +18,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::trajectory::TokenForm;
-use super::{failure, posted, text as trimmed};
+use super::{TokenForm, failure, posted, text as trimmed};
 use crate::error::Error;
 use crate::trail::{event, record_refusal};
 use crate::transcript::{MessageAt, Transcript};

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{Frame, failure, html, posted, session, text, time, to_login};
+use super::{Frame, TokenForm, failure, html, posted, session, text, time, to_login};
 use crate::error::Error;
 use crate::segments::Segment;
 use crate::trail::{event, record_refusal};
@@ -87,19 +87,6 @@ pub(crate) struct Target {
     tenant: String,
     page: String,
     step: String,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct TokenForm {
-    csrf: String,
-}
-
-impl TokenForm {
-    /// The form's token.
-    pub(crate) fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 /// A "KiB"/"MiB" size for buttons.
