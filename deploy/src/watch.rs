@@ -138,6 +138,21 @@ impl Watcher {
         }
     }
 
+    /// Keeps `serving`'s engine alive without following the registry (a candidate under
+    /// evaluation): every `poll`, an engine that failed requests is tried with one token and,
+    /// when that fails too, replaced by a fresh load of its version, on which the requests
+    /// it failed run again ([`Serving::replacement`]). Runs until the task is dropped.
+    pub async fn keep_alive(self, serving: Arc<Serving>, poll: Duration) {
+        serving.watched();
+        loop {
+            tokio::time::sleep(poll).await;
+            let engine = serving.current();
+            if engine.failing() > 0 {
+                self.repair_if_dead(&serving, engine).await;
+            }
+        }
+    }
+
     /// Follows the registry every `poll` until the process ends, and repairs a dead engine:
     /// requests it failed wait for the repair ([`Serving::replacement`]).
     pub async fn run(self, serving: Arc<Serving>, poll: Duration) {
@@ -177,5 +192,53 @@ async fn canary(engine: &Engine) -> Result<()> {
             version: engine.version.to_string(),
             message: "the merged model gives no finite log-probability for its first token".into(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use atdp_trainer::{Arch, InitSpec, init_model};
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keep_alive_tries_an_engine_that_failed_and_the_waiting_request_gets_its_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        init_model(&model, &InitSpec::tiny(Arch::Qwen2)).unwrap();
+        let lake = dir.path().join("lake");
+        let watcher = Watcher {
+            registry: Registry::open(&lake.display().to_string(), HashMap::new(), "support")
+                .unwrap(),
+            base: BaseModel::open(&model).unwrap(),
+            cache: dir.path().join("cache"),
+            options: EngineOptions::default(),
+            drain: Duration::from_secs(1),
+        };
+        let serving = Serving::new(watcher.prepare(None).await.unwrap());
+        let engine = serving.current();
+        serving.count(&engine, engine.ticket(), true);
+        let task =
+            tokio::spawn(watcher.keep_alive(Arc::clone(&serving), Duration::from_millis(50)));
+        // The engine is alive: the trial token clears its failure, and a request that waits
+        // on it is answered at once with its own failure.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while engine.failing() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "keep_alive never tried the engine"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let verdict = tokio::time::timeout(Duration::from_secs(1), serving.replacement(&engine));
+        assert!(verdict.await.expect("no wait").is_none());
+        assert!(
+            Arc::ptr_eq(&serving.current(), &engine),
+            "an engine that answers stays"
+        );
+        assert_eq!(serving.status().repairs, 0);
+        task.abort();
     }
 }

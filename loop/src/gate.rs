@@ -234,6 +234,8 @@ pub fn decide(
 struct Local {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The repair of a dead engine (`Watcher::keep_alive`).
+    keep_alive: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Local {
@@ -241,17 +243,30 @@ impl Drop for Local {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        self.keep_alive.abort();
     }
 }
 
-async fn serve_locally(engine: Engine) -> Result<Local> {
+/// How often the engine under evaluation is checked for a death.
+const KEEP_ALIVE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Serves `engine` on loopback; `watcher` (of its policy) loads it afresh when it dies, and
+/// the requests it failed run again on the fresh load.
+async fn serve_locally(engine: Engine, watcher: Watcher) -> Result<Local> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| Error::Io(format!("cannot listen on loopback: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Io(format!("no local address: {e}")))?;
-    let app = atdp_deploy::router(Fleet::fixed(engine));
+    let policy = engine.version.policy.clone();
+    let fleet = Fleet::fixed(engine);
+    let serving = fleet
+        .serving(&policy)
+        .cloned()
+        .ok_or_else(|| Error::Loop(format!("the fixed fleet does not serve {policy}")))?;
+    let keep_alive = tokio::spawn(watcher.keep_alive(serving, KEEP_ALIVE_POLL));
+    let app = atdp_deploy::router(fleet);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app)
@@ -263,6 +278,7 @@ async fn serve_locally(engine: Engine) -> Result<Local> {
     Ok(Local {
         addr,
         stop: Some(stop),
+        keep_alive,
     })
 }
 
@@ -357,7 +373,7 @@ async fn eval_version(
     };
     let engine = watcher.prepare(number).await?;
     let name = engine.version.to_string();
-    let local = serve_locally(engine).await?;
+    let local = serve_locally(engine, watcher).await?;
     let agent = Agent::new(&format!("http://{}/v1", local.addr), None, &name);
     let mut reports = Vec::new();
     for plan in plans {
