@@ -15,6 +15,7 @@
 //! again: `find::outside_placeholders`), and every vault entry is a placeholder of the
 //! output.
 
+mod decoded;
 mod embedded;
 mod escape;
 mod find;
@@ -24,7 +25,6 @@ mod parse;
 mod parts;
 mod path;
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Write;
 use std::ops::Range;
@@ -98,30 +98,28 @@ struct Pass {
 }
 
 impl Pass {
-    /// The spans recorded in the protected ranges and in `since`.
-    fn protected_spans(&self, since: Option<Range<usize>>) -> Vec<&MaskedSpan> {
-        let spans = &self.found.spans;
-        self.protected
-            .iter()
-            .chain(since.as_ref())
-            .flat_map(|range| spans.get(range.clone()).unwrap_or_default())
-            .map(|(_, span)| span)
-            .collect()
+    /// The spans recorded in the protected ranges.
+    fn protected_spans(&self) -> Vec<&MaskedSpan> {
+        self.protected_spans_at().map(|(_, span)| span).collect()
     }
 
-    /// Whether an `allow` span equal to `span` was recorded at `path`, or at the string that
-    /// holds the JSON `path` is in, in the protected ranges or in `since`.
-    fn allowed_already(&self, path: &str, span: &MaskedSpan, since: Option<Range<usize>>) -> bool {
-        let spans = &self.found.spans;
+    /// Whether an `allow` span equal to `span` was recorded in the protected ranges at
+    /// `path`, or at the string that holds the JSON `path` is in.
+    fn allowed_already(&self, path: &str, span: &MaskedSpan) -> bool {
         let same_place = |recorded: &str| {
             path.strip_prefix(recorded)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
         };
+        self.protected_spans_at()
+            .any(|(recorded, s)| s == span && same_place(recorded))
+    }
+
+    /// The spans recorded in the protected ranges, with their paths.
+    fn protected_spans_at(&self) -> impl Iterator<Item = &(String, MaskedSpan)> {
+        let spans = &self.found.spans;
         self.protected
             .iter()
-            .chain(since.as_ref())
             .flat_map(|range| spans.get(range.clone()).unwrap_or_default())
-            .any(|(recorded, s)| s == span && same_place(recorded))
     }
 }
 
@@ -144,7 +142,7 @@ fn deeper(depth: usize) -> Result<usize> {
     Ok(depth + 1)
 }
 
-impl JsonMasker<'_> {
+impl<'a> JsonMasker<'a> {
     /// Masks every string value, object key and number of `document`, and the JSON inside
     /// its strings. Any failure is an error and the document must not be used: nesting too
     /// deep to check, escapes hidden too many levels deep, or a masking error.
@@ -271,10 +269,9 @@ impl JsonMasker<'_> {
         self.mask_text(text, path, pass, scanned)
     }
 
-    /// Masks `text` as plain text. A text with a backslash is also checked with its JSON
-    /// escapes decoded, again until none is left, after masking what each level shows: when a
-    /// decoded level had something to mask, the decoded, masked text replaces the string.
-    /// `scanned`: the text as it stands was scanned and masked already.
+    /// Masks `text` as plain text. A text whose JSON escapes decode is masked by what every
+    /// level of it shows ([`Self::mask_escaped`]). `scanned`: the text as it stands was
+    /// scanned and masked already.
     fn mask_text(
         &self,
         text: &str,
@@ -282,67 +279,52 @@ impl JsonMasker<'_> {
         pass: &mut Pass,
         scanned: bool,
     ) -> Result<Option<String>> {
-        let first = pass.found.spans.len();
-        let raw = if scanned {
-            None
-        } else {
-            self.scan_and_mask(text, path, None, pass)?
-        };
-        if !text.contains('\\') {
-            return Ok(raw.filter(|masked| masked != text));
+        if text.contains('\\')
+            && let Some(masked) = self.mask_escaped(text, path, pass, scanned)?
+        {
+            return Ok(masked);
         }
-        let mut current = raw.clone().unwrap_or_else(|| text.to_owned());
-        let mut normalised = false;
-        let mut rounds = 0;
-        while let Cow::Owned(decoded) = escape::decode(&current) {
-            rounds += 1;
-            if rounds > MAX_DECODE_ROUNDS {
-                return Err(hidden_too_deep());
-            }
-            current = match self.scan_and_mask(&decoded, path, Some(first), pass)? {
-                Some(masked) => {
-                    normalised |= masked != decoded;
-                    masked
-                }
-                None => decoded,
-            };
+        if scanned {
+            return Ok(None);
         }
-        if normalised {
-            return Ok(Some(current));
-        }
-        Ok(raw.filter(|masked| masked != text))
+        let hits = self.find_outside(text, pass)?;
+        let masked = self.mask_hits(text, &hits, path, pass)?;
+        Ok(masked.filter(|masked| masked != text))
     }
 
-    /// Scans `text` and masks what was found, recording the spans at `path` and the masked
-    /// originals; `None` when nothing was found. Placeholders written earlier in the same
-    /// string (from `seen_from` on) or by a run of text parts around it are not masked again.
-    /// Spans that `allow` leaves in place are found again there: such a span already recorded
-    /// at the same place is not recorded twice.
-    fn scan_and_mask(
+    /// What to mask in `text`: what [`Self::find`] finds, less the placeholders that a run of
+    /// text parts around it wrote.
+    fn find_outside(&self, text: &str, pass: &mut Pass) -> Result<Vec<find::Hit<'a>>> {
+        let hits = self.find(text, pass)?;
+        if hits.is_empty() || pass.protected.is_empty() {
+            return Ok(hits);
+        }
+        Ok(outside_placeholders(text, hits, &pass.protected_spans()))
+    }
+
+    /// Masks `hits` of `text`, recording the spans at `path`, the masked originals and the
+    /// vault entries; `None` when there was nothing to mask. Spans that `allow` leaves in
+    /// place are found again where a run of text parts recorded them already: such a span is
+    /// not recorded twice.
+    fn mask_hits(
         &self,
         text: &str,
+        hits: &[find::Hit<'a>],
         path: &Path<'_>,
-        seen_from: Option<usize>,
         pass: &mut Pass,
     ) -> Result<Option<String>> {
-        let mut hits = self.find(text, pass)?;
-        let recorded = pass.found.spans.len();
-        let since = seen_from.map(|from| from..recorded);
-        let guarded = since.is_some() || !pass.protected.is_empty();
-        if guarded && !hits.is_empty() {
-            hits = outside_placeholders(text, hits, &pass.protected_spans(since.clone()));
-        }
         if hits.is_empty() {
             return Ok(None);
         }
         let ranges = hits.iter().map(|h| (h.range(), h.entity));
         let masked = mask_ranges(text, ranges, self.policy, self.tenant, self.keys)?;
         let path = path.render();
+        let guarded = !pass.protected.is_empty();
         for (hit, span) in hits.iter().zip(masked.spans) {
             if span.action != Action::Allow {
                 let original = text.get(hit.range()).unwrap_or_default();
                 pass.found.values.insert(original, hit.entity);
-            } else if guarded && pass.allowed_already(&path, &span, since.clone()) {
+            } else if guarded && pass.allowed_already(&path, &span) {
                 continue;
             }
             pass.found.spans.push((path.clone(), span));
@@ -360,7 +342,8 @@ impl JsonMasker<'_> {
         pass: &mut Pass,
     ) -> Result<Option<String>> {
         let found = number::each_form(literal, |form| {
-            let Some(masked) = self.scan_and_mask(form, path, None, pass)? else {
+            let hits = self.find_outside(form, pass)?;
+            let Some(masked) = self.mask_hits(form, &hits, path, pass)? else {
                 return Ok(None);
             };
             Ok(Some((masked != form).then_some(masked)))

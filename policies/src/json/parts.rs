@@ -204,7 +204,7 @@ impl<'a> JsonMasker<'a> {
         let mut decoded = self.find_decoded(&joined, pass)?;
         decoded.retain(|(hit, _)| part_of(hit.start) != part_of(hit.end.saturating_sub(1)));
         hits.extend(decoded.iter().map(|(hit, _)| *hit));
-        let hits = outside_placeholders(&joined, merged(hits), &pass.protected_spans(None));
+        let hits = outside_placeholders(&joined, merged(hits), &pass.protected_spans());
         let recorded = pass.found.spans.len();
         let mut parts: Vec<PartMasked> = texts
             .iter()

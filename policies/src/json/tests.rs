@@ -1,3 +1,4 @@
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
@@ -416,6 +417,49 @@ fn escapes_hiding_escapes_are_decoded_until_none_is_left_or_refused() {
     assert_eq!(document["content"], "[EMAIL_ADDRESS]");
     let mut document = json!({ "content": hidden(MAX_DECODE_ROUNDS) });
     assert!(fixture.masker().mask(&mut document).is_err());
+}
+
+#[test]
+fn a_value_that_only_its_decoded_spelling_shows_is_masked_whole_whatever_the_raw_text_shows() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let secret = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789";
+    // Every fourth character escaped, once or twice: as it stands the text shows a place
+    // name `sk` and no secret; decoded, it shows the secret, which must be masked whole.
+    for backslashes in ["\\", "\\\\"] {
+        let escaped: String = secret
+            .chars()
+            .enumerate()
+            .map(|(i, c)| match i % 4 {
+                3 => format!("{backslashes}u{:04x}", u32::from(c)),
+                _ => c.to_string(),
+            })
+            .collect();
+        for text in [
+            format!(r#"{{"{escaped}": "x", "note": "ca"#),
+            format!(r#"{{"key": "{escaped}", "n"#),
+            format!("the key is {escaped} today"),
+        ] {
+            let mut document = json!({"messages": [{"role": "tool", "content": text}]});
+            let masked = fixture.mask(&mut document);
+            let output = document.to_string();
+            let mut seen = output.clone();
+            while let Cow::Owned(decoded) = escape::decode(&seen) {
+                seen = decoded;
+            }
+            assert!(!seen.contains("abc"), "{text} -> {output}");
+            assert!(!seen.contains("6789"), "{text} -> {output}");
+            assert_eq!(entities(&masked), ["SECRET"], "{text} -> {output}");
+            for item in &masked.vault {
+                assert!(
+                    output.contains(&item.token),
+                    "{} not in {output}",
+                    item.token
+                );
+            }
+            let restored = fixture.unmask(&output, &masked);
+            assert!(restored.contains(secret), "{restored}");
+        }
+    }
 }
 
 #[test]
