@@ -25,6 +25,7 @@
 //! `muller`). What this does not find is in docs/policies.md, "Names, places and
 //! organisations".
 
+mod joined;
 mod lists;
 mod patterns;
 mod scan;
@@ -128,8 +129,22 @@ fn matched(
         let whole = m.as_str();
         let value = whole.trim_start_matches(|c: char| !c.is_alphanumeric());
         let start = m.start() + (whole.len() - value.len());
-        let value =
-            value.trim_end_matches(|c: char| c.is_whitespace() || ",;:!?)]}\"<".contains(c));
+        // A closing parenthesis is punctuation unless the value opened it
+        // (`Bau UG (haftungsbeschränkt)`).
+        let mut value = value;
+        loop {
+            let trimmed =
+                value.trim_end_matches(|c: char| c.is_whitespace() || ",;:!?]}\"<".contains(c));
+            match trimmed.strip_suffix(')') {
+                Some(rest) if trimmed.matches('(').count() < trimmed.matches(')').count() => {
+                    value = rest;
+                }
+                _ => {
+                    value = trimmed;
+                    break;
+                }
+            }
+        }
         // A trailing full stop ends the sentence unless the value ends in an abbreviation.
         let value = match value.strip_suffix('.') {
             Some(rest) if entity == LOCATION || !ends_in_abbreviation(rest) => rest,
@@ -158,7 +173,21 @@ fn matched(
 /// Whether `value` (without its last full stop) ends in a dotted abbreviation (`Co`, `S.A`).
 fn ends_in_abbreviation(value: &str) -> bool {
     let last = value.rsplit([' ', '\u{a0}']).next().unwrap_or(value);
-    last.contains('.') || matches!(last, "Co" | "Inc" | "Corp" | "Ltd" | "Lda" | "Av" | "Avda")
+    last.contains('.')
+        || matches!(
+            last,
+            "Co" | "Inc"
+                | "Corp"
+                | "Ltd"
+                | "Lda"
+                | "Ltda"
+                | "Kft"
+                | "Zrt"
+                | "Nyrt"
+                | "Bt"
+                | "Av"
+                | "Avda"
+        )
 }
 
 /// The spans of the wanted entity types among [`ENTITIES`] in `text`, unresolved (they may
@@ -458,6 +487,7 @@ pub(crate) fn rules_and_marks(lexicon: &'static Lexicon, text: &str) -> (Vec<Spa
     scan.before_verbs(&mut found);
     scan.cued(&marks, &mut found);
     scan.coordinated(&mut found);
+    scan.firms(&mut found);
     separate_lists(text, &mut found);
     (found, marks)
 }

@@ -156,6 +156,80 @@ fn organisations_that_start_with_a_capital_outside_ascii_are_found() {
 }
 
 #[test]
+fn organisations_by_the_legal_forms_of_other_countries_are_found() {
+    for (text, org) in [
+        (
+            "Invoice from Müller Bau UG (haftungsbeschränkt) attached.",
+            "Müller Bau UG (haftungsbeschränkt)",
+        ),
+        ("Paid to Novák Stavby s.r.o. today.", "Novák Stavby s.r.o."),
+        ("The quote of Kovács Kft. expired.", "Kovács Kft."),
+        (
+            "Contract with Lindqvist Aktiebolag renewed.",
+            "Lindqvist Aktiebolag",
+        ),
+        (
+            "Reply to Dupont Conseil EURL about the order.",
+            "Dupont Conseil EURL",
+        ),
+        ("Shipment from Ozols SIA arrived.", "Ozols SIA"),
+        ("Shipment from UAB Vilkas arrived.", "UAB Vilkas"),
+        ("Shipment from AS Bērziņš arrived.", "AS Bērziņš"),
+        ("Order from Novak Brothers arrived.", "Novak Brothers"),
+        ("Paid to Mazur z o.o. yesterday.", "Mazur z o.o."),
+        ("Reply to Ozols un partneri today.", "Ozols un partneri"),
+        (
+            "a refund from petrovic trgovina kft is pending",
+            "petrovic trgovina kft",
+        ),
+    ] {
+        assert_found(text, &[("ORGANIZATION", org)]);
+    }
+}
+
+#[test]
+fn firms_named_by_two_family_names_are_organisations() {
+    for (text, org) in [
+        ("Invoice from Parker - Parker for March.", "Parker - Parker"),
+        (
+            "The contract with Lambert et Dubois was renewed.",
+            "Lambert et Dubois",
+        ),
+        (
+            "Quote sent to Kowalski i Nowak yesterday.",
+            "Kowalski i Nowak",
+        ),
+        (
+            "Order placed with Schmidt & Weber on Monday.",
+            "Schmidt & Weber",
+        ),
+        // A spaced dash joins a firm's names; one of them listed is enough.
+        ("Reply to Brennan - Holt about the quote.", "Brennan - Holt"),
+        (
+            "Reply to Oyelaran - Holt about the quote.",
+            "Oyelaran - Holt",
+        ),
+    ] {
+        assert_found(text, &[("ORGANIZATION", org)]);
+    }
+    // Words that are not family names, and given names, are not a firm.
+    for text in [
+        "Research and Development moved to the second floor.",
+        "Terms and Conditions apply.",
+        "John and Mary will call back.",
+        "Open Settings - Privacy to change it.",
+    ] {
+        assert!(
+            !found(text)
+                .iter()
+                .any(|(entity, _)| *entity == "ORGANIZATION"),
+            "an organisation in {text:?}: {:?}",
+            found(text)
+        );
+    }
+}
+
+#[test]
 fn organisations_named_by_a_common_word_and_a_legal_form_are_found() {
     for (text, org) in [
         (
