@@ -79,8 +79,8 @@ pub struct Scanner {
     /// words (raise, lower).
     names: [bool; 3],
     name_context: [(Vec<String>, Vec<String>); 3],
-    /// Their lists and patterns, when one of them is looked for.
-    lexicon: Option<&'static names::Lexicon>,
+    /// The names detector, when one of them is looked for.
+    name_detector: Option<&'static names::Names>,
     /// What recent texts were found to hold, by tenant (`None`: off).
     cache: Option<cache::ScanCache>,
 }
@@ -284,8 +284,8 @@ impl Scanner {
             threshold: config.threshold,
             thresholds,
             names: name_types,
-            lexicon: if name_types.contains(&true) {
-                Some(names::lexicon().map_err(Error::Pattern)?)
+            name_detector: if name_types.contains(&true) {
+                Some(names::names().map_err(Error::Pattern)?)
             } else {
                 None
             },
@@ -351,10 +351,10 @@ impl Scanner {
                 (span.start, span.end) = view.original(span.start, span.end);
             }
         }
-        if let Some(lexicon) = self.lexicon {
+        if let Some(detector) = self.name_detector {
             let mut found = Vec::new();
             let mut names = Vec::new();
-            names::find(lexicon, text, &self.names, &mut found);
+            names::find(detector, text, &self.names, &mut found);
             for mut span in found {
                 let which = names::ENTITIES.iter().position(|e| *e == span.entity);
                 if let Some((raise, lower)) = which.map(|i| &self.name_context[i]) {

@@ -30,13 +30,18 @@ mod lists;
 mod patterns;
 mod scan;
 pub(crate) mod tagger;
+mod words;
+
+use std::sync::LazyLock;
 
 use regex::Regex;
 
 use super::Span;
 pub(crate) use lists::Lexicon;
-use lists::{LEXICON, PARTICLES, is_calendar};
-use scan::{Scan, fold, words};
+use lists::{PARTICLES, is_calendar};
+use scan::Scan;
+use tagger::Tagger;
+use words::{fold, words};
 
 /// Cache of each pattern's lazy DFA: the address and organisation patterns meet many states
 /// on mixed text, and with the default (2 MiB) the cache is rebuilt over and over.
@@ -59,9 +64,29 @@ pub(super) const LONE: f32 = 0.6;
 /// rarer ones (`Echo`, `Kit`) need a listed family name beside them.
 pub(super) const FREQUENT: usize = 2000;
 
-/// The lists and patterns, or why they could not be built.
+/// What the detector reads with: the lists and patterns of the rules, and the tagger.
+pub(crate) struct Names {
+    lexicon: Lexicon,
+    tagger: Tagger,
+}
+
+/// Built at the first use; an error (a pattern that does not compile, a damaged weight file)
+/// is kept and given to every scanner that needs them, which then refuses to be built.
+static NAMES: LazyLock<Result<Names, String>> = LazyLock::new(|| {
+    Ok(Names {
+        lexicon: lists::build()?,
+        tagger: Tagger::from_bytes(include_bytes!("../../data/names/tagger.bin"))?,
+    })
+});
+
+/// The detector, or why it could not be built.
+pub(crate) fn names() -> Result<&'static Names, String> {
+    NAMES.as_ref().map_err(Clone::clone)
+}
+
+/// The lists and patterns, or why the detector could not be built.
 pub(crate) fn lexicon() -> Result<&'static Lexicon, String> {
-    LEXICON.as_ref().map_err(Clone::clone)
+    names().map(|names| &names.lexicon)
 }
 
 /// Whether the match at `start..end` is whole words, and not part of an identifier or a
@@ -192,11 +217,12 @@ fn ends_in_abbreviation(value: &str) -> bool {
 
 /// The spans of the wanted entity types among [`ENTITIES`] in `text`, unresolved (they may
 /// overlap each other and the other detectors' spans).
-pub(crate) fn find(lexicon: &'static Lexicon, text: &str, wanted: &[bool; 3], out: &mut Vec<Span>) {
+pub(crate) fn find(names: &'static Names, text: &str, wanted: &[bool; 3], out: &mut Vec<Span>) {
+    let lexicon = &names.lexicon;
     // The tagger reads what the rules found of every type, whichever are wanted.
     let (mut found, marks) = rules_and_marks(lexicon, text);
     let mut tagged = Vec::new();
-    tagger::find(&lexicon.tagger, lexicon, text, &found, &marks, &mut tagged);
+    tagger::find(&names.tagger, lexicon, text, &found, &marks, &mut tagged);
     merge(&mut found, tagged);
     out.extend(found.into_iter().filter(|span| {
         let index = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);

@@ -290,11 +290,11 @@ fn a_shaped_value_inside_a_name_keeps_its_own_type() {
             "Baker Street, London",
         ),
     ];
-    let lexicon = names::lexicon().unwrap();
+    let detector = names::names().unwrap();
     for (text, (entity, value), rest) in cases {
         // The name detectors alone take (part of) the value into the address.
         let mut raw = Vec::new();
-        names::find(lexicon, text, &[true; 3], &mut raw);
+        names::find(detector, text, &[true; 3], &mut raw);
         let at = text.find(value).unwrap();
         assert!(
             raw.iter()

@@ -2,7 +2,8 @@
 //! names.
 
 use super::lists::is_calendar;
-use super::scan::{Scan, name_shaped};
+use super::scan::Scan;
+use super::words::name_shaped;
 use super::{LOCATION, LONE, ORGANIZATION, PERSON, STRONG};
 use crate::detect::Span;
 

@@ -8,7 +8,6 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::{Regex, RegexBuilder};
 
 use super::DFA_CACHE;
-use super::tagger::Tagger;
 
 use super::patterns::{address_patterns, lower_organization_patterns, organization_patterns};
 
@@ -414,9 +413,6 @@ pub(crate) struct Lexicon {
     pub(super) prefixed_places: Regex,
     pub(super) organizations: Vec<Regex>,
     pub(super) lower_organizations: Vec<Regex>,
-    /// The network that reads names the rules do not see, with the rules' spans among its
-    /// features.
-    pub(super) tagger: Tagger,
 }
 
 /// What the lists say of one folded word.
@@ -489,7 +485,7 @@ impl Hasher for WordHasher {
 pub(super) type WordHash = BuildHasherDefault<WordHasher>;
 
 impl Lexicon {
-    /// What the lists say of `folded` (a word folded by `scan::fold`).
+    /// What the lists say of `folded` (a word folded by `words::fold`).
     pub(super) fn entry(&self, folded: &str) -> Entry {
         self.words.get(folded).copied().unwrap_or(Entry::NONE)
     }
@@ -512,11 +508,8 @@ pub(super) fn list(text: &'static str) -> impl Iterator<Item = &'static str> {
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
 }
 
-/// The lists and patterns, built at the first use; an error (a pattern that does not compile)
-/// is kept and given to every scanner that needs them, which then refuses to be built.
-pub(super) static LEXICON: LazyLock<Result<Lexicon, String>> = LazyLock::new(build);
-
-fn build() -> Result<Lexicon, String> {
+/// The lists and patterns; an error is a pattern that does not compile.
+pub(super) fn build() -> Result<Lexicon, String> {
     let places: Vec<&str> = list(include_str!("../../../data/names/places.txt")).collect();
     // One pattern per cue; a cue in two lists (`from`: a person, a place) has both kinds.
     let mut cue_words: Vec<String> = Vec::new();
@@ -556,7 +549,7 @@ fn build() -> Result<Lexicon, String> {
     let mut folded = String::new();
     for (rank, name) in list(include_str!("../../../data/names/given.txt")).enumerate() {
         // Listed as written (`inês`) and folded (`ines`); the more frequent place wins.
-        super::scan::fold(name, &mut folded);
+        super::words::fold(name, &mut folded);
         for key in [name, folded.as_str()] {
             let entry = words.entry(key.to_owned()).or_insert(Entry::NONE);
             entry.given = entry.given.min(rank as u32);
@@ -569,12 +562,12 @@ fn build() -> Result<Lexicon, String> {
         words.entry(word.to_owned()).or_insert(Entry::NONE).common = true;
     }
     for title in TITLES {
-        super::scan::fold(title, &mut folded);
+        super::words::fold(title, &mut folded);
         words.entry(folded.clone()).or_insert(Entry::NONE).title = true;
     }
     for place in &places {
         let first = place.split([' ', '-']).next().unwrap_or(place);
-        super::scan::fold(first, &mut folded);
+        super::words::fold(first, &mut folded);
         let entry = words.entry(folded.clone()).or_insert(Entry::NONE);
         entry.place_start = true;
         entry.place |= first.len() == place.len();
@@ -607,7 +600,6 @@ fn build() -> Result<Lexicon, String> {
         .map_err(|e| format!("built-in name pattern: {e}"))?,
         organizations: compile(organization_patterns())?,
         lower_organizations: compile(lower_organization_patterns())?,
-        tagger: Tagger::from_bytes(include_bytes!("../../../data/names/tagger.bin"))?,
     })
 }
 

@@ -28,7 +28,7 @@
 use serde::Deserialize;
 
 use super::lists::{Lexicon, is_calendar};
-use super::scan::{fold, glued, month_by_number};
+use super::words::{fold, glued, month_by_number};
 use super::{LOCATION, Marks, ORGANIZATION, PERSON};
 use crate::detect::Span;
 

@@ -3,7 +3,7 @@ use super::*;
 /// The `(entity, text)` of every span found in `text`, overlaps resolved as the scanner does.
 fn found(text: &str) -> Vec<(&'static str, String)> {
     let mut spans = Vec::new();
-    find(lexicon().unwrap(), text, &[true; 3], &mut spans);
+    find(names().unwrap(), text, &[true; 3], &mut spans);
     super::super::resolve_overlaps(spans)
         .into_iter()
         .filter(|s| s.score >= 0.5)
@@ -24,7 +24,7 @@ fn assert_found(text: &str, expected: &[(&str, &str)]) {
 /// Each `(entity, value)` lies inside a span of that entity, and nothing else is found.
 fn assert_covered(text: &str, expected: &[(&str, &str)]) {
     let mut spans = Vec::new();
-    find(lexicon().unwrap(), text, &[true; 3], &mut spans);
+    find(names().unwrap(), text, &[true; 3], &mut spans);
     let spans: Vec<_> = super::super::resolve_overlaps(spans)
         .into_iter()
         .filter(|s| s.score >= 0.5)

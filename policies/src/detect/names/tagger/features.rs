@@ -2,7 +2,8 @@
 //! module), and which tokens are candidates at all.
 
 use super::super::lists::{Cue, Lexicon, PARTICLES, is_calendar, key_cue};
-use super::super::scan::{Scan, Word, fold, glued, runs};
+use super::super::scan::Scan;
+use super::super::words::{Word, fold, glued, runs};
 use super::super::{ENTITIES, Marks};
 use crate::detect::Span;
 
