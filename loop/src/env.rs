@@ -13,6 +13,10 @@
 //! - `tool_use` (tool calls, two turns): a ticket, four strict function tools; call the
 //!   right one with the ticket's number, read its result, answer. Reward `tool_use_score`
 //!   (half for the call, half for the answer); success is the call ([`tool_use`]).
+//! - `order_lookup` (tool calls, three turns): look the ticket's account up, track or refund
+//!   the order the ticket means as the lookup's result names it, answer. Reward
+//!   `order_lookup_score` (a third for each turn); success is both calls
+//!   ([`order_lookup`]).
 //!
 //! A custom environment is any HTTP client in any language, played by a command
 //! (`command`); `environment` chooses between the two.
@@ -23,6 +27,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::{Agent, ChatMessage, Prompt};
 
+mod calls;
+mod order_lookup;
+#[cfg(test)]
+mod scripted;
 mod tool_use;
 
 /// A seeded generator (SplitMix64): episodes are the same on every machine and version.
@@ -88,6 +96,8 @@ pub enum Env {
     Guess,
     /// Call the right tool with the ticket's number, then answer from its result.
     ToolUse,
+    /// Look an account up, act on the order its result names, then answer.
+    OrderLookup,
 }
 
 /// The routing task's tools, their letters, and ticket templates (`{n}`: an order number).
@@ -150,7 +160,7 @@ const GUESS_TURNS: usize = 3;
 
 impl Env {
     /// Every built-in environment.
-    pub const ALL: [Env; 3] = [Env::Routing, Env::Guess, Env::ToolUse];
+    pub const ALL: [Env; 4] = [Env::Routing, Env::Guess, Env::ToolUse, Env::OrderLookup];
 
     /// Its name on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -158,7 +168,18 @@ impl Env {
             Env::Routing => "routing",
             Env::Guess => "guess",
             Env::ToolUse => "tool_use",
+            Env::OrderLookup => "order_lookup",
         }
+    }
+
+    /// The names of every built-in environment, for messages (`routing, guess, …`).
+    pub fn names() -> String {
+        Env::ALL.map(Env::name).join(", ")
+    }
+
+    /// Whether its episodes are tool calls (its success is the calls' accuracy).
+    pub fn calls_tools(self) -> bool {
+        matches!(self, Env::ToolUse | Env::OrderLookup)
     }
 
     /// The environment called `name`.
@@ -172,16 +193,17 @@ impl Env {
             Env::Routing => "routing_correct",
             Env::Guess => "guessed",
             Env::ToolUse => "tool_use_score",
+            Env::OrderLookup => "order_lookup_score",
         }
     }
 
-    /// The regular expression a text reply must match (the action set; for `tool_use`, its
-    /// answer turn).
+    /// The regular expression a text reply must match (the action set; for the tool-calling
+    /// environments, their answer turn).
     pub fn action_pattern(self) -> &'static str {
         match self {
             Env::Routing => "[ABCD]",
             Env::Guess => "[1-8]",
-            Env::ToolUse => r"(Done|Sorry)\.",
+            Env::ToolUse | Env::OrderLookup => r"(Done|Sorry)\.",
         }
     }
 
@@ -199,6 +221,7 @@ impl Env {
                 ChatMessage::new("user", "Your first guess?"),
             ],
             Env::ToolUse => tool_use::task(seed).messages,
+            Env::OrderLookup => order_lookup::task(seed).messages,
         }
     }
 
@@ -206,7 +229,8 @@ impl Env {
     /// and the tools it offers (for the gate's KL measure).
     pub fn first_request(self, seed: u64) -> Prompt {
         let tools = match self {
-            Env::ToolUse => tool_use::schema_tools(&tool_use::task(seed)),
+            Env::ToolUse => calls::schema_tools(&tool_use::task(seed).tools),
+            Env::OrderLookup => calls::schema_tools(&order_lookup::task(seed).tools),
             Env::Routing | Env::Guess => Vec::new(),
         };
         Prompt {
@@ -246,12 +270,13 @@ impl Env {
                     .await
             }
             Env::ToolUse => tool_use::play(agent, seed, temperature, &mut episode).await,
+            Env::OrderLookup => order_lookup::play(agent, seed, temperature, &mut episode).await,
         };
         if let Err(e) = played {
             episode.error = Some(e);
             return episode;
         }
-        if self != Env::ToolUse {
+        if !self.calls_tools() {
             episode.reward = if episode.success { 1.0 } else { 0.0 };
         }
         if post_reward {

@@ -36,7 +36,7 @@ impl Environment {
 /// command that plays the user's own.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct EnvArgs {
-    /// A built-in environment: `routing` (the default), `guess` or `tool_use`.
+    /// A built-in environment: `routing` (the default), `guess`, `tool_use` or `order_lookup`.
     #[arg(long, env = "ATDP_ENV", conflicts_with = "env_command")]
     pub env: Option<String>,
     /// A command that plays episodes of your own environment (docs/loop.md, "A command
@@ -64,7 +64,8 @@ impl EnvArgs {
                 .map(Environment::Builtin)
                 .ok_or_else(|| {
                     crate::Error::Loop(format!(
-                        "unknown environment {name:?} (routing, guess, tool_use; or --env-command)"
+                        "unknown environment {name:?} ({}; or --env-command)",
+                        Env::names()
                     ))
                 });
         };

@@ -22,7 +22,8 @@ struct Cli {
     dir: PathBuf,
     /// The environment: `routing` (a ticket to one of four tools, answered as a letter),
     /// `tool_use` (a tool call with an argument from the ticket, then an answer from the
-    /// tool's result) or `guess` (a number in three turns; not tuned for the quickstart).
+    /// tool's result), `order_lookup` (a lookup whose result feeds a second call, then an
+    /// answer) or `guess` (a number in three turns; not tuned for the quickstart).
     #[arg(long, default_value = "routing")]
     env: String,
     /// Training episodes collected through the proxy.
@@ -55,10 +56,7 @@ fn main() -> ExitCode {
     let Some(env) = Env::from_name(&cli.env) else {
         return fail(
             "atdp-quickstart",
-            format!(
-                "unknown environment {:?} (routing, guess, tool_use)",
-                cli.env
-            ),
+            format!("unknown environment {:?} ({})", cli.env, Env::names()),
         );
     };
     let mut config = QuickstartConfig::new(cli.dir);
@@ -84,7 +82,7 @@ fn main() -> ExitCode {
             let (b, a) = (&report.before, &report.after);
             println!(
                 "\n{} on {} held-out {} episodes: before {:.1}% [95% CI {:.1}–{:.1}], after {:.1}% [{:.1}–{:.1}]",
-                if env == Env::ToolUse {
+                if env.calls_tools() {
                     "tool-call accuracy"
                 } else {
                     "success rate"

@@ -16,8 +16,12 @@
 
 use serde_json::{Value, json};
 
+use super::calls::{
+    ASIDES, DONE, SORRY, add_call, answer, argument, call, cannot_help, first_messages,
+    strict_tool, two_numbers,
+};
 use super::{Episode, SeedRng};
-use crate::client::{Agent, ChatMessage, Reply};
+use crate::client::{Agent, ChatMessage, ToolCallReply};
 
 /// The system prompt.
 pub(super) const SYSTEM: &str = "You are a support agent. Call the one tool the ticket needs, \
@@ -67,18 +71,6 @@ const TOOLS: [(&str, &str, &[&str]); 4] = [
     ),
 ];
 
-/// Sentences that add a second number the ticket is not about (`{m}`).
-const ASIDES: [&str; 4] = [
-    "Postcode {m}.",
-    "Sent from branch {m}.",
-    "Callback extension {m}.",
-    "My loyalty card is {m}.",
-];
-
-/// The right final answers.
-const DONE: &str = "Done.";
-const SORRY: &str = "Sorry.";
-
 /// One episode's ticket and what is right.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Task {
@@ -100,11 +92,7 @@ pub(super) fn task(seed: u64) -> Task {
     let (tool, _, templates) = TOOLS[rng.below(TOOLS.len())];
     let template = templates[rng.below(templates.len())];
     let aside = ASIDES[rng.below(ASIDES.len())];
-    // Five digits each, the first digits different, so that the first digit decides.
-    let first = 1 + rng.below(9);
-    let other_first = 1 + (first + rng.below(8)) % 9;
-    let number = (first * 10_000 + rng.below(10_000)).to_string();
-    let other = (other_first * 10_000 + rng.below(10_000)).to_string();
+    let (number, other) = two_numbers(&mut rng);
     let ticket = template.replace("{n}", &number);
     let aside = aside.replace("{m}", &other);
     let text = if rng.below(2) == 0 {
@@ -113,23 +101,10 @@ pub(super) fn task(seed: u64) -> Task {
         format!("{aside} {ticket}")
     };
     let ok = rng.below(3) != 0;
-    let mut choices = [number.clone(), other];
-    choices.sort();
+    let choices = [number.as_str(), other.as_str()];
     let tools: Vec<Value> = TOOLS
         .iter()
-        .map(|(name, description, _)| {
-            json!({"type": "function", "function": {
-                "name": name,
-                "description": description,
-                "strict": true,
-                "parameters": {
-                    "type": "object",
-                    "properties": {"reference": {"type": "string", "enum": choices}},
-                    "required": ["reference"],
-                    "additionalProperties": false,
-                },
-            }})
-        })
+        .map(|(name, description, _)| strict_tool(name, description, "reference", &choices))
         .collect();
     Task {
         messages: vec![
@@ -143,27 +118,10 @@ pub(super) fn task(seed: u64) -> Task {
     }
 }
 
-/// The tools of `task` as the lake and the chat template carry them.
-pub(super) fn schema_tools(task: &Task) -> Vec<atdp_schema::Tool> {
-    task.tools
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|tool| atdp_schema::Tool {
-            kind: "function".into(),
-            name: tool["function"]["name"].as_str().unwrap_or_default().into(),
-            description: tool["function"]["description"].as_str().map(str::to_owned),
-            parameters: Some(tool["function"]["parameters"].to_string()),
-        })
-        .collect()
-}
-
 /// What a call did: the tool's result, and whether the call was the right one.
-fn call_result(task: &Task, name: &str, arguments: &str) -> (Value, bool) {
-    let reference = serde_json::from_str::<Value>(arguments)
-        .ok()
-        .and_then(|a| a["reference"].as_str().map(str::to_owned));
-    match reference {
+fn call_result(task: &Task, call: &ToolCallReply) -> (Value, bool) {
+    let name = call.name.as_str();
+    match argument(call, "reference") {
         Some(reference) if name == task.tool && reference == task.number => {
             (json!({"reference": reference, "ok": task.ok}), true)
         }
@@ -171,22 +129,7 @@ fn call_result(task: &Task, name: &str, arguments: &str) -> (Value, bool) {
             json!({"reference": reference, "ok": false, "error": "no such order on this account"}),
             false,
         ),
-        _ => (
-            json!({"ok": false, "error": "this tool cannot help with the ticket"}),
-            false,
-        ),
-    }
-}
-
-/// Counts a reply into the episode.
-fn count(episode: &mut Episode, reply: &Reply) {
-    episode.turns += 1;
-    episode.completion_tokens += reply.completion_tokens;
-    if let Some(v) = &reply.version {
-        episode.versions.push(v.clone());
-    }
-    if reply.trajectory_id.is_some() {
-        episode.trajectory_id.clone_from(&reply.trajectory_id);
+        _ => (cannot_help(), false),
     }
 }
 
@@ -198,59 +141,24 @@ pub(super) async fn play(
     episode: &mut Episode,
 ) -> Result<(), String> {
     let task = task(seed);
-    let mut messages: Vec<Value> = task
-        .messages
-        .iter()
-        .map(|m| json!({"role": m.role, "content": m.content}))
-        .collect();
-    let first = agent
-        .chat_json(json!({
-            "messages": messages,
-            "tools": task.tools,
-            "tool_choice": "required",
-            "parallel_tool_calls": false,
-            "max_tokens": 96,
-            "temperature": temperature,
-        }))
-        .await?;
-    count(episode, &first);
-    let Some(call) = first.calls.first() else {
-        // Not a call (a server that does not constrain strict tools can answer text): no
-        // result to answer from, nothing right.
-        episode.invalid_replies += 1;
+    let mut messages = first_messages(&task.messages);
+    let Some(made) = call(
+        agent,
+        &messages,
+        &task.tools,
+        json!("required"),
+        temperature,
+        episode,
+    )
+    .await?
+    else {
+        // No result to answer from, nothing right.
         return Ok(());
     };
-    let (result, call_right) = call_result(&task, &call.name, &call.arguments);
-    let id = if call.id.is_empty() {
-        "call_0"
-    } else {
-        &call.id
-    };
-    messages.push(
-        json!({"role": "assistant", "content": null, "tool_calls": [{
-            "id": id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments},
-        }]}),
-    );
-    messages.push(json!({"role": "tool", "tool_call_id": id, "content": result.to_string()}));
-    let answer = agent
-        .chat_json(json!({
-            "messages": messages,
-            "tools": task.tools,
-            "tool_choice": "none",
-            "max_tokens": 4,
-            "temperature": temperature,
-            "grammar": {"type": "regex", "value": r"(Done|Sorry)\."},
-        }))
-        .await?;
-    count(episode, &answer);
-    let said = answer.text.trim();
-    if said != DONE && said != SORRY {
-        episode.invalid_replies += 1;
-    }
+    let (result, call_right) = call_result(&task, &made);
+    add_call(&mut messages, &made, &result);
     let want = if call_right && task.ok { DONE } else { SORRY };
-    let answer_right = said == want;
+    let answer_right = answer(agent, &messages, &task.tools, temperature, want, episode).await?;
     episode.success = call_right;
     episode.reward = (f64::from(u8::from(call_right)) + f64::from(u8::from(answer_right))) / 2.0;
     Ok(())
@@ -296,21 +204,26 @@ mod tests {
             .map(|v| v.as_str().unwrap().to_owned())
             .find(|v| *v != t.number)
             .unwrap();
+        let made = |name: &str, arguments: String| ToolCallReply {
+            id: String::new(),
+            name: name.to_owned(),
+            arguments,
+        };
         let args = |n: &str| json!({"reference": n}).to_string();
-        let (result, right) = call_result(&t, t.tool, &args(&t.number));
+        let (result, right) = call_result(&t, &made(t.tool, args(&t.number)));
         assert!(right);
         assert_eq!(result["ok"], json!(t.ok));
-        let (result, right) = call_result(&t, t.tool, &args(&other));
+        let (result, right) = call_result(&t, &made(t.tool, args(&other)));
         assert!(!right);
         assert_eq!(result["ok"], json!(false));
         let wrong_tool = TOOLS.iter().map(|t| t.0).find(|n| *n != t.tool).unwrap();
-        assert!(!call_result(&t, wrong_tool, &args(&t.number)).1);
-        assert!(!call_result(&t, t.tool, "not json").1);
+        assert!(!call_result(&t, &made(wrong_tool, args(&t.number))).1);
+        assert!(!call_result(&t, &made(t.tool, "not json".into())).1);
     }
 
     #[test]
     fn schema_tools_carry_the_strict_parameters() {
-        let tools = schema_tools(&task(3));
+        let tools = super::super::calls::schema_tools(&task(3).tools);
         assert_eq!(tools.len(), 4);
         assert_eq!(tools[1].name, "refund");
         let parameters: Value =
