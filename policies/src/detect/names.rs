@@ -476,6 +476,9 @@ pub(crate) fn rules_and_marks(lexicon: &'static Lexicon, text: &str) -> (Vec<Spa
                     &mut orgs,
                 );
             }
+            for regex in &lexicon.mixed_lower_organizations {
+                matched(regex, text, text, &whole, ORGANIZATION, CUED, &mut orgs);
+            }
         } else {
             for regex in &lexicon.lower_organizations {
                 matched(regex, text, text, &whole, ORGANIZATION, CUED, &mut orgs);

@@ -9,7 +9,10 @@ use regex::{Regex, RegexBuilder};
 
 use super::DFA_CACHE;
 
-use super::patterns::{address_patterns, lower_organization_patterns, organization_patterns};
+use super::patterns::{
+    address_patterns, lower_organization_patterns, mixed_lower_organization_patterns,
+    organization_patterns,
+};
 
 /// Titles before a name; the span starts after them.
 pub(super) const TITLES: &[&str] = &[
@@ -413,6 +416,8 @@ pub(crate) struct Lexicon {
     pub(super) prefixed_places: Regex,
     pub(super) organizations: Vec<Regex>,
     pub(super) lower_organizations: Vec<Regex>,
+    /// Lower-case organisations in text with capitals.
+    pub(super) mixed_lower_organizations: Vec<Regex>,
 }
 
 /// What the lists say of one folded word.
@@ -600,6 +605,7 @@ pub(super) fn build() -> Result<Lexicon, String> {
         .map_err(|e| format!("built-in name pattern: {e}"))?,
         organizations: compile(organization_patterns())?,
         lower_organizations: compile(lower_organization_patterns())?,
+        mixed_lower_organizations: compile(mixed_lower_organization_patterns())?,
     })
 }
 

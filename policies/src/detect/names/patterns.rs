@@ -60,6 +60,16 @@ pub(super) fn lower_organization_patterns() -> Vec<String> {
     ]
 }
 
+/// Organisations written in lower case inside text with capitals (`I work at acme ltd`): one
+/// or two words before a lower-case legal form that is no word of its own (leading common
+/// words are trimmed off afterwards).
+pub(super) fn mixed_lower_organization_patterns() -> Vec<String> {
+    let legal = r"(?:ltd|llc|llp|pllc|inc|gmbh|plc|ug|kft|sarl|srl|bvba|aps|oyj|s\.r\.o\.|sp\.\s?z\s?o\.\s?o\.|s\.a\.|s\.r\.l\.|s\.l\.|s\.c\.|b\.v\.|n\.v\.|s\.p\.a\.|a/s)";
+    vec![format!(
+        r"{START}((?:[\p{{Ll}}&&\p{{Latin}}][\p{{Latin}}'’-]*(?:[ ]+|-)){{1,2}}{legal})(?:\s|$|[,.;:!?)\]}}<]|\x22)"
+    )]
+}
+
 pub(super) fn organization_patterns() -> Vec<String> {
     let legal = r"(?:Inc\.?|Incorporated|Corp\.?|Corporation|Ltd\.?|Limited|LLC|L\.L\.C\.|LLP|PLC|plc|GmbH(?:\s&\sCo\.\s(?:KG|OHG))?|gGmbH|AG|KGaA|KG|OHG|GbR|e\.\s?V\.|eG|e\.G\.|SE|SA|S\.A\.|SAS|S\.A\.S\.|SARL|S\.A\.R\.L\.|SNC|S\.L\.|SL|S\.Coop\.?|S\.r\.l\.|s\.r\.l\.|Srl|S\.p\.A\.|SpA|SPA|s\.p\.a\.|s\.n\.c\.|s\.a\.s\.|BV|B\.V\.|NV|N\.V\.|VOF|V\.O\.F\.|CV|AB|HB|KB|ASA|AS|A/S|ApS|Oy|Oyj|Lda\.?|S\.A\.U\.|Sp\.\s?z\s?o\.\s?o\.(?:\s+Sp\.\s?k\.)?|z\s?o\.\s?o\.?|Sp\.\s?k\.|Sp\.\s?j\.|S\.K\.A\.|sp\.\s?j\.|s\.c\.|S\.C\.|S\.L\.U\.|S\.A\.T\.|S/A|S\.C\.P\.?|S\.Com\.|mbH|OHG\s+mbH|UG(?:\s\(haftungsbeschränkt\))?|EURL|EIRL|EI|SASU|SCA|SCS|SKA|SRL|S\.R\.L\.|Sàrl|S\.à\s?r\.l\.|SPRL|BVBA|CVBA|SCRL|ASBL|VZW|SIA|UAB|OÜ|MTÜ|Aktiebolag|Handelsbolag|Kommanditbolag|s\.r\.o\.|spol\.\s?s\s?r\.\s?o\.|a\.\s?s\.|v\.\s?o\.\s?s\.|k\.\s?s\.|Kft\.?|Zrt\.?|Nyrt\.?|Bt\.?|d\.o\.o\.|d\.d\.|Ltda\.?|Pty\.?\s+Ltd\.?|Pvt\.?\s+Ltd\.?|PLLC|LP|L\.P\.|IVS|K/S|P/S|I/S|Tmi|AE|A\.E\.|EPE|IKE|ehf\.?|hf\.?|Co\.|Company|Agency|Agentur|Agence|Aģentūra|aģentūra|Verlag|Werke|Consult|Consultants|Rechtsanwälte|Advocaten|Avocats|Abogados|Avvocati|Group|Holding|Holdings|Partners|Associates|Technologies|Technology|Systems|Solutions|Labs|Laboratories|Industries|Consulting|Logistics|Foundation|Trust|Bank|Insurance|Capital|Ventures|Media|Software|Pharma|Motors|Airlines|Hotels|Enterprises|Investments?|Gruppe|Grupp|International|Worldwide|Services|e\s+[Ff]igli|et\s+[Ff]ils|Brothers|Bros\.|Hermanos|un\s+[Pp]artneri|&\s+(?:Sons|Zonen|Söhne|Co\.?(?:\s+(?:KG|OHG|KGaA))?)|and\s+Sons|e\s+[Hh]ijos|(?:y|&)\s+[Aa]sociados(?:\s+S\.[\p{Lu}&&\p{Latin}]\.(?:[\p{Lu}&&\p{Latin}]\.)?)?|e\s+[Ff]ilhos|&\s+[Ff]ilhos|en\s+[Zz]onen|und\s+Söhne)";
     let name = r"[\p{Lu}&&\p{Latin}][\p{Latin}'’&-]*(?:\.\p{Latin}[\p{Latin}'’&-]*)*";

@@ -182,6 +182,12 @@ fn organisations_by_the_legal_forms_of_other_countries_are_found() {
             "a refund from petrovic trgovina kft is pending",
             "petrovic trgovina kft",
         ),
+        // In lower case inside text with capitals.
+        ("I work at acme ltd, see you Monday.", "acme ltd"),
+        (
+            "Payment to kowalski sp. z o.o. is due. Thanks, Anna",
+            "kowalski sp. z o.o.",
+        ),
     ] {
         assert_found(text, &[("ORGANIZATION", org)]);
     }
@@ -212,12 +218,15 @@ fn firms_named_by_two_family_names_are_organisations() {
     ] {
         assert_found(text, &[("ORGANIZATION", org)]);
     }
-    // Words that are not family names, and given names, are not a firm.
+    // Words that are not family names, given names, and lower-case words before a word that
+    // is no legal form here, are not organisations.
     for text in [
         "Research and Development moved to the second floor.",
         "Terms and Conditions apply.",
         "John and Mary will call back.",
         "Open Settings - Privacy to change it.",
+        "The offer is limited, Inc. or not.",
+        "Such items ship as soon as possible, said Anna.",
     ] {
         assert!(
             !found(text)
