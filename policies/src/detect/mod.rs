@@ -586,7 +586,9 @@ fn phone_extension(after: &[u8]) -> usize {
 
 /// Whether a phone-shaped match at `start..end` of the view stands alone: not continued by a
 /// time or a decimal (`10:30`, `345,67`), not part of a longer number grouped by spaces
-/// (`1 912 345 678`), and not an amount (a currency sign, code or word before or after it).
+/// (`1 912 345 678`), and not an amount (a currency sign, code or word before or after it),
+/// unless it is written with a country code (`+44 20 7946 0958 kr` is a phone number: no
+/// amount is written so, and a number that is both is masked rather than left).
 fn phone_alone(text: &str, start: usize, end: usize) -> bool {
     let bytes = text.as_bytes();
     let digit_at = |at: usize| bytes.get(at).is_some_and(u8::is_ascii_digit);
@@ -595,6 +597,9 @@ fn phone_alone(text: &str, start: usize, end: usize) -> bool {
     }
     if start >= 2 && bytes[start - 1] == b' ' && digit_at(start - 2) {
         return false;
+    }
+    if text[start..end].starts_with('+') {
+        return true;
     }
     let after = text[end..].trim_start_matches(' ');
     let before = text[..start].trim_end_matches(' ');

@@ -55,6 +55,14 @@ fn phones() {
         "(415) 555-0132",
     );
     assert_finds("PHONE_NUMBER", "mobile 06 12 34 56 78", "06 12 34 56 78");
+    // A country code makes it a phone number whatever word or sign is beside it.
+    assert_finds(
+        "PHONE_NUMBER",
+        "ring +44 20 7946 0958 kR",
+        "+44 20 7946 0958",
+    );
+    assert_finds("PHONE_NUMBER", "EUR +46 70 123 45 67", "+46 70 123 45 67");
+    assert_finds("PHONE_NUMBER", "+1 415 555 0132 $", "+1 415 555 0132");
     // Dates, versions, order numbers and plain counts are not phones.
     assert_clean("released 2024-01-15, version 10.4.2, order SO-123456, 1,234,567 rows");
     assert_clean("build 20240115 took 1234 ms");
