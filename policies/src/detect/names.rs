@@ -38,7 +38,7 @@ use regex::Regex;
 
 use super::Span;
 pub(crate) use lists::Lexicon;
-use lists::{PARTICLES, is_calendar};
+use lists::{PARTICLES, PERSON_VERBS, is_calendar};
 use scan::Scan;
 use tagger::Tagger;
 use words::{fold, words};
@@ -224,6 +224,12 @@ pub(crate) fn find(names: &'static Names, text: &str, wanted: &[bool; 3], out: &
     let mut tagged = Vec::new();
     tagger::find(&names.tagger, lexicon, text, &found, &marks, &mut tagged);
     merge(&mut found, tagged);
+    if text.chars().any(char::is_uppercase) {
+        let mut buffer = String::new();
+        for span in found.iter_mut().filter(|span| span.entity == PERSON) {
+            trim_person(lexicon, text, span, &mut buffer);
+        }
+    }
     out.extend(found.into_iter().filter(|span| {
         let index = ENTITIES.iter().position(|e| *e == span.entity).unwrap_or(0);
         wanted[index]
@@ -571,6 +577,33 @@ fn trim_common(lexicon: &Lexicon, text: &str, mut span: Span) -> Option<Span> {
             return (named && proper).then_some(span);
         }
         span.start += value.len() - rest.len();
+    }
+}
+
+/// In text with capitals, a person's span without the common lower-case words it ends in
+/// (`Lukas tomorrow`, `Ingrid again`) and without a verb that takes a person as its object
+/// before a listed given name (`Ping Marta`, `Tell Anna`): a name there is capitalised but
+/// for its particles (`Maria da Silva`), and the verb is not part of it.
+fn trim_person(lexicon: &Lexicon, text: &str, span: &mut Span, buffer: &mut String) {
+    while let Some((rest, last)) = text[span.start..span.end].rsplit_once(' ') {
+        fold(last, buffer);
+        let lower = !last.chars().any(char::is_uppercase);
+        let common = lexicon.entry(buffer).common || is_calendar(last);
+        if !(lower && common) || PARTICLES.contains(&buffer.as_str()) {
+            break;
+        }
+        span.end = span.start + rest.trim_end().len();
+    }
+    let value = &text[span.start..span.end];
+    if let Some((first, rest)) = value.split_once(' ') {
+        fold(first, buffer);
+        let verb = first.starts_with(char::is_uppercase) && PERSON_VERBS.contains(&buffer.as_str());
+        let next = rest.trim_start();
+        let next = next.split(' ').next().unwrap_or(next);
+        fold(next, buffer);
+        if verb && lexicon.entry(buffer).given != u32::MAX {
+            span.start += value.len() - rest.trim_start().len();
+        }
     }
 }
 

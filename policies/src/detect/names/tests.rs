@@ -414,3 +414,25 @@ fn product_interface_and_month_words_are_not_reported() {
     // A run of one letter is no word of any list, and no name.
     assert_eq!(found(&"A".repeat(200_000)), Vec::<(&str, String)>::new());
 }
+
+#[test]
+fn a_name_ends_before_common_lower_case_words_and_starts_after_the_verb_before_it() {
+    for (text, name) in [
+        ("Call Lukas tomorrow.", "Lukas"),
+        ("Ping Marta later about it.", "Marta"),
+        ("Tell Anna the parcel is late.", "Anna"),
+        ("Maria da Silva called.", "Maria da Silva"),
+        ("Remind Sofia Berg to pay.", "Sofia Berg"),
+    ] {
+        let got = found(text);
+        assert!(
+            got.iter().any(|(e, v)| *e == "PERSON" && v == name),
+            "PERSON {name:?} not found in {text:?}: {got:?}"
+        );
+        assert!(
+            got.iter()
+                .all(|(_, v)| !v.contains(' ') || name.contains(' ')),
+            "more than the name in {text:?}: {got:?}"
+        );
+    }
+}
