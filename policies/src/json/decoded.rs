@@ -16,18 +16,15 @@ use super::find::{Hit, merged};
 use super::path::Path;
 use super::{JsonMasker, MAX_DECODE_ROUNDS, Pass, escape, hidden_too_deep};
 use crate::error::Result;
-
-/// One decoded level: its text and, for each of its bytes, where that byte's character or
-/// escape starts in the level before (then the length of the level before).
-struct Level {
-    text: String,
-    from: Vec<usize>,
-}
+use crate::mask::Action;
 
 impl<'a> JsonMasker<'a> {
     /// Masks `text` by what each level of its escapes shows; `None` when no escape in it
     /// decodes. Inside, `None` when nothing changed. `scanned`: the text as it stands was
     /// scanned and masked already (as a part of a run), so only its decoded levels are read.
+    ///
+    /// The levels are read one after the other, and the findings so far are carried to each
+    /// new level as it is decoded: only two levels and one map are held at a time.
     pub(super) fn mask_escaped(
         &self,
         text: &str,
@@ -35,19 +32,7 @@ impl<'a> JsonMasker<'a> {
         pass: &mut Pass,
         scanned: bool,
     ) -> Result<Option<Option<String>>> {
-        let mut levels: Vec<Level> = Vec::new();
-        while let Some((decoded, from)) =
-            escape::decode_mapped(levels.last().map_or(text, |level| level.text.as_str()))
-        {
-            if levels.len() == MAX_DECODE_ROUNDS {
-                return Err(hidden_too_deep());
-            }
-            levels.push(Level {
-                text: decoded,
-                from,
-            });
-        }
-        let Some(last) = levels.last() else {
+        let Some((mut last, mut from)) = escape::decode_mapped(text) else {
             return Ok(None);
         };
         let raw = if scanned {
@@ -55,39 +40,48 @@ impl<'a> JsonMasker<'a> {
         } else {
             self.find_outside(text, pass)?
         };
-        let mut carried: Vec<Hit<'a>> = carry_all(&raw, &levels);
-        let by_raw = merged(carried.clone());
-        for (index, level) in levels.iter().enumerate() {
-            let found = self.find_outside(&level.text, pass)?;
-            carried.extend(carry_all(
-                &found,
-                levels.get(index + 1..).unwrap_or_default(),
-            ));
+        // The raw findings, and every level's, carried to the level decoded last.
+        let mut by_raw: Vec<Hit<'a>> = raw.clone();
+        let mut all: Vec<Hit<'a>> = raw.clone();
+        let mut levels = 1;
+        loop {
+            by_raw = carry_all(&by_raw, &from);
+            all = carry_all(&all, &from);
+            all.extend(self.find_outside(&last, pass)?);
+            let Some((next, next_from)) = escape::decode_mapped(&last) else {
+                break;
+            };
+            levels += 1;
+            if levels > MAX_DECODE_ROUNDS {
+                return Err(hidden_too_deep());
+            }
+            (last, from) = (next, next_from);
         }
-        let all = merged(carried);
+        let (by_raw, all) = (merged(by_raw), merged(all));
         let ranges = |hits: &[Hit<'_>]| hits.iter().map(Hit::range).collect::<Vec<_>>();
         if ranges(&all) == ranges(&by_raw) {
+            // A reply may give the value back in its decoded spelling.
+            for hit in &by_raw {
+                if self.policy.action(hit.entity) != Action::Allow {
+                    let spelled = last.get(hit.range()).unwrap_or_default();
+                    pass.found.values.insert(spelled, hit.entity);
+                }
+            }
             let masked = self.mask_hits(text, &raw, path, pass)?;
             return Ok(Some(masked.filter(|masked| masked != text)));
         }
-        let masked = self.mask_hits(&last.text, &all, path, pass)?;
-        Ok(Some(masked.filter(|masked| *masked != last.text)))
+        let masked = self.mask_hits(&last, &all, path, pass)?;
+        Ok(Some(masked.filter(|masked| *masked != last)))
     }
 }
 
-/// `hits` carried through `levels` to the last of them, in order: each hit becomes the bytes
-/// that come wholly from it; a hit that leaves none is dropped.
-fn carry_all<'e>(hits: &[Hit<'e>], levels: &[Level]) -> Vec<Hit<'e>> {
+/// `hits` carried one level down, given where each byte of that level comes from: each hit
+/// becomes the bytes that come wholly from it; a hit that leaves none is dropped.
+fn carry_all<'e>(hits: &[Hit<'e>], from: &[usize]) -> Vec<Hit<'e>> {
     hits.iter()
         .filter_map(|hit| {
-            let mut range = hit.range();
-            for level in levels {
-                range = carry(range, &level.from);
-                if range.is_empty() {
-                    return None;
-                }
-            }
-            Some(Hit {
+            let range = carry(hit.range(), from);
+            (!range.is_empty()).then_some(Hit {
                 start: range.start,
                 end: range.end,
                 entity: hit.entity,

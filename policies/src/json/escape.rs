@@ -102,6 +102,19 @@ pub(crate) fn decode(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// `text` with its JSON escapes decoded again until none is left (at most one more time than
+/// a masker reads them).
+pub(crate) fn decode_all(text: &str) -> String {
+    let mut out = text.to_owned();
+    for _ in 0..=super::MAX_DECODE_ROUNDS {
+        match decode_mapped(&out) {
+            Some((decoded, _)) => out = decoded,
+            None => break,
+        }
+    }
+    out
+}
+
 /// `text` with its JSON escapes decoded once, as [`decode`] decodes them, and where each byte
 /// of the result comes from: `from[i]` is the offset in `text` of the character or escape
 /// that byte `i` belongs to (of the byte itself in an unescaped character), and the last entry

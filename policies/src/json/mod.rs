@@ -104,14 +104,22 @@ impl Pass {
     }
 
     /// Whether an `allow` span equal to `span` was recorded in the protected ranges at
-    /// `path`, or at the string that holds the JSON `path` is in.
+    /// `path`, or at the string that holds the JSON `path` is in. The value may be spelled
+    /// with escapes in one and decoded in the other (a run reads a part's escapes in the raw
+    /// text, the part's own walk in its decoded text): they are the same value.
     fn allowed_already(&self, path: &str, span: &MaskedSpan) -> bool {
         let same_place = |recorded: &str| {
             path.strip_prefix(recorded)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
         };
+        let same = |s: &MaskedSpan| {
+            s == span
+                || (s.entity == span.entity
+                    && s.action == span.action
+                    && escape::decode_all(&s.token) == escape::decode_all(&span.token))
+        };
         self.protected_spans_at()
-            .any(|(recorded, s)| s == span && same_place(recorded))
+            .any(|(recorded, s)| same_place(recorded) && same(s))
     }
 
     /// The spans recorded in the protected ranges, with their paths.

@@ -200,9 +200,11 @@ impl<'a> JsonMasker<'a> {
         hits.extend(self.find(&joined, pass)?);
         // The part that holds byte `at` of `joined` (an empty part holds none).
         let part_of = |at: usize| bounds.partition_point(|&b| b <= at).saturating_sub(1);
-        // What escapes hide within one part, its own walk finds.
-        let mut decoded = self.find_decoded(&joined, pass)?;
-        decoded.retain(|(hit, _)| part_of(hit.start) != part_of(hit.end.saturating_sub(1)));
+        // What the joined text's escapes hide, in one part or across parts, is masked here
+        // with what the raw text shows, overlaps merged: a part's own walk reads it masked,
+        // so a raw finding there cannot hide a longer value its decoded text shows, and a
+        // context word in one part still counts for the value in the next.
+        let decoded = self.find_decoded(&joined, pass)?;
         hits.extend(decoded.iter().map(|(hit, _)| *hit));
         let hits = outside_placeholders(&joined, merged(hits), &pass.protected_spans());
         let recorded = pass.found.spans.len();

@@ -463,6 +463,57 @@ fn a_value_that_only_its_decoded_spelling_shows_is_masked_whole_whatever_the_raw
 }
 
 #[test]
+fn in_a_run_of_text_parts_what_the_decoded_text_shows_is_masked_whole() {
+    let fixture = Fixture::new(Action::Tokenize);
+    for (parts, clear) in [
+        // A raw finding in a part does not hide the longer value its decoded text shows.
+        (
+            [
+                "the key is ",
+                r"sk-proj-abcdefghijklmnopqrstuvwxyz012345\u0041q7Rt9Lm2Xv8Kp3Zw5Ny1 today",
+            ],
+            "q7Rt9Lm2Xv8Kp3Zw5Ny1",
+        ),
+        (
+            ["mail ", r"margaretthatcher\u002ex@example.com please"],
+            "margaretthatcher",
+        ),
+        // A context word that one part spells with an escape counts for the next part.
+        (
+            ["my api\\u005fkey = ", "Zx8vQ2mN7pL4kund"],
+            "Zx8vQ2mN7pL4kund",
+        ),
+    ] {
+        let mut document = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": parts[0]},
+            {"type": "text", "text": parts[1]},
+        ]}]});
+        let masked = fixture.mask(&mut document);
+        let output = document.to_string();
+        assert!(!output.contains(clear), "{parts:?} -> {output}");
+        for item in &masked.vault {
+            assert!(
+                output.contains(&item.token),
+                "{} not in {output}",
+                item.token
+            );
+        }
+    }
+}
+
+#[test]
+fn a_value_masked_in_its_raw_spelling_is_known_in_its_decoded_spelling_too() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let mut document = json!({"content": r"my api_key=Zx8vQ2mN\u0037pL4kund"});
+    let masked = fixture.mask(&mut document);
+    assert!(!document.to_string().contains("Zx8vQ2mN"), "{document}");
+    let known = KnownValues::new(masked.values.iter()).unwrap();
+    let mut reply = json!({"content": "Your key Zx8vQ2mN7pL4kund was rotated."});
+    fixture.masker_knowing(&known).mask(&mut reply).unwrap();
+    assert!(!reply.to_string().contains("Zx8vQ2mN"), "{reply}");
+}
+
+#[test]
 fn numbers_written_with_a_fraction_or_an_exponent_are_checked_as_digits() {
     let fixture = Fixture::new(Action::Redact);
     let mut document = json!({
