@@ -42,7 +42,8 @@ pub struct EraseReport {
     pub keys_erased: bool,
     /// The adapter versions in the lake's registry that learned from the erased data
     /// (`lineage`); `None` when they could not be looked up (the error is in the outcome
-    /// event). They keep serving until they are retired: erasure does not reach weights.
+    /// event). They keep serving until they are retired (`atdp-serve retire`): erasure does
+    /// not reach weights.
     pub trained_adapters: Option<Vec<TrainedAdapter>>,
     /// The audit event that recorded it.
     pub event_id: String,

@@ -144,11 +144,15 @@ pub(crate) struct Route {
 }
 
 /// Versions a policy's log withdrew from serving: refused by the gate, or left by a rollback,
-/// unless promoted again since.
+/// unless promoted again since; and retired ones, for good.
 fn withdrawn(log: &[Event]) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();
+    let mut retired = BTreeSet::new();
     for event in log {
         match event.action {
+            Action::Retire => {
+                retired.insert(event.version);
+            }
             Action::Reject => {
                 out.insert(event.version);
             }
@@ -162,6 +166,7 @@ fn withdrawn(log: &[Event]) -> BTreeSet<u32> {
             }
         }
     }
+    out.extend(retired);
     out
 }
 
@@ -536,6 +541,9 @@ mod tests {
         let mut again = log.to_vec();
         again.push(event(Action::Promote, 3, Some(1)));
         assert_eq!(withdrawn(&again), BTreeSet::from([2]));
+        again.push(event(Action::Retire, 1, Some(3)));
+        again.push(event(Action::Promote, 1, Some(3)));
+        assert_eq!(withdrawn(&again), BTreeSet::from([1, 2]));
     }
 
     #[test]

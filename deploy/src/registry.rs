@@ -17,7 +17,7 @@
 //! loser gets [`Error::Conflict`] and re-reads. The log is the pointer: the version served is
 //! the one the latest promote or rollback names, and its history is kept for the audit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -64,6 +64,11 @@ pub enum Action {
     Rollback,
     /// A candidate was refused by the gate; nothing changes.
     Reject,
+    /// `version` never serves again (it learned from erased data, say): it leaves the
+    /// versions a rollback returns to, cannot be promoted or pinned, and when it is served,
+    /// the last earlier version that is not retired is served instead (the base model when
+    /// there is none).
+    Retire,
 }
 
 /// One entry of a policy's log.
@@ -73,7 +78,7 @@ pub struct Event {
     pub seq: u64,
     /// What it does.
     pub action: Action,
-    /// The version it serves (promote, rollback) or refuses (reject).
+    /// The version it serves (promote, rollback), refuses (reject) or retires (retire).
     pub version: u32,
     /// The version served before it (none at the first promotion).
     pub previous: Option<u32>,
@@ -401,7 +406,35 @@ impl Registry {
         report: Option<serde_json::Value>,
     ) -> Result<Event> {
         self.published(version).await?;
+        let policy = self.policy.clone();
         self.record(Action::Promote, by, reason, report, |state| {
+            if state.retired.contains(&version) {
+                return Err(Error::Registry(format!(
+                    "{policy}: v{version} is retired and never serves again"
+                )));
+            }
+            Ok((version, state.serving))
+        })
+        .await
+    }
+
+    /// Retires `version` for good (see [`Action::Retire`]). The event's `previous` is the
+    /// version served before it; what is served after it is [`State::serving`].
+    pub async fn retire(
+        &self,
+        version: u32,
+        by: &str,
+        reason: &str,
+        report: Option<serde_json::Value>,
+    ) -> Result<Event> {
+        self.published(version).await?;
+        let policy = self.policy.clone();
+        self.record(Action::Retire, by, reason, report, |state| {
+            if state.retired.contains(&version) {
+                return Err(Error::Registry(format!(
+                    "{policy}: v{version} is retired already"
+                )));
+            }
             Ok((version, state.serving))
         })
         .await
@@ -451,17 +484,29 @@ pub struct State {
     pub serving: Option<u32>,
     /// The versions served before, oldest first; a rollback returns to the last one.
     pub earlier: Vec<u32>,
+    /// The versions retired for good.
+    pub retired: BTreeSet<u32>,
     /// The log position this state was read at.
     pub seq: u64,
 }
 
 impl State {
-    /// Folds the log: a promotion pushes, a rollback pops.
+    /// Folds the log: a promotion pushes, a rollback pops, a retirement takes its version out
+    /// (and, when it was served, returns to the last earlier version). A promotion of a
+    /// retired version, which the registry refuses to write, is ignored.
     pub fn from_log(log: &[Event]) -> State {
         let mut state = State::default();
         for event in log {
             state.seq = event.seq;
             match event.action {
+                Action::Promote if state.retired.contains(&event.version) => {}
+                Action::Retire => {
+                    state.retired.insert(event.version);
+                    state.earlier.retain(|v| *v != event.version);
+                    if state.serving == Some(event.version) {
+                        state.serving = state.earlier.pop();
+                    }
+                }
                 Action::Promote => {
                     if let Some(current) = state.serving {
                         state.earlier.push(current);
@@ -511,6 +556,28 @@ mod tests {
         let state = State::from_log(&log[..3]);
         assert_eq!(state.serving, Some(2));
         assert_eq!(State::from_log(&[]).serving, None);
+    }
+
+    #[test]
+    fn a_retired_version_leaves_the_stack_and_its_place_goes_to_the_last_earlier_one() {
+        let mut log = vec![
+            event(Action::Promote, 1),
+            event(Action::Promote, 2),
+            event(Action::Promote, 3),
+            event(Action::Retire, 2),
+        ];
+        let state = State::from_log(&log);
+        assert_eq!((state.serving, state.earlier.clone()), (Some(3), vec![1]));
+        assert_eq!(state.retired, BTreeSet::from([2]));
+        log.push(event(Action::Retire, 3));
+        let state = State::from_log(&log);
+        assert_eq!((state.serving, state.earlier.clone()), (Some(1), vec![]));
+        log.push(event(Action::Retire, 1));
+        assert_eq!(State::from_log(&log).serving, None);
+        // A promotion of a retired version, which the registry refuses to write, changes
+        // nothing.
+        log.push(event(Action::Promote, 2));
+        assert_eq!(State::from_log(&log).serving, None);
     }
 
     #[test]

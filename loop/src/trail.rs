@@ -50,6 +50,7 @@ impl Trail {
             Action::Promote => ("adapter_promote", "promote"),
             Action::Reject => ("adapter_reject", "reject"),
             Action::Rollback => ("adapter_rollback", "rollback"),
+            Action::Retire => ("adapter_retire", "retire"),
         };
         let record = AuditEvent {
             subject: Some(format!("{policy}@v{}", event.version)),

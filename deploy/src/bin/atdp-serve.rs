@@ -100,6 +100,15 @@ enum Command {
         #[arg(long)]
         reason: String,
     },
+    /// Retire a version for good: it never serves again (it learned from erased data, say);
+    /// when it is served, the last earlier version that is not retired takes its place.
+    Retire {
+        /// The version number.
+        version: u32,
+        /// Why, for the log.
+        #[arg(long)]
+        reason: String,
+    },
     /// The published versions, the served one, and the log.
     Status {
         /// Also ask a running server what it serves.
@@ -209,6 +218,17 @@ async fn serve(cli: Cli) -> Result<()> {
                 event.previous.unwrap_or_default()
             );
         }
+        Command::Retire { version, reason } => {
+            let event = registry.retire(version, &c.by, &reason, None).await?;
+            let serving = registry.state().await?.serving;
+            println!(
+                "retired {}@v{} (log #{}); serving {}",
+                c.policy,
+                event.version,
+                event.seq,
+                serving.map_or_else(|| "the base model".into(), |v| format!("v{v}"))
+            );
+        }
         Command::Status { server } => {
             let versions = registry.versions().await?;
             let log = registry.log().await?;
@@ -228,6 +248,10 @@ async fn serve(cli: Cli) -> Result<()> {
                     .serving
                     .map_or_else(|| "none (the base model)".into(), |v| format!("v{v}"))
             );
+            if !state.retired.is_empty() {
+                let retired: Vec<String> = state.retired.iter().map(|v| format!("v{v}")).collect();
+                println!("retired   {}", retired.join(" "));
+            }
             for event in &log {
                 println!(
                     "  #{:<4} {} {:?} v{} by {}: {}",

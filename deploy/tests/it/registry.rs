@@ -74,6 +74,24 @@ async fn publish_promote_rollback_and_the_log() {
     assert_eq!(State::from_log(&log).serving, Some(1));
     assert_eq!(registry.state().await.unwrap().serving, Some(1));
 
+    // Retiring the served version serves the one before it (here none: the base model);
+    // a retired version cannot be promoted or retired again.
+    let retired = registry.retire(1, "dpo", "erasure", None).await.unwrap();
+    assert_eq!(
+        (retired.action, retired.previous),
+        (Action::Retire, Some(1))
+    );
+    assert_eq!(registry.state().await.unwrap().serving, None);
+    for refused in [
+        registry.promote(1, "ana", "x", None).await,
+        registry.retire(1, "dpo", "x", None).await,
+        registry.retire(9, "dpo", "x", None).await,
+    ] {
+        assert!(matches!(refused, Err(Error::Registry(_))), "{refused:?}");
+    }
+    registry.promote(2, "ana", "again", None).await.unwrap();
+    assert_eq!(registry.state().await.unwrap().serving, Some(2));
+
     // Another policy in the same lake is separate.
     let other = Registry::open(lake.path().to_str().unwrap(), Default::default(), "other").unwrap();
     assert_eq!(other.versions().await.unwrap(), Vec::<u32>::new());

@@ -160,6 +160,36 @@ async fn hot_swap_under_load_rollback_and_refusals() {
     );
     assert_eq!(status.serving, "agent@v1");
     assert_eq!(chat(&client, server.addr, &whole).await, v1);
+
+    // Retiring the broken versions leaves v1 served; retiring v1 too (it learned from erased
+    // data, say) serves the base model, while a client keeps sending, with no request failed.
+    for version in [4, 3] {
+        registry
+            .retire(version, "dpo", "erasure", None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(registry.state().await.unwrap().serving, Some(1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (client, stop, addr, body) = (client.clone(), stop.clone(), server.addr, whole.clone());
+        tokio::spawn(async move {
+            let mut answers: Vec<Answer> = Vec::new();
+            while !stop.load(Ordering::Relaxed) || answers.len() < 3 {
+                answers.push(chat(&client, addr, &body).await);
+            }
+            answers
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    registry.retire(1, "dpo", "erasure", None).await.unwrap();
+    wait_for(&server.serving, |s| s.serving == "agent@base").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let answers = load.await.unwrap();
+    assert_eq!(answers.last().unwrap().version(), Some("agent@base"));
+    assert_eq!(server.serving.status().failures, 0);
+    assert_ne!(chat(&client, server.addr, &whole).await, v1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
