@@ -22,6 +22,7 @@ mod command;
 mod cycle;
 mod env;
 mod environment;
+mod erased;
 mod error;
 mod eval;
 mod gate;
@@ -37,6 +38,7 @@ pub use cycle::{
 };
 pub use env::{Env, Episode, SeedRng};
 pub use environment::{EnvArgs, Environment};
+pub use erased::retire_erased;
 pub use error::{Error, Result, blocking};
 pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
 pub use gate::{

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use atdp_deploy::{BaseModel, EngineOptions, Registry};
 use atdp_loop::{
     EnvArgs, Environment, GateConfig, GateSetup, RollbackConfig, Trail, blocking, check_rollback,
-    cycle, data_since, gate, live_rewards, record_decision, rewarded_trajectories,
+    cycle, data_since, gate, live_rewards, record_decision, retire_erased, rewarded_trajectories,
 };
 use atdp_schema::cli::{LakeArgs, init_logging, run_async};
 use atdp_trainer::{RawRunConfig, RunConfig};
@@ -90,6 +90,15 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         rollback_window: usize,
     },
+    /// Retire every version of the policy that an erasure recorded in the lake lists as
+    /// having learned from the erased data (`atdp-audit erase`), and print the retirements.
+    /// `run` does the same at every poll.
+    RetireErased {
+        /// Leave the versions whose lineage is unknown (trained before it was recorded);
+        /// by default they are retired too, never presumed clean.
+        #[arg(long)]
+        keep_unknown: bool,
+    },
     /// The live reward per serving version (the latest N trajectories of each).
     Live {
         #[arg(long)]
@@ -158,9 +167,17 @@ struct Watch<'a> {
 }
 
 impl Watch<'_> {
-    /// One look at the lake: rolls back when the live reward says so, and returns how many
-    /// rewarded trajectories arrived since the newest published adapter.
+    /// One look at the lake: retires the versions erasures list, rolls back when the live
+    /// reward says so, and returns how many rewarded trajectories arrived since the newest
+    /// published adapter.
     async fn poll(&self) -> anyhow::Result<usize> {
+        let lake = atdp_schema::Lake::new(self.lake, self.options.clone())?;
+        for event in retire_erased(&lake, self.registry, self.by, Some(self.trail), false).await? {
+            println!(
+                "{}",
+                serde_json::json!({"retired": event.version, "reason": event.reason})
+            );
+        }
         let mut selection = self.train.selection.clone();
         if let Some(since) = data_since(self.registry).await? {
             selection.since = Some(selection.since.map_or(since, |s| s.max(since)));
@@ -246,6 +263,17 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
                 &trail,
             )
             .await?;
+        }
+        Command::RetireErased { keep_unknown } => {
+            let lake = atdp_schema::Lake::new(&lake_url, options.clone())?;
+            for event in
+                retire_erased(&lake, &registry, &cli.by, Some(&trail), keep_unknown).await?
+            {
+                println!(
+                    "{}",
+                    serde_json::json!({"retired": event.version, "reason": event.reason})
+                );
+            }
         }
         Command::Live { train, window } => {
             let train = train_config(&train)?;

@@ -1,0 +1,199 @@
+//! Retiring the adapter versions that learned from erased data. An erasure
+//! (`atdp-audit erase`) records, in its `erase_completed` audit event, the adapter versions
+//! whose training lineage meets the erased subject's trajectories (`trained_adapters`); this
+//! reads those events from the lake and retires every listed version of a policy in its
+//! registry, so that it never serves again, each retirement recorded in the audit trail with
+//! the erasure it answers. A version whose lineage is unknown (trained before lineage was
+//! recorded) is never presumed clean: it is retired too, unless the caller keeps it.
+
+use atdp_deploy::{Event, Registry};
+use atdp_schema::{Filter, Lake, LakeReader};
+use serde::Deserialize;
+
+use crate::trail::Trail;
+use crate::{Error, Result};
+
+/// An adapter an erasure listed.
+#[derive(Debug, Deserialize)]
+struct Listed {
+    policy: String,
+    version: u32,
+    /// How many of the subject's trajectories it learned from; `None`: unknown.
+    trajectories: Option<usize>,
+}
+
+/// What an `erase_completed` event's detail holds of interest here.
+#[derive(Debug, Deserialize)]
+struct Outcome {
+    ok: bool,
+    trained_adapters: Option<Vec<Listed>>,
+}
+
+/// The versions of `policy` to retire by the erasures recorded in the lake, each with the id
+/// of the erasure that listed it; in the order they were recorded, without repeats.
+async fn listed(lake: &Lake, policy: &str, keep_unknown: bool) -> Result<Vec<(u32, String)>> {
+    let reader = LakeReader::new(lake.clone());
+    let events = reader
+        .audit(&Filter::default())
+        .await
+        .map_err(|e| Error::Loop(format!("cannot read the audit trail: {e}")))?;
+    let mut out: Vec<(u32, String)> = Vec::new();
+    for event in events.rows {
+        if event.kind != "erase_completed" || event.decision.as_deref() != Some("allow") {
+            continue;
+        }
+        let Some(Ok(outcome)) = event
+            .detail_json
+            .as_deref()
+            .map(serde_json::from_str::<Outcome>)
+        else {
+            continue;
+        };
+        let erasure = event.subject.clone().unwrap_or(event.event_id.clone());
+        for adapter in outcome.trained_adapters.into_iter().flatten() {
+            let learned = adapter.trajectories.is_none_or(|n| n > 0);
+            let unknown = adapter.trajectories.is_none();
+            if outcome.ok
+                && adapter.policy == policy
+                && learned
+                && !(unknown && keep_unknown)
+                && !out.iter().any(|(v, _)| *v == adapter.version)
+            {
+                out.push((adapter.version, erasure.clone()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Retires every version of `registry`'s policy that a recorded erasure lists and that is
+/// not retired yet; returns the retirements written. `keep_unknown`: leave the versions whose
+/// lineage is unknown.
+pub async fn retire_erased(
+    lake: &Lake,
+    registry: &Registry,
+    by: &str,
+    trail: Option<&Trail>,
+    keep_unknown: bool,
+) -> Result<Vec<Event>> {
+    let wanted = listed(lake, registry.policy(), keep_unknown).await?;
+    let retired = registry.state().await?.retired;
+    let mut done = Vec::new();
+    for (version, erasure) in wanted {
+        if retired.contains(&version) {
+            continue;
+        }
+        let reason = format!("learned from data erased by audit event {erasure}");
+        let report = serde_json::json!({"erasure": erasure});
+        let event = registry
+            .retire(version, by, &reason, Some(report.clone()))
+            .await?;
+        if let Some(trail) = trail {
+            trail.record(registry.policy(), &event, report).await?;
+        }
+        done.push(event);
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use atdp_deploy::Action;
+    use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
+    use serde_json::json;
+
+    use super::*;
+
+    /// Records an `erase_completed` event (`decision`, `detail`) in the lake's audit table.
+    async fn erasure(writer: &LakeWriter, id: &str, decision: &str, detail: serde_json::Value) {
+        let mut event = AuditEvent::new("erase_completed", "auditor:dpo", "acme");
+        event.subject = Some(id.to_owned());
+        event.decision = Some(decision.to_owned());
+        event.detail_json = Some(detail.to_string());
+        let (appended, _) = writer.append_audit(event).unwrap();
+        writer.durable(appended).await.unwrap();
+        writer.flush().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_versions_an_erasure_lists_are_retired_once_and_the_served_one_steps_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake_path = dir.path().join("lake");
+        let url = lake_path.to_str().unwrap().to_owned();
+        let registry = Registry::open(&url, Default::default(), "support").unwrap();
+        let adapter = dir.path().join("adapter");
+        std::fs::create_dir_all(&adapter).unwrap();
+        std::fs::write(adapter.join("adapter_config.json"), br#"{"r": 4}"#).unwrap();
+        std::fs::write(adapter.join("adapter_model.safetensors"), b"weights").unwrap();
+        for _ in 0..4 {
+            registry.publish(&adapter, "test").await.unwrap();
+        }
+        for version in [1, 2, 3] {
+            registry
+                .promote(version, "test", "better", None)
+                .await
+                .unwrap();
+        }
+        let lake = Lake::new(&url, Default::default()).unwrap();
+        let writer = LakeWriter::open(WriterConfig::new(url.clone(), dir.path().join("wal")))
+            .await
+            .unwrap();
+        let listed = |policy: &str, version: u32, trajectories: Option<usize>| json!({"policy": policy, "version": version, "trajectories": trajectories});
+        // v3 (served) learned from the subject; v1's lineage is unknown; another policy's
+        // v2 and a refused or failed erasure's v2 are not this policy's concern.
+        erasure(&writer, "erase-1", "allow", json!({"ok": true, "trained_adapters": [
+            listed("support", 3, Some(2)), listed("support", 1, None), listed("billing", 2, Some(1)),
+        ]}))
+        .await;
+        erasure(
+            &writer,
+            "erase-2",
+            "deny",
+            json!({"ok": false, "trained_adapters": [
+                listed("support", 2, Some(1)),
+            ]}),
+        )
+        .await;
+        erasure(
+            &writer,
+            "erase-3",
+            "allow",
+            json!({"ok": false, "trained_adapters": [
+                listed("support", 2, Some(1)),
+            ]}),
+        )
+        .await;
+        erasure(
+            &writer,
+            "erase-4",
+            "allow",
+            json!({"ok": true, "trained_adapters": null}),
+        )
+        .await;
+        writer.shutdown(Duration::from_secs(10)).await.unwrap();
+
+        let kept = retire_erased(&lake, &registry, "atdp-loop", None, true)
+            .await
+            .unwrap();
+        assert_eq!(kept.iter().map(|e| e.version).collect::<Vec<_>>(), [3]);
+        assert_eq!(kept[0].action, Action::Retire);
+        assert!(kept[0].reason.contains("erase-1"), "{}", kept[0].reason);
+        assert_eq!(registry.state().await.unwrap().serving, Some(2));
+
+        let unknown = retire_erased(&lake, &registry, "atdp-loop", None, false)
+            .await
+            .unwrap();
+        assert_eq!(unknown.iter().map(|e| e.version).collect::<Vec<_>>(), [1]);
+        let state = registry.state().await.unwrap();
+        assert_eq!((state.serving, state.earlier), (Some(2), vec![]));
+        // Done once: nothing is retired twice.
+        let again = retire_erased(&lake, &registry, "atdp-loop", None, false)
+            .await
+            .unwrap();
+        assert!(again.is_empty(), "{again:?}");
+    }
+}
