@@ -585,7 +585,10 @@ fn trim_common(lexicon: &Lexicon, text: &str, mut span: Span) -> Option<Span> {
 /// before a listed given name (`Ping Marta`, `Tell Anna`): a name there is capitalised but
 /// for its particles (`Maria da Silva`), and the verb is not part of it.
 fn trim_person(lexicon: &Lexicon, text: &str, span: &mut Span, buffer: &mut String) {
-    while let Some((rest, last)) = text[span.start..span.end].rsplit_once(' ') {
+    while let Some((rest, last)) = text
+        .get(span.start..span.end)
+        .and_then(|value| value.rsplit_once(' '))
+    {
         fold(last, buffer);
         let lower = !last.chars().any(char::is_uppercase);
         let common = lexicon.entry(buffer).common || is_calendar(last);
@@ -594,7 +597,9 @@ fn trim_person(lexicon: &Lexicon, text: &str, span: &mut Span, buffer: &mut Stri
         }
         span.end = span.start + rest.trim_end().len();
     }
-    let value = &text[span.start..span.end];
+    let Some(value) = text.get(span.start..span.end) else {
+        return;
+    };
     if let Some((first, rest)) = value.split_once(' ') {
         fold(first, buffer);
         let verb = first.starts_with(char::is_uppercase) && PERSON_VERBS.contains(&buffer.as_str());
