@@ -405,17 +405,9 @@ impl Registry {
         reason: &str,
         report: Option<serde_json::Value>,
     ) -> Result<Event> {
-        self.published(version).await?;
-        let policy = self.policy.clone();
-        self.record(Action::Promote, by, reason, report, |state| {
-            if state.retired.contains(&version) {
-                return Err(Error::Registry(format!(
-                    "{policy}: v{version} is retired and never serves again"
-                )));
-            }
-            Ok((version, state.serving))
-        })
-        .await
+        let refusal = "is retired and never serves again";
+        self.record_unretired(Action::Promote, version, by, reason, report, refusal)
+            .await
     }
 
     /// Retires `version` for good (see [`Action::Retire`]). The event's `previous` is the
@@ -427,13 +419,33 @@ impl Registry {
         reason: &str,
         report: Option<serde_json::Value>,
     ) -> Result<Event> {
+        self.record_unretired(
+            Action::Retire,
+            version,
+            by,
+            reason,
+            report,
+            "is retired already",
+        )
+        .await
+    }
+
+    /// Records `action` on `version`, which must be published and not retired (else an
+    /// error: `v<N> <refusal>`).
+    async fn record_unretired(
+        &self,
+        action: Action,
+        version: u32,
+        by: &str,
+        reason: &str,
+        report: Option<serde_json::Value>,
+        refusal: &str,
+    ) -> Result<Event> {
         self.published(version).await?;
         let policy = self.policy.clone();
-        self.record(Action::Retire, by, reason, report, |state| {
+        self.record(action, by, reason, report, |state| {
             if state.retired.contains(&version) {
-                return Err(Error::Registry(format!(
-                    "{policy}: v{version} is retired already"
-                )));
+                return Err(Error::Registry(format!("{policy}: v{version} {refusal}")));
             }
             Ok((version, state.serving))
         })

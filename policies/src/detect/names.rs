@@ -224,7 +224,7 @@ pub(crate) fn find(names: &'static Names, text: &str, wanted: &[bool; 3], out: &
     let mut tagged = Vec::new();
     tagger::find(&names.tagger, lexicon, text, &found, &marks, &mut tagged);
     merge(&mut found, tagged);
-    if text.chars().any(char::is_uppercase) {
+    if !marks.lower {
         let mut buffer = String::new();
         for span in found.iter_mut().filter(|span| span.entity == PERSON) {
             trim_person(lexicon, text, span, &mut buffer);
