@@ -10,7 +10,6 @@ use arrow::array::{ArrayRef, Date32Array, RecordBatch, new_null_array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use crate::error::{Error, Result};
 use crate::record::{AuditEvent, Reward, Step, Table, VaultEntry, date_of_micros};
 
 /// The partition columns of every table, in order.
@@ -236,8 +235,33 @@ pub fn arrow_schema(table: Table) -> SchemaRef {
     schemas(table).schema.clone()
 }
 
-fn arrow_error(table: Table, error: impl std::fmt::Display) -> Error {
-    Error::Arrow {
+/// Records that could not be converted to or from Arrow: the data does not fit the protocol's
+/// schema, so retrying cannot help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversionError {
+    /// The ATDP table.
+    pub table: &'static str,
+    /// What failed.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConversionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Arrow conversion failed for table {}: {}",
+            self.table, self.message
+        )
+    }
+}
+
+impl std::error::Error for ConversionError {}
+
+/// The result of a conversion.
+type Result<T> = std::result::Result<T, ConversionError>;
+
+fn arrow_error(table: Table, error: impl std::fmt::Display) -> ConversionError {
+    ConversionError {
         table: table.name(),
         message: error.to_string(),
     }

@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p atdp-audit --example bench-console -- --lake /tmp/atdp-bench-console/lake --steps 1000000`
 //!
-//! The lake is generated first when missing (atdp_schema::synth through the lake writer, then
+//! The lake is generated first when missing (atdp_lake::synth through the lake writer, then
 //! compacted with `optimize` as an operator would), so later runs reuse it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use atdp_audit::{Catalog, ConsoleConfig, Trail};
-use atdp_schema::synth::{SynthConfig, generate};
-use atdp_schema::{Lake, LakeWriter, Table, WriterConfig};
+use atdp_lake::synth::{SynthConfig, generate};
+use atdp_lake::{Lake, LakeWriter, WriterConfig};
+use atdp_schema::Table;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -158,7 +159,7 @@ async fn generate_lake(args: &Args, work: &Path) {
         |record| loop {
             match writer.append(record.clone()) {
                 Ok(_) => return Ok(()),
-                Err(atdp_schema::Error::Backpressure { .. }) => {
+                Err(atdp_lake::Error::Backpressure { .. }) => {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 Err(e) => return Err(e),
@@ -177,7 +178,7 @@ async fn generate_lake(args: &Args, work: &Path) {
     let lake = Lake::new(&args.lake.to_string_lossy(), Default::default()).unwrap();
     for table in Table::ALL {
         let started = Instant::now();
-        let report = atdp_schema::maintenance::optimize(&lake, table, 128 << 20)
+        let report = atdp_lake::maintenance::optimize(&lake, table, 128 << 20)
             .await
             .unwrap();
         println!(

@@ -1,7 +1,7 @@
-//! The lake's tables in DataFusion: `atdp_schema::Catalog`, with the rows helper mapped to
+//! The lake's tables in DataFusion: `atdp_lake::Catalog`, with the rows helper mapped to
 //! this crate's errors, and the distinct values of a column.
 
-pub use atdp_schema::{Catalog, rows as lake_rows};
+pub use atdp_lake::{Catalog, rows as lake_rows};
 
 use std::collections::BTreeSet;
 
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 /// Runs `frame` and converts its batches to records (`atdp_schema::steps_from_batch`, …).
 pub(crate) async fn rows<T>(
     frame: deltalake::datafusion::error::Result<DataFrame>,
-    convert: fn(&RecordBatch) -> atdp_schema::Result<Vec<T>>,
+    convert: fn(&RecordBatch) -> std::result::Result<Vec<T>, atdp_schema::ConversionError>,
 ) -> Result<Vec<T>> {
     Ok(lake_rows(frame, convert).await?)
 }

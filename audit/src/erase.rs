@@ -13,13 +13,16 @@
 
 use std::path::Path;
 
-use atdp_policies::{AccessPolicy, KeyFile, MaskingConfig, builtin_entities};
-use atdp_schema::{Lake, Table};
+use atdp_detect::builtin_entities;
+
+use atdp_lake::Lake;
+use atdp_policies::{AccessPolicy, KeyFile, MaskingConfig};
+use atdp_schema::Table;
 use deltalake::datafusion::prelude::{col, lit};
 use deltalake::operations::vacuum::VacuumMode;
 use serde::Serialize;
 
-use crate::access::{self, Auditor};
+use crate::auditor::{self, Auditor};
 use crate::error::{Error, Result};
 use crate::lineage::{TrainedAdapter, trained_on};
 use crate::trail::{Trail, event, redact};
@@ -161,7 +164,7 @@ pub(crate) async fn allowed_deletion(
     let verdict = decide(&policy.access, auditor, tenant);
     let mut record = event(kind, &auditor.actor(), tenant);
     record.reason = Some(redact(&policy.scanner, reason));
-    record.policy_id = access::policy_ids(&verdict);
+    record.policy_id = auditor::policy_ids(&verdict);
     record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
     record.subject = Some(format!("tenant:{tenant}"));
     if !verdict.allowed {

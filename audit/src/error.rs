@@ -5,7 +5,7 @@
 pub enum Error {
     /// The lake could not be read or written.
     #[error(transparent)]
-    Lake(atdp_schema::Error),
+    Lake(atdp_lake::Error),
     /// The policy directory or the key file could not be used.
     #[error(transparent)]
     Policy(#[from] atdp_policies::Error),
@@ -37,12 +37,12 @@ pub enum Error {
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl From<atdp_schema::Error> for Error {
+impl From<atdp_lake::Error> for Error {
     /// A failed query keeps its own kind: its message may quote what a user typed, so it is
     /// neither shown nor logged (see the console's error page).
-    fn from(error: atdp_schema::Error) -> Self {
+    fn from(error: atdp_lake::Error) -> Self {
         match error {
-            atdp_schema::Error::Sql(message) => Error::Query(message),
+            atdp_lake::Error::Sql(message) => Error::Query(message),
             other => Error::Lake(other),
         }
     }
@@ -51,5 +51,12 @@ impl From<atdp_schema::Error> for Error {
 impl Error {
     pub(crate) fn query(error: impl std::fmt::Display) -> Self {
         Error::Query(error.to_string())
+    }
+}
+
+impl From<atdp_schema::ConversionError> for Error {
+    /// Rows that do not fit the protocol's schema: a lake error like any other.
+    fn from(error: atdp_schema::ConversionError) -> Self {
+        Error::Lake(error.into())
     }
 }

@@ -17,7 +17,7 @@ use deltalake::datafusion::prelude::{col, lit};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::access::Auditor;
+use crate::auditor::Auditor;
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event, record_refusal};

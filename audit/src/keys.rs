@@ -13,7 +13,7 @@ use std::path::Path;
 use atdp_policies::{KeyFile, Policy};
 use serde::Serialize;
 
-use crate::access::{self, Auditor};
+use crate::auditor::{self, Auditor};
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event, redact};
 
@@ -50,7 +50,7 @@ pub async fn rotate_key(
     let mut record = event("key_rotation", &auditor.actor(), tenant);
     record.subject = Some(format!("tenant:{tenant}"));
     record.reason = Some(redact(&policy.scanner, reason));
-    record.policy_id = access::policy_ids(&verdict);
+    record.policy_id = auditor::policy_ids(&verdict);
     record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
     if !verdict.allowed {
         trail.record_committed(record).await?;

@@ -12,7 +12,7 @@
 //! use std::collections::BTreeMap;
 //! use atdp_audit::{Catalog, Search, search};
 //!
-//! let lake = atdp_schema::Lake::new("./lake", Default::default())?;
+//! let lake = atdp_lake::Lake::new("./lake", Default::default())?;
 //! let catalog = Catalog::open(&lake, &BTreeMap::new()).await?;
 //! let page = search(&catalog, &["demo".to_owned()], &Search {
 //!     entity: Some("EMAIL_ADDRESS".into()),
@@ -27,7 +27,7 @@
 //! # Ok(()) }
 //! ```
 
-mod access;
+mod auditor;
 mod catalog;
 mod erase;
 mod error;
@@ -45,7 +45,7 @@ mod transcript;
 mod verify;
 mod web;
 
-pub use access::{Auditor, scope_catalog};
+pub use auditor::{Auditor, scope_catalog};
 pub use catalog::Catalog;
 pub use erase::{EraseReport, erase};
 pub use error::{Error, Result};

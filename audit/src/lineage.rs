@@ -10,7 +10,9 @@
 
 use std::collections::BTreeSet;
 
-use atdp_schema::{Catalog, Lake, Table};
+use atdp_lake::{Catalog, Lake};
+
+use atdp_schema::Table;
 use deltalake::datafusion::functions::core::expr_fn::get_field;
 use deltalake::datafusion::prelude::{col, lit};
 use futures::TryStreamExt;

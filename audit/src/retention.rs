@@ -19,7 +19,9 @@
 
 use std::collections::BTreeSet;
 
-use atdp_schema::{Catalog, Lake, Table};
+use atdp_lake::{Catalog, Lake};
+
+use atdp_schema::Table;
 use deltalake::DeltaTable;
 use deltalake::datafusion::common::ScalarValue;
 use deltalake::datafusion::functions::core::expr_fn::get_field;
@@ -28,7 +30,7 @@ use deltalake::operations::vacuum::VacuumMode;
 use futures::TryStreamExt;
 use serde::Serialize;
 
-use crate::access::Auditor;
+use crate::auditor::Auditor;
 use crate::catalog::distinct as strings;
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event};

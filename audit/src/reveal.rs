@@ -10,7 +10,7 @@ use atdp_schema::{Table, vault_from_batch};
 use deltalake::datafusion::prelude::{col, lit};
 use serde::Serialize;
 
-use crate::access::{self, Auditor};
+use crate::auditor::{self, Auditor};
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::trail::{Trail, event, record_refusal, redact};
@@ -83,7 +83,7 @@ pub async fn reveal(
         }
     };
     let entity = span.entity.clone();
-    let verdict = access::decide(
+    let verdict = auditor::decide(
         &policy.access,
         auditor,
         "reveal_pii",
@@ -94,7 +94,7 @@ pub async fn reveal(
     let mut record = event("reveal", &auditor.actor(), &tenant);
     record.subject = Some(request.token.to_owned());
     record.reason = Some(redact(&policy.scanner, reason));
-    record.policy_id = access::policy_ids(&verdict);
+    record.policy_id = auditor::policy_ids(&verdict);
     record.decision = Some(if verdict.allowed { "allow" } else { "deny" }.to_owned());
     if !verdict.allowed {
         record.detail_json = Some(

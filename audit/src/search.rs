@@ -11,7 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use atdp_schema::{Step, Table, steps_from_batch, time_range};
+use atdp_lake::time_range;
+
+use atdp_schema::{Step, Table, steps_from_batch};
 use deltalake::datafusion::common::JoinType;
 use deltalake::datafusion::functions::core::expr_fn::get_field;
 use deltalake::datafusion::functions::string::expr_fn::lower;
@@ -21,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use atdp_policies::Policy;
 
-use crate::access::{Auditor, tenant_in};
+use crate::auditor::{Auditor, tenant_in};
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::trail::{SYSTEM_TENANT, Trail, event, record_refusal, redact};
@@ -484,7 +486,7 @@ impl Search {
     /// The search as it may be written down (audit events, evidence bundles): every string
     /// filter (the free text, and the agent, trajectory and model a user typed) with what the
     /// detectors find redacted.
-    pub fn redacted(&self, scanner: &atdp_policies::Scanner) -> Search {
+    pub fn redacted(&self, scanner: &atdp_detect::Scanner) -> Search {
         let mut search = self.clone();
         for field in [
             &mut search.text,

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
+use atdp_lake::{LakeWriter, WriterConfig};
+
+use atdp_schema::AuditEvent;
 
 use crate::error::{Error, Result};
 
@@ -19,7 +21,7 @@ pub struct Trail {
 
 /// `text` with every value the scanner finds replaced by `[ENTITY]`: what a person typed
 /// (a search, a reason) goes into the audit trail without the personal data it may hold.
-pub fn redact(scanner: &atdp_policies::Scanner, text: &str) -> String {
+pub fn redact(scanner: &atdp_detect::Scanner, text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     for span in scanner.scan(text) {

@@ -4,7 +4,7 @@
 use atdp_schema::{Reward, Step, Table};
 use deltalake::datafusion::prelude::{col, lit};
 
-use crate::access::{self, Auditor};
+use crate::auditor::{self, Auditor};
 use crate::catalog::Catalog;
 use crate::catalog::rows;
 use crate::error::{Error, Result};
@@ -28,7 +28,7 @@ pub async fn load(
     if tenants.is_empty() {
         return Err(not_found());
     }
-    let filter = access::tenant_in(&tenants).and(col("trajectory_id").eq(lit(id.to_owned())));
+    let filter = auditor::tenant_in(&tenants).and(col("trajectory_id").eq(lit(id.to_owned())));
     let mut steps = rows(
         catalog.frame(Table::Steps).await?.filter(filter),
         atdp_schema::steps_from_batch,
@@ -38,7 +38,7 @@ pub async fn load(
         return Err(not_found());
     };
     steps.retain(|s| s.tenant_id == owner);
-    let verdict = access::decide(
+    let verdict = auditor::decide(
         policy,
         auditor,
         "read_trajectory",

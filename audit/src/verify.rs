@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use atdp_schema::{AuditEvent, ChainBreak, Lake, Table, audit_from_batch, verify_chain};
+use atdp_lake::Lake;
+use atdp_schema::{AuditEvent, ChainBreak, Table, audit_from_batch, verify_chain};
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

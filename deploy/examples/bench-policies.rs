@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use atdp_deploy::{BaseModel, EngineOptions, Fleet, Registry, Watcher};
-use atdp_trainer::{
-    Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model, init_model, save_adapter,
-};
+use atdp_model_files::{Arch, LoraConfig};
+use atdp_trainer::{InitSpec, LoadOptions, Lora, Model, init_model, save_adapter};
 use serde_json::{Value, json};
 
 struct Options {

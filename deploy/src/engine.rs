@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use atdp_trainer::{
+use atdp_model_files::{
     CONFIG_FILE, GENERATION_CONFIG_FILE, ModelConfig, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
 };
 use mistralrs::core::{
@@ -50,8 +50,9 @@ impl BaseModel {
         };
         let config =
             ModelConfig::from_file(dir.join(CONFIG_FILE)).map_err(|e| bad(e.to_string()))?;
-        let weights = atdp_trainer::weight_files(&dir).map_err(|e| bad(e.to_string()))?;
-        let (sha256, _) = atdp_trainer::hash_weights(&weights).map_err(|e| bad(e.to_string()))?;
+        let weights = atdp_model_files::weight_files(&dir).map_err(|e| bad(e.to_string()))?;
+        let (sha256, _) =
+            atdp_model_files::hash_weights(&weights).map_err(|e| bad(e.to_string()))?;
         for file in [TOKENIZER_FILE, TOKENIZER_CONFIG_FILE] {
             if !dir.join(file).is_file() {
                 return Err(bad(format!("{file} is missing")));
@@ -59,9 +60,9 @@ impl BaseModel {
         }
         let format = Arc::new(PromptFormat::load(&dir)?);
         let loader = match config.arch {
-            atdp_trainer::Arch::Llama => NormalLoaderType::Llama,
-            atdp_trainer::Arch::Qwen2 => NormalLoaderType::Qwen2,
-            atdp_trainer::Arch::Qwen3 => NormalLoaderType::Qwen3,
+            atdp_model_files::Arch::Llama => NormalLoaderType::Llama,
+            atdp_model_files::Arch::Qwen2 => NormalLoaderType::Qwen2,
+            atdp_model_files::Arch::Qwen3 => NormalLoaderType::Qwen3,
         };
         Ok(BaseModel {
             dir,
@@ -78,7 +79,7 @@ impl BaseModel {
         let adapters = match adapter {
             Some(a) => AdapterPaths::Lora(vec![LoraAdapterPaths {
                 lora_config: a.config.clone(),
-                adapter_path: a.dir.join(atdp_trainer::ADAPTER_WEIGHTS_FILE),
+                adapter_path: a.dir.join(atdp_model_files::ADAPTER_WEIGHTS_FILE),
             }]),
             None => AdapterPaths::None,
         };
@@ -113,32 +114,17 @@ impl Adapter {
             version: version.to_owned(),
             message,
         };
-        let lora =
-            atdp_trainer::check_adapter(dir, &base.config).map_err(|e| refuse(e.to_string()))?;
-        let manifest_path = dir.join(atdp_trainer::MANIFEST_FILE);
-        if manifest_path.is_file() {
-            let text = std::fs::read_to_string(&manifest_path)
-                .map_err(|e| Error::io(&manifest_path, e))?;
-            // Only the base model's hash is read, so that manifests of other trainer
-            // versions still load.
-            let manifest: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| refuse(format!("{}: {e}", atdp_trainer::MANIFEST_FILE)))?;
-            let trained_on = manifest
-                .pointer("/base_model/sha256")
-                .and_then(serde_json::Value::as_str)
-                .ok_or_else(|| {
-                    refuse(format!(
-                        "{} names no base_model.sha256",
-                        atdp_trainer::MANIFEST_FILE
-                    ))
-                })?;
-            if trained_on != base.sha256 {
-                return Err(refuse(format!(
-                    "trained on base weights {} but this server runs {}",
-                    short(trained_on),
-                    short(&base.sha256)
-                )));
-            }
+        let lora = atdp_model_files::check_adapter(dir, &base.config)
+            .map_err(|e| refuse(e.to_string()))?;
+        let trained_on = atdp_model_files::trained_on(dir).map_err(|e| refuse(e.to_string()))?;
+        if let Some(trained_on) = trained_on
+            && trained_on != base.sha256
+        {
+            return Err(refuse(format!(
+                "trained on base weights {} but this server runs {}",
+                short(&trained_on),
+                short(&base.sha256)
+            )));
         }
         let config = mistralrs_quant::LoraConfig {
             rank: lora.r,

@@ -37,7 +37,7 @@ pub enum Error {
     Store(#[from] deltalake::ObjectStoreError),
     /// The lake location could not be used.
     #[error(transparent)]
-    Lake(#[from] atdp_schema::Error),
+    Lake(#[from] atdp_lake::Error),
     /// mistral.rs failed to load or run the model.
     #[error("engine: {0}")]
     Engine(String),

@@ -1,6 +1,6 @@
 //! Generation with the trainer's prompt and exact completion token ids.
 //!
-//! The prompt is rendered by the trainer's own [`ChatFormat`] (the model's chat template in
+//! The prompt is rendered by the trainer's own `ChatFormat` (the model's chat template in
 //! minijinja, transformers' `tojson`) from messages and tools shaped as the proxy records
 //! them, and tokenized by the same tokenizer: the served model conditions on the very ids the
 //! trainer computes for the recorded step. mistral.rs gets those ids as a completion request

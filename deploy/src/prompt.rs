@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use atdp_model_files::{ChatFormat, GENERATION_CONFIG_FILE};
 use atdp_schema::{Message, Tool};
-use atdp_trainer::{ChatFormat, GENERATION_CONFIG_FILE};
 use mistralrs::core::ResponseLogprob;
 use serde_json::Value;
 

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use atdp_schema::Lake;
+use atdp_lake::Lake;
 use deltalake::logstore::object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use deltalake::{ObjectStore, ObjectStoreError};
 use futures::TryStreamExt;

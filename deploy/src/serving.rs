@@ -215,7 +215,9 @@ impl Serving {
 mod tests {
     use std::path::Path;
 
-    use atdp_trainer::{Arch, InitSpec, init_model};
+    use atdp_model_files::Arch;
+
+    use atdp_trainer::{InitSpec, init_model};
 
     use super::*;
     use crate::engine::{BaseModel, EngineOptions, Version};

@@ -199,7 +199,9 @@ async fn canary(engine: &Engine) -> Result<()> {
 mod tests {
     use std::collections::HashMap;
 
-    use atdp_trainer::{Arch, InitSpec, init_model};
+    use atdp_model_files::Arch;
+
+    use atdp_trainer::{InitSpec, init_model};
 
     use super::*;
 

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use atdp_deploy::{BaseModel, EngineOptions, Fleet, Registry, Watcher};
-use atdp_trainer::{InitSpec, LoadOptions, Lora, LoraConfig, Model, save_adapter};
+use atdp_model_files::LoraConfig;
+use atdp_trainer::{InitSpec, LoadOptions, Lora, Model, save_adapter};
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use serde_json::{Value, json};

@@ -6,7 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use atdp_loop::Env;
-use atdp_trainer::{Adapter, ChatFormat, LoadOptions, Model, load_adapter};
+use atdp_model_files::ChatFormat;
+use atdp_trainer::{Adapter, LoadOptions, Model, load_adapter};
 use candle_core::Tensor;
 
 fn main() {

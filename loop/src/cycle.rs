@@ -8,10 +8,10 @@ use atdp_deploy::{Event, Registry};
 use atdp_trainer::{RunConfig, Selection, StepMetrics, TrainOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::adapter_events::AdapterEvents;
 use crate::environment::Environment;
 use crate::error::blocking;
 use crate::gate::{GateConfig, GateReport, GateSetup, gate};
-use crate::trail::Trail;
 use crate::{Error, Result};
 
 /// What a cycle did.
@@ -137,7 +137,7 @@ pub async fn record_decision(
     report: &GateReport,
     version: u32,
     by: &str,
-    trail: Option<&Trail>,
+    trail: Option<&AdapterEvents>,
 ) -> Result<Event> {
     let mut summary = report.clone();
     for eval in [
@@ -189,7 +189,7 @@ pub async fn cycle(
     env: &Environment,
     gate_config: &GateConfig,
     by: &str,
-    trail: Option<&Trail>,
+    trail: Option<&AdapterEvents>,
 ) -> Result<CycleOutcome> {
     let trained = train_and_publish(&setup.registry, train, by).await?;
     let started = Instant::now();

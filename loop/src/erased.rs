@@ -7,10 +7,10 @@
 //! recorded) is never presumed clean: it is retired too, unless the caller keeps it.
 
 use atdp_deploy::{Event, Registry};
-use atdp_schema::{Filter, Lake, LakeReader};
+use atdp_lake::{Filter, Lake, LakeReader};
 use serde::Deserialize;
 
-use crate::trail::Trail;
+use crate::adapter_events::AdapterEvents;
 use crate::{Error, Result};
 
 /// An adapter an erasure listed.
@@ -73,7 +73,7 @@ pub async fn retire_erased(
     lake: &Lake,
     registry: &Registry,
     by: &str,
-    trail: Option<&Trail>,
+    trail: Option<&AdapterEvents>,
     keep_unknown: bool,
 ) -> Result<Vec<Event>> {
     let wanted = listed(lake, registry.policy(), keep_unknown).await?;
@@ -103,7 +103,8 @@ mod tests {
     use std::time::Duration;
 
     use atdp_deploy::Action;
-    use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
+    use atdp_lake::{LakeWriter, WriterConfig};
+    use atdp_schema::AuditEvent;
     use serde_json::json;
 
     use super::*;

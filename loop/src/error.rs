@@ -9,6 +9,9 @@ pub enum Error {
     /// Training, the base model or the lake reader.
     #[error(transparent)]
     Trainer(#[from] atdp_trainer::Error),
+    /// A model's or an adapter's files (its chat template, its tokenizer).
+    #[error(transparent)]
+    ModelFiles(#[from] atdp_model_files::Error),
     /// The proxy's configuration.
     #[error("proxy: {0}")]
     Proxy(String),

@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use atdp_deploy::{BaseModel, Engine, EngineOptions, Fleet, Registry, Watcher};
-use atdp_trainer::{Adapter, ChatFormat, LoadOptions, Model, load_adapter};
+use atdp_model_files::ChatFormat;
+use atdp_trainer::{Adapter, LoadOptions, Model, load_adapter};
 use candle_core::{D, Tensor};
 use serde::{Deserialize, Serialize};
 

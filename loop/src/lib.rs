@@ -10,13 +10,14 @@
 //! - [`gate()`]: the promotion gate (held-out reward margin, KL to the base, reply length,
 //!   invalid replies, reward hacking), each refusal explained in a [`GateReport`].
 //! - [`live_rewards`], [`check_rollback`]: automatic rollback on live reward.
-//! - [`Trail`]: every decision also in the lake's tamper-evident `audit` table.
+//! - [`AdapterEvents`]: every decision also in the lake's tamper-evident `audit` table.
 //! - [`cycle`]: one train → publish → gate → promote or reject cycle; `atdp-loop run`
 //!   repeats it on a schedule.
 //! - [`quickstart`]: the whole loop on one machine, as `atdp-quickstart` runs it.
 //!
 //! See `docs/loop.md`.
 
+mod adapter_events;
 mod client;
 mod command;
 mod cycle;
@@ -28,8 +29,8 @@ mod eval;
 mod gate;
 mod live;
 pub mod quickstart;
-mod trail;
 
+pub use adapter_events::AdapterEvents;
 pub use client::{Agent, ChatMessage, Prompt, Reply, ToolCallReply, VERSION_HEADER};
 pub use command::{CommandEnv, STDERR_TAIL};
 pub use cycle::{
@@ -45,4 +46,3 @@ pub use gate::{
     Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids, request_ids,
 };
 pub use live::{RollbackConfig, VersionReward, check_rollback, live_rewards};
-pub use trail::Trail;

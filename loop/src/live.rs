@@ -8,7 +8,7 @@ use atdp_trainer::Selection;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::trail::Trail;
+use crate::adapter_events::AdapterEvents;
 
 /// The live reward of one version: the latest `window` trajectories it served.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,7 +101,7 @@ pub async fn check_rollback(
     live: &BTreeMap<String, VersionReward>,
     config: &RollbackConfig,
     by: &str,
-    trail: Option<&Trail>,
+    trail: Option<&AdapterEvents>,
 ) -> Result<Option<Event>> {
     let state = registry.state().await?;
     let (Some(current), Some(&previous)) = (state.serving, state.earlier.last()) else {
@@ -143,7 +143,9 @@ pub(crate) mod tests {
     use std::path::Path;
     use std::time::Duration;
 
-    use atdp_schema::{LakeWriter, Reward, Step, WriterConfig, new_id};
+    use atdp_lake::{LakeWriter, WriterConfig};
+
+    use atdp_schema::{Reward, Step, new_id};
 
     use super::*;
 

@@ -10,17 +10,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use atdp_deploy::{BaseModel, EngineOptions, Fleet, Registry, Serving, Watcher};
-use atdp_trainer::{Arch, InitSpec, RawRunConfig, Selection};
+use atdp_deploy::{BaseModel, EngineOptions, Event, Fleet, Registry, Serving, Watcher};
+use atdp_model_files::Arch;
+use atdp_trainer::{InitSpec, RawRunConfig, Selection};
 use serde::{Deserialize, Serialize};
 
+use crate::adapter_events::AdapterEvents;
 use crate::client::Agent;
 use crate::cycle::{record_decision, rewarded_trajectories, train_and_publish};
 use crate::env::{Env, Episode};
 use crate::error::blocking;
 use crate::eval::{EvalPlan, EvalReport, evaluate};
 use crate::gate::{GateConfig, GateReport, GateSetup, gate};
-use crate::trail::Trail;
 use crate::{Error, Result};
 
 /// The quickstart policy (keys, Cedar, masking), written into the work directory so that the
@@ -329,27 +330,7 @@ pub async fn run(
     config: &QuickstartConfig,
     say: &(dyn Fn(&str) + Sync),
 ) -> Result<QuickstartReport> {
-    let dir = &config.dir;
-    // Only a directory an earlier quickstart made (its marker inside) is emptied; anything
-    // else that is not empty is left alone.
-    let nonempty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some());
-    if nonempty {
-        if !dir.join(MARKER).is_file() {
-            return Err(Error::Io(format!(
-                "{} is not empty and was not made by atdp-quickstart (no {MARKER}); choose another --dir",
-                dir.display()
-            )));
-        }
-        std::fs::remove_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
-    }
-    std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
-    write(
-        &dir.join(MARKER),
-        b"made by atdp-quickstart; emptied by its next run\n",
-    )?;
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+    let dir = prepare_dir(&config.dir)?;
     let mut seconds = BTreeMap::new();
     let mut clock = Instant::now();
     let mut lap = |name: &str, seconds: &mut BTreeMap<String, f64>| {
@@ -438,7 +419,130 @@ pub async fn run(
     .await?;
     lap("collect", &mut seconds);
 
-    let train_toml = format!(
+    let train_toml = train_toml(config, &model, &lake, &dir, collect_start);
+    let train_path = dir.join("train.toml");
+    write(&train_path, train_toml.as_bytes())?;
+    let train = RawRunConfig::from_toml_str(&train_toml, &train_path)?.validate(&train_path)?;
+    let trained = train_and_publish(&registry, train, "atdp-quickstart").await?;
+    say(&format!(
+        "trained on {} examples in {:.1} s; published as {POLICY}@v{}",
+        trained.examples, trained.train_s, trained.version
+    ));
+    lap("train", &mut seconds);
+
+    let trail =
+        AdapterEvents::open(&lake, Default::default(), &dir.join("loop-wal"), "demo").await?;
+    let setup = GateSetup {
+        registry: registry.clone(),
+        base: base.clone(),
+        cache: dir.join("gate-cache"),
+        options: EngineOptions::default(),
+    };
+    let report = gate(&setup, trained.version, &config.env.into(), &config.gate).await?;
+    for check in &report.checks {
+        say(&format!(
+            "  gate {} {}: {}",
+            if check.passed { "✓" } else { "✗" },
+            check.name,
+            check.detail
+        ));
+    }
+    lap("gate", &mut seconds);
+
+    let swap = if report.promote {
+        let promote = record_decision(
+            &registry,
+            &report,
+            trained.version,
+            "atdp-quickstart",
+            Some(&trail),
+        );
+        let want = format!("{POLICY}@v{}", trained.version);
+        let measured = swap_under_load(config, &agent, &serving, promote, &want).await?;
+        say(&format!(
+            "promoted {want}: all traffic on it {} ms after the promotion (fetch, checks, load and trial token {} ms, old engine drained {} ms); {} requests during the swap, {} failed",
+            measured.promotion_to_serving_ms,
+            measured.load_ms,
+            measured.drain_ms,
+            measured.requests,
+            measured.failed
+        ));
+        Some(measured)
+    } else {
+        record_decision(
+            &registry,
+            &report,
+            trained.version,
+            "atdp-quickstart",
+            Some(&trail),
+        )
+        .await?;
+        say(&format!("not promoted: {}", report.reason()));
+        None
+    };
+    trail.close().await?;
+    lap("swap", &mut seconds);
+
+    let after = evaluate(&agent, &plan("after", heldout, config.eval, false)).await;
+    say(&rate_line(&after));
+    lap("eval_after", &mut seconds);
+
+    let report = QuickstartReport {
+        config: config.clone(),
+        before,
+        after,
+        collected,
+        promoted: report.promote,
+        gate: report,
+        swap,
+        trained_examples: trained.examples,
+        seconds,
+        proxy_url: format!("http://{proxy_addr}/v1"),
+        serve_url: format!("http://{serve_addr}"),
+    };
+    let json = serde_json::to_vec_pretty(&report)
+        .map_err(|e| Error::Loop(format!("the report does not serialize: {e}")))?;
+    write(&dir.join("quickstart.json"), &json)?;
+    write(
+        &dir.join("before-after.html"),
+        crate::eval::compare_html(&report.before, &report.after).as_bytes(),
+    )?;
+    Ok(report)
+}
+
+/// Makes `dir` the quickstart's own, empty directory and returns its canonical path. Only a
+/// directory an earlier quickstart made (its marker inside) is emptied; anything else that is
+/// not empty is left alone.
+fn prepare_dir(dir: &Path) -> Result<PathBuf> {
+    let nonempty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some());
+    if nonempty {
+        if !dir.join(MARKER).is_file() {
+            return Err(Error::Io(format!(
+                "{} is not empty and was not made by atdp-quickstart (no {MARKER}); choose another --dir",
+                dir.display()
+            )));
+        }
+        std::fs::remove_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+    write(
+        &dir.join(MARKER),
+        b"made by atdp-quickstart; emptied by its next run\n",
+    )?;
+    dir.canonicalize()
+        .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))
+}
+
+/// The `train.toml` of the quickstart's run: the demo agent's steps since the collection
+/// began, REINFORCE on the environment's reward.
+fn train_toml(
+    config: &QuickstartConfig,
+    model: &Path,
+    lake: &str,
+    dir: &Path,
+    collect_start: chrono::DateTime<chrono::Utc>,
+) -> String {
+    format!(
         r#"model = {model:?}
 lake = {lake:?}
 out = {out:?}
@@ -474,139 +578,66 @@ alpha = {alpha}
         batch = config.batch_size,
         rank = config.rank,
         alpha = config.rank * 2,
-    );
-    let train_path = dir.join("train.toml");
-    write(&train_path, train_toml.as_bytes())?;
-    let train = RawRunConfig::from_toml_str(&train_toml, &train_path)?.validate(&train_path)?;
-    let trained = train_and_publish(&registry, train, "atdp-quickstart").await?;
-    say(&format!(
-        "trained on {} examples in {:.1} s; published as {POLICY}@v{}",
-        trained.examples, trained.train_s, trained.version
-    ));
-    lap("train", &mut seconds);
+    )
+}
 
-    let trail = Trail::open(&lake, Default::default(), &dir.join("loop-wal"), "demo").await?;
-    let setup = GateSetup {
-        registry: registry.clone(),
-        base: base.clone(),
-        cache: dir.join("gate-cache"),
-        options: EngineOptions::default(),
+/// Promotes the candidate (`promote`, the registry decision) while clients keep calling, and
+/// measures the swap: how long until the server serves `want`, and how many of the calls in
+/// the meantime failed.
+async fn swap_under_load(
+    config: &QuickstartConfig,
+    agent: &Agent,
+    serving: &Serving,
+    promote: impl std::future::Future<Output = Result<Event>>,
+    want: &str,
+) -> Result<SwapUnderLoad> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = start_load(config.env, agent, config.load_clients, &stop);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let swaps_before = serving.status().swaps;
+    let promoted_at = Instant::now();
+    promote.await?;
+    let deadline = promoted_at + Duration::from_secs(120);
+    let status = loop {
+        let status = serving.status();
+        if status.swaps > swaps_before || status.last_refusal.is_some() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    let report = gate(&setup, trained.version, &config.env.into(), &config.gate).await?;
-    for check in &report.checks {
-        say(&format!(
-            "  gate {} {}: {}",
-            if check.passed { "✓" } else { "✗" },
-            check.name,
-            check.detail
-        ));
+    let promotion_to_serving_ms = promoted_at.elapsed().as_millis() as u64;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut episodes = Vec::new();
+    for task in load {
+        episodes.extend(
+            task.await
+                .map_err(|e| Error::Io(format!("a load task failed: {e}")))?,
+        );
     }
-    lap("gate", &mut seconds);
-
-    let mut swap = None;
-    if report.promote {
-        let stop = Arc::new(AtomicBool::new(false));
-        let load = start_load(config.env, &agent, config.load_clients, &stop);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let swaps_before = serving.status().swaps;
-        let promoted_at = Instant::now();
-        record_decision(
-            &registry,
-            &report,
-            trained.version,
-            "atdp-quickstart",
-            Some(&trail),
-        )
-        .await?;
-        let deadline = promoted_at + Duration::from_secs(120);
-        let status = loop {
-            let status = serving.status();
-            if status.swaps > swaps_before || status.last_refusal.is_some() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                break status;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let promotion_to_serving_ms = promoted_at.elapsed().as_millis() as u64;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut episodes = Vec::new();
-        for task in load {
-            episodes.extend(
-                task.await
-                    .map_err(|e| Error::Io(format!("a load task failed: {e}")))?,
-            );
-        }
-        let mut versions = BTreeMap::new();
-        for v in episodes.iter().flat_map(|e| e.versions.iter()) {
-            *versions.entry(v.clone()).or_insert(0) += 1;
-        }
-        let want = format!("{POLICY}@v{}", trained.version);
-        if status.serving != want {
-            return Err(Error::Loop(format!(
-                "the server did not swap to {want}: {:?}",
-                status.last_refusal
-            )));
-        }
-        let last = status.last_swap.clone();
-        let measured = SwapUnderLoad {
-            requests: episodes.len(),
-            failed: episodes.iter().filter(|e| e.error.is_some()).count(),
-            versions,
-            promotion_to_serving_ms,
-            load_ms: last.as_ref().map_or(0, |s| s.load_ms),
-            drain_ms: last.as_ref().map_or(0, |s| s.drain_ms),
-        };
-        say(&format!(
-            "promoted {want}: all traffic on it {} ms after the promotion (fetch, checks, load and trial token {} ms, old engine drained {} ms); {} requests during the swap, {} failed",
-            measured.promotion_to_serving_ms,
-            measured.load_ms,
-            measured.drain_ms,
-            measured.requests,
-            measured.failed
-        ));
-        swap = Some(measured);
-    } else {
-        record_decision(
-            &registry,
-            &report,
-            trained.version,
-            "atdp-quickstart",
-            Some(&trail),
-        )
-        .await?;
-        say(&format!("not promoted: {}", report.reason()));
+    let mut versions = BTreeMap::new();
+    for v in episodes.iter().flat_map(|e| e.versions.iter()) {
+        *versions.entry(v.clone()).or_insert(0) += 1;
     }
-    trail.close().await?;
-    lap("swap", &mut seconds);
-
-    let after = evaluate(&agent, &plan("after", heldout, config.eval, false)).await;
-    say(&rate_line(&after));
-    lap("eval_after", &mut seconds);
-
-    let report = QuickstartReport {
-        config: config.clone(),
-        before,
-        after,
-        collected,
-        promoted: report.promote,
-        gate: report,
-        swap,
-        trained_examples: trained.examples,
-        seconds,
-        proxy_url: format!("http://{proxy_addr}/v1"),
-        serve_url: format!("http://{serve_addr}"),
+    if status.serving != want {
+        return Err(Error::Loop(format!(
+            "the server did not swap to {want}: {:?}",
+            status.last_refusal
+        )));
+    }
+    let last = status.last_swap.clone();
+    let measured = SwapUnderLoad {
+        requests: episodes.len(),
+        failed: episodes.iter().filter(|e| e.error.is_some()).count(),
+        versions,
+        promotion_to_serving_ms,
+        load_ms: last.as_ref().map_or(0, |s| s.load_ms),
+        drain_ms: last.as_ref().map_or(0, |s| s.drain_ms),
     };
-    let json = serde_json::to_vec_pretty(&report)
-        .map_err(|e| Error::Loop(format!("the report does not serialize: {e}")))?;
-    write(&dir.join("quickstart.json"), &json)?;
-    write(
-        &dir.join("before-after.html"),
-        crate::eval::compare_html(&report.before, &report.after).as_bytes(),
-    )?;
-    Ok(report)
+    Ok(measured)
 }
 
 /// `label: N held-out episodes on versions: success x% [lo, hi]`.

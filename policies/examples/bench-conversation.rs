@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use atdp_policies::{Action, DetectionConfig, JsonMasker, KeyRing, MaskPolicy, Scanner};
+use atdp_detect::{DetectionConfig, Scanner};
+
+use atdp_policies::{Action, JsonMasker, KeyRing, MaskPolicy};
 use serde_json::{Value, json};
 
 const SYSTEM: &str = "You are the support agent of Northwind Outfitters. Answer in at most \
@@ -106,7 +108,7 @@ fn run(
     cache_mib: usize,
     conversations: usize,
     turns: usize,
-) -> anyhow::Result<(Duration, usize, Option<atdp_policies::CacheStats>)> {
+) -> anyhow::Result<(Duration, usize, Option<atdp_detect::CacheStats>)> {
     let config = DetectionConfig {
         cache_bytes: cache_mib << 20,
         ..DetectionConfig::default()

@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use atdp_policies::{Action, JsonMasker, KeyRing, MaskPolicy, Scanner};
+use atdp_detect::Scanner;
+
+use atdp_policies::{Action, JsonMasker, KeyRing, MaskPolicy};
 use serde_json::{Value, json};
 
 /// A chat request of about 5 KB. With `pii`, an email in the tool call, an email and a card

@@ -10,9 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use atdp_policies::{
-    AccessPolicy, Action, KeyRing, MaskPolicy, Normalized, Scanner, hash_api_key, mask,
-};
+use atdp_detect::{Normalized, Scanner};
+
+use atdp_policies::{AccessPolicy, Action, KeyRing, MaskPolicy, hash_api_key, mask};
 
 const WORDS: &[&str] = &[
     "the",
@@ -270,7 +270,7 @@ fn latency(text: &str, work: impl Fn(&str) -> usize) -> Duration {
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut config = atdp_policies::DetectionConfig::default();
+    let mut config = atdp_detect::DetectionConfig::default();
     if std::env::args().any(|a| a == "--without-names") {
         config.disabled = ["PERSON", "LOCATION", "ORGANIZATION"]
             .map(String::from)

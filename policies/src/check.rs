@@ -6,9 +6,9 @@ use crate::access::{
     ENTITIES_FILE, POLICIES_FILE, SCHEMA_FILE, parse_entities, parse_policies, parse_schema,
 };
 use crate::config::{MASKING_FILE, MaskingConfig};
-use crate::detect::Scanner;
 use crate::forwarding::{FORWARDING_FILE, Forwarding};
 use crate::training::{TRAINING_FILE, Training};
+use atdp_detect::Scanner;
 
 /// The problems found in the policy directory `dir`; empty when it is valid. Unlike loading,
 /// which stops at the first file that fails, this checks every file it can.

@@ -14,9 +14,9 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::detect::{ContextWords, CustomEntity, CustomMatch, DetectionConfig, builtin_entities};
 use crate::error::{Error, Result};
 use crate::mask::{Action, MaskPolicy};
+use atdp_detect::{ContextWords, CustomEntity, CustomMatch, DetectionConfig, builtin_entities};
 
 /// The file's name inside a policy directory.
 pub const MASKING_FILE: &str = "masking.toml";
@@ -54,7 +54,7 @@ pub struct MaskingConfig {
 impl MaskingConfig {
     /// Every entity type the detectors can report: the built-in ones and the custom ones.
     pub fn entity_types(&self) -> Vec<&str> {
-        let mut types = crate::detect::builtin_entities();
+        let mut types = atdp_detect::builtin_entities();
         types.extend(self.detection.custom.iter().map(|c| c.name.as_str()));
         types
     }
@@ -449,6 +449,8 @@ fn validate(raw: RawFile, problems: &mut Problems<'_>) -> MaskingConfig {
 
 #[cfg(test)]
 mod tests {
+    use atdp_detect::Scanner;
+
     use super::*;
 
     const EXAMPLE: &str = r#"
@@ -572,7 +574,7 @@ entities = { US_SSN = "tokenize", CUSTOMER_ID = "hash" }
             MaskingConfig::from_toml("[detection.thresholds]\nPERSON = 0.82\nLOCATION = 0.2\n")
                 .unwrap();
         assert_eq!(config.detection.thresholds["PERSON"], 0.82);
-        let scanner = crate::Scanner::with_config(&config.detection, None).unwrap();
+        let scanner = atdp_detect::Scanner::with_config(&config.detection, None).unwrap();
         // A lone given name (0.6 by the rules, at most 0.8 by the tagger) falls under
         // PERSON's 0.82; a name with a family name (0.85) does not; the global threshold
         // still applies to the other types.
@@ -607,7 +609,7 @@ entities = { US_SSN = "tokenize", CUSTOMER_ID = "hash" }
         let config =
             MaskingConfig::from_toml("[detection]\ndisabled = [\"PERSON\", \"LOCATION\"]\n")
                 .unwrap();
-        let scanner = crate::Scanner::with_config(&config.detection, None).unwrap();
+        let scanner = atdp_detect::Scanner::with_config(&config.detection, None).unwrap();
         let text = "Jane Doe lives in Berlin and works at Acme GmbH, jane@example.com";
         let entities: Vec<&str> = scanner.scan(text).iter().map(|s| s.entity).collect();
         assert_eq!(entities, ["ORGANIZATION", "EMAIL_ADDRESS"]);
@@ -643,5 +645,75 @@ entities = { US_SSN = "tokenize", CUSTOMER_ID = "hash" }
     fn line_col_counts_from_one() {
         assert_eq!(line_col("ab\ncd", 0), (1, 1));
         assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+
+    fn custom_scanner(source: &str) -> Scanner {
+        let config = MaskingConfig::from_toml(source).unwrap();
+        Scanner::with_config(&config.detection, None).unwrap()
+    }
+
+    fn found_with(scanner: &Scanner, text: &str) -> Vec<(&'static str, String, f32)> {
+        scanner
+            .scan(text)
+            .into_iter()
+            .map(|s| (s.entity, text[s.start..s.end].to_owned(), s.score))
+            .collect()
+    }
+
+    #[test]
+    fn dictionary_entities_match_whole_words() {
+        let scanner = custom_scanner(
+            "[[detection.entity]]\nname = \"CODENAME\"\nwords = [\"Bluebird\", \"night jar\"]\n\n[[detection.entity]]\nname = \"EXACT\"\nwords = [\"ACME-7\"]\ncase_sensitive = true\n",
+        );
+        assert_eq!(
+            found_with(
+                &scanner,
+                "BLUEBIRD and Night Jar; not bluebirds or xbluebird"
+            ),
+            [
+                ("CODENAME", "BLUEBIRD".to_owned(), 0.8),
+                ("CODENAME", "Night Jar".to_owned(), 0.8)
+            ]
+        );
+        assert_eq!(
+            found_with(&scanner, "ACME-7 but not acme-7"),
+            [("EXACT", "ACME-7".to_owned(), 0.8)]
+        );
+        // Built-in detectors still run next to the custom ones.
+        assert_eq!(found_with(&scanner, "bluebird jane@example.com").len(), 2);
+    }
+
+    #[test]
+    fn custom_patterns_and_context_words_raise_and_lower() {
+        let scanner = custom_scanner(
+            "[[detection.entity]]\nname = \"CUSTOMER_ID\"\npattern = 'C-\\d{4}'\nscore = 0.4\nraise = [\"Customer\"]\n\n[detection.context.PHONE_NUMBER]\nlower = [\"tracking\"]\n",
+        );
+        assert!(found_with(&scanner, "ref C-1234").is_empty());
+        let near = found_with(&scanner, "customer C-1234 called");
+        assert_eq!(near.len(), 1);
+        assert_eq!(near[0].0, "CUSTOMER_ID");
+        assert!((near[0].2 - 0.7).abs() < 1e-6, "{near:?}");
+        // Not part of a longer token.
+        assert!(found_with(&scanner, "customer XC-1234 and C-12345").is_empty());
+        let phone = "+44 20 7946 0958";
+        assert_eq!(found_with(&scanner, &format!("call {phone}"))[0].1, phone);
+        assert!(
+            found_with(&scanner, &format!("tracking {phone}")).is_empty(),
+            "a lowering word drops the 0.75 international phone score under 0.5"
+        );
+    }
+
+    #[test]
+    fn entity_filter_knows_custom_entities() {
+        let config = MaskingConfig::from_toml(
+            "[[detection.entity]]\nname = \"CODENAME\"\nwords = [\"Kestrel\"]\n",
+        )
+        .unwrap();
+        let only = Scanner::with_config(&config.detection, Some(&["CODENAME".to_owned()])).unwrap();
+        assert_eq!(
+            found_with(&only, "Kestrel jane@example.com"),
+            [("CODENAME", "Kestrel".to_owned(), 0.8)]
+        );
+        assert!(Scanner::with_config(&config.detection, Some(&["NOPE".to_owned()])).is_err());
     }
 }

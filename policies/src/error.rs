@@ -1,14 +1,15 @@
 //! The crate's error type.
 
-/// What can go wrong building or running the detectors.
+/// What can go wrong loading or applying a policy: detectors, masking, keys, access.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A detector pattern does not compile.
-    #[error("detector pattern does not compile: {0}")]
+    /// The detectors could not be built (a pattern that does not compile, an unknown entity
+    /// type).
+    #[error(transparent)]
+    Detect(#[from] atdp_detect::Error),
+    /// A masking pattern does not compile.
+    #[error("masking pattern does not compile: {0}")]
     Pattern(String),
-    /// An entity type was asked for that no detector reports.
-    #[error("unknown entity type {0:?}; see `atdp-policy scan --help` for the list")]
-    UnknownEntity(String),
     /// The key file is unreadable or inconsistent.
     #[error("key file: {0}")]
     KeyFile(String),

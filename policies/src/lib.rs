@@ -1,24 +1,29 @@
-//! Compliance building blocks of atdp: detection of personal data and secrets in text
-//! ([`Scanner`]), masking actions ([`mask`]), the vault crypto that keeps tokenized originals
-//! revealable ([`KeyRing`]), masking of whole JSON documents including JSON inside strings
-//! ([`JsonMasker`]), and unmasking, also on a stream ([`StreamUnmasker`]). Access policy is
+//! The policy atdp applies: masking actions on what the detectors (`atdp-detect`'s `Scanner`)
+//! find ([`mask`]), the vault crypto that keeps tokenized originals revealable ([`KeyRing`]),
+//! masking of whole JSON documents including JSON inside strings ([`JsonMasker`]), and
+//! unmasking, also on a stream ([`StreamUnmasker`]). Access policy is
 //! Cedar ([`AccessPolicy`]). A policy directory ([`Policy`]: the Cedar files plus
 //! `masking.toml` with custom entities, context words and masking actions per destination,
 //! [`MaskingConfig`], and `training.toml`, which steps may be trained on, [`Training`]) is reloaded atomically by [`PolicyStore`] and checked, every problem
 //! with its line, by [`check_dir`].
 //!
 //! ```
-//! let scanner = atdp_policies::Scanner::new(None)?;
-//! let spans = scanner.scan("Mail jane.doe@example.com, card 4111 1111 1111 1111.");
-//! let entities: Vec<&str> = spans.iter().map(|s| s.entity).collect();
-//! assert_eq!(entities, ["EMAIL_ADDRESS", "CREDIT_CARD"]);
-//! # Ok::<(), atdp_policies::Error>(())
+//! use atdp_policies::{Action, KeyRing, MaskPolicy, mask};
+//!
+//! let scanner = atdp_detect::Scanner::new(None)?;
+//! let text = "Mail jane.doe@example.com, card 4111 1111 1111 1111.";
+//! let spans = scanner.scan(text);
+//! let mut keys = KeyRing::default();
+//! keys.generate("acme");
+//! let masked = mask(text, &spans, &MaskPolicy::all(Action::Tokenize), "acme", &keys)?;
+//! assert!(!masked.text.contains("jane.doe@example.com"));
+//! assert_eq!(masked.vault.len(), 2); // both originals sealed, revealable with the key
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod access;
 mod check;
 mod config;
-mod detect;
 mod entities;
 mod error;
 mod forwarding;
@@ -36,10 +41,6 @@ pub use access::{
 };
 pub use check::check_dir;
 pub use config::{Destination, MASKING_FILE, MaskingConfig};
-pub use detect::{
-    CacheStats, ContextWords, CustomEntity, CustomMatch, DetectionConfig, NAME_FEATURES,
-    Normalized, Scanner, Span, builtin_entities, name_tagger_input,
-};
 pub use error::{Error, Result, json_error_kind};
 pub use forwarding::{FORWARDING_FILE, Forwarding};
 pub use json::{FoundValues, JsonMasked, JsonMasker, KnownValues, MIN_KNOWN_CHARS};

@@ -8,9 +8,9 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::detect::Span;
 use crate::error::{Error, Result};
 use crate::vault::{KeyRing, SealedValue};
+use atdp_detect::Span;
 
 /// What to do with a detected value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

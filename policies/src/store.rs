@@ -6,10 +6,10 @@ use std::sync::{Arc, RwLock};
 
 use crate::access::AccessPolicy;
 use crate::config::MaskingConfig;
-use crate::detect::Scanner;
 use crate::error::Result;
 use crate::forwarding::Forwarding;
 use crate::training::Training;
+use atdp_detect::Scanner;
 
 /// A loaded, validated policy directory.
 #[derive(Debug)]

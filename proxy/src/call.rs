@@ -6,12 +6,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use atdp_policies::{Destination, VaultItem};
+use atdp_policies::{Consent, Destination, KeyRing, Policy, VaultItem};
+use atdp_schema::AuditEvent;
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
+use serde_json::Value;
 
-use crate::config::AuditMode;
+use crate::config::{AuditMode, Upstream};
 use crate::limits::{HEAVY_BODY_BYTES, InFlightSlot};
 use crate::refusal::Refusal;
 use crate::respond::{refuse, respond_error};
@@ -56,8 +59,22 @@ macro_rules! stage {
     };
 }
 
-/// Runs the stages up to forwarding. A refusal after the decision is recorded (the step as
-/// `denied`, with its audit event) when the call is recorded.
+/// What the read stage gives: the request, parsed once, and what its headers say.
+struct ReadRequest {
+    /// The query string forwarded (only `beta=true`).
+    query: Option<&'static str>,
+    named: Named,
+    consent: Option<Consent>,
+    /// The body's size, for Cedar.
+    bytes: usize,
+    /// A large body, parsed and masked off the worker threads (`limits::HeavyWork`).
+    heavy: bool,
+    document: Value,
+    request: RequestView,
+}
+
+/// Runs the stages up to forwarding, in order. A refusal after the decision is recorded (the
+/// step as `denied`, with its audit event) when the call is recorded.
 async fn prepare(
     state: &Arc<State>,
     session: &mut Session,
@@ -65,104 +82,42 @@ async fn prepare(
     started_at: i64,
 ) -> Result<std::result::Result<Prepared, Refusal>> {
     let (_, policy) = state.policy.current();
-    let headers = &session.req_header().headers;
-
-    // Admit.
-    let caller = stage!(admit::authenticate(&policy.access, headers));
-    let limits = &state.config.limits;
-    stage!(admit::take_rate(&state.limiter, limits, &caller));
-    let slot = stage!(admit::enter(&state.in_flight_per_key, limits, &caller));
-    let record = stage!(admit::recording(
-        state.config.record,
-        state.backlogged(),
-        state.config.on_backpressure,
-        &state.metrics,
-    ));
-
-    // Read.
-    let query = stage!(read::check_framing(headers, &session.req_header().uri));
-    let named = stage!(Named::from_headers(headers));
-    let consent = stage!(read::consent(headers));
-    let raw = stage!(
-        read::read_body(
-            session,
-            state.config.max_body_bytes,
-            state.config.client_body_timeout
-        )
-        .await?
-    );
-    // A large body is parsed and masked off the worker threads (`limits::HeavyWork`).
-    let heavy = raw.len() >= HEAVY_BODY_BYTES;
-    let (document, request) = if heavy {
-        let bytes = raw.clone();
-        let parsed = state.heavy.run(move || read::canonical(api, &bytes)).await;
-        stage!(parsed.unwrap_or(Err(Refusal::Internal)))
-    } else {
-        stage!(read::canonical(api, &raw))
-    };
-
-    // Route.
+    let (caller, slot, record) = stage!(admit(state, &policy, session));
+    let ReadRequest {
+        query,
+        named,
+        consent,
+        bytes,
+        heavy,
+        document,
+        request,
+    } = stage!(read_request(state, session, api).await?);
     let (upstream, model) = stage!(route::route(&state.config, &request.model));
-
-    // Decide, the gates first.
-    let headers = &session.req_header().headers;
-    stage!(decide::check_request(
-        api,
-        &document,
-        &request,
-        upstream.trust,
-        &policy.forwarding
+    let forwarded = stage!(gates(
+        state, &policy, session, api, &document, &request, &named, &upstream
     ));
-    stage!(decide::check_betas(
-        headers,
-        upstream.trust,
-        &policy.forwarding
-    ));
-    let forwarded = stage!(forward::forwarded_headers(
-        headers,
-        &policy.forwarding.headers
-    ));
-    if state.config.mask {
-        let masked = [
-            policy.masking.policy(Destination::Storage),
-            policy.masking.policy(mask::destination(upstream.trust)),
-        ];
-        stage!(decide::check_names(
-            &policy.scanner,
-            masked,
-            &request,
-            &named,
-            &forwarded
-        ));
-    }
 
     // Mask: what the upstream is sent; the same pass gives Cedar its entity types.
     let tenant = caller.identity.tenant.clone();
     let keys = state.keys();
     let (trust, enabled) = (upstream.trust, state.config.mask);
-    let (mut document, mut outbound) = if heavy {
-        let (policy, keys, tenant) = (policy.clone(), keys.clone(), tenant.clone());
-        let masked = state
-            .heavy
-            .run(move || {
-                let mut document = document;
-                mask::mask_outbound(&policy, &keys, &tenant, trust, enabled, &mut document)
-                    .map(|outbound| (document, outbound))
-            })
-            .await;
-        stage!(masked.unwrap_or(Err(Refusal::Internal)))
-    } else {
-        let mut document = document;
-        let outbound = stage!(mask::mask_outbound(
-            &policy,
-            &keys,
-            &tenant,
-            trust,
-            enabled,
-            &mut document,
-        ));
-        (document, outbound)
-    };
+    let (task_policy, task_keys, task_tenant) = (policy.clone(), keys.clone(), tenant.clone());
+    let masked = state
+        .heavy
+        .run_if(heavy, move || {
+            let mut document = document;
+            mask::mask_outbound(
+                &task_policy,
+                &task_keys,
+                &task_tenant,
+                trust,
+                enabled,
+                &mut document,
+            )
+            .map(|outbound| (document, outbound))
+        })
+        .await;
+    let (mut document, mut outbound) = stage!(masked.unwrap_or(Err(Refusal::Internal)));
     for entity in &outbound.found {
         state.metrics.masked(entity);
     }
@@ -176,7 +131,7 @@ async fn prepare(
             model: &model,
             entities: &outbound.entities,
             trust: upstream.trust,
-            request_bytes: raw.len(),
+            request_bytes: bytes,
         },
     );
 
@@ -191,10 +146,12 @@ async fn prepare(
         started_at,
     );
     start.consent = consent;
-    start.sent_masked = std::sync::Arc::new(std::mem::take(&mut outbound.values));
+    start.sent_masked = Arc::new(std::mem::take(&mut outbound.values));
     state
         .trajectories
         .note_step(&tenant, &start.trajectory_id, &start.step_id);
+
+    // Record the decision: a denial ends the call here.
     let offers: Vec<&str> = request.offers.iter().map(|o| o.entity.as_str()).collect();
     let detail = serde_json::json!({
         "model": model,
@@ -205,17 +162,18 @@ async fn prepare(
         "fallback_models": request.extra_models,
     });
     let policies = decision.policies();
-    if let Some(why) = decision.denial() {
+    let denial = decision.denial();
+    let event = decision_event(
+        &tenant,
+        &caller.identity.agent,
+        &start.step_id,
+        denial.is_none(),
+        &policies,
+        denial.clone(),
+        detail,
+    );
+    if let Some(why) = denial {
         if record {
-            let event = decision_event(
-                &tenant,
-                &caller.identity.agent,
-                &start.step_id,
-                false,
-                &policies,
-                Some(why.clone()),
-                detail,
-            );
             state.record_event(event).await;
             let end = StepEnd {
                 status: "denied",
@@ -227,48 +185,12 @@ async fn prepare(
         }
         return Ok(Err(Refusal::PolicyDenied { why }));
     }
-    if record {
-        let mut event = decision_event(
-            &tenant,
-            &caller.identity.agent,
-            &start.step_id,
-            true,
-            &policies,
-            None,
-            detail,
-        );
-        if state.config.audit_mode(&upstream) == AuditMode::Strict {
-            // The decision and the request as stored, in the log before anything leaves.
-            let masked = if heavy {
-                let (start, request) = (start.clone(), request.clone());
-                let (policy, keys) = (policy.clone(), keys.clone());
-                state
-                    .heavy
-                    .run(move || masked_request(&start, &request, &policy, &keys))
-                    .await
-            } else {
-                Some(masked_request(&start, &request, &policy, &keys))
-            };
-            let (stored, vault) = match masked {
-                Some(Ok(masked)) => masked,
-                Some(Err(error)) => {
-                    tracing::error!(tenant = %tenant, error = %error, "Masking the request for the audit trail failed; the request is refused.");
-                    return Ok(Err(Refusal::MaskingFailed));
-                }
-                None => return Ok(Err(Refusal::Internal)),
-            };
-            let mut detail: serde_json::Value = event
-                .detail_json
-                .as_deref()
-                .and_then(|d| serde_json::from_str(d).ok())
-                .unwrap_or_default();
-            detail["request"] = stored;
-            event.detail_json = Some(detail.to_string());
-            stage!(strict_audit(state, event, vault).await);
-        } else {
-            state.record_event(event).await;
-        }
-    }
+    let (start, request) = if record {
+        let strict = state.config.audit_mode(&upstream) == AuditMode::Strict;
+        stage!(record_allowed(state, &policy, &keys, strict, heavy, event, start, request).await)
+    } else {
+        (start, request)
+    };
 
     // Forward.
     let added = forward::prepare(api, &mut document, &model, &upstream);
@@ -320,14 +242,142 @@ async fn prepare(
     }))
 }
 
+/// Admit: the API key, the rate and in-flight limits, and whether the call is recorded.
+fn admit(
+    state: &State,
+    policy: &Policy,
+    session: &Session,
+) -> std::result::Result<(Caller, InFlightSlot, bool), Refusal> {
+    let headers = &session.req_header().headers;
+    let caller = admit::authenticate(&policy.access, headers)?;
+    let limits = &state.config.limits;
+    admit::take_rate(&state.limiter, limits, &caller)?;
+    let slot = admit::enter(&state.in_flight_per_key, limits, &caller)?;
+    let record = admit::recording(
+        state.config.record,
+        state.backlogged(),
+        state.config.on_backpressure,
+        &state.metrics,
+    )?;
+    Ok((caller, slot, record))
+}
+
+/// Read: the framing and headers, then the body in bounded size and time, parsed once.
+async fn read_request(
+    state: &State,
+    session: &mut Session,
+    api: ApiKind,
+) -> Result<std::result::Result<ReadRequest, Refusal>> {
+    let headers = &session.req_header().headers;
+    let query = stage!(read::check_framing(headers, &session.req_header().uri));
+    let named = stage!(Named::from_headers(headers));
+    let consent = stage!(read::consent(headers));
+    let raw = stage!(
+        read::read_body(
+            session,
+            state.config.max_body_bytes,
+            state.config.client_body_timeout
+        )
+        .await?
+    );
+    let heavy = raw.len() >= HEAVY_BODY_BYTES;
+    let bytes = raw.len();
+    let parsed = state
+        .heavy
+        .run_if(heavy, move || read::canonical(api, &raw))
+        .await;
+    let (document, request) = stage!(parsed.unwrap_or(Err(Refusal::Internal)));
+    Ok(Ok(ReadRequest {
+        query,
+        named,
+        consent,
+        bytes,
+        heavy,
+        document,
+        request,
+    }))
+}
+
+/// Decide, the gates: what may be forwarded to this upstream at all (fields, betas,
+/// headers, and names given in headers), before anything is masked. Returns the headers to
+/// forward.
+#[allow(clippy::too_many_arguments)]
+fn gates(
+    state: &State,
+    policy: &Policy,
+    session: &Session,
+    api: ApiKind,
+    document: &Value,
+    request: &RequestView,
+    named: &Named,
+    upstream: &Upstream,
+) -> std::result::Result<Vec<(HeaderName, HeaderValue)>, Refusal> {
+    let headers = &session.req_header().headers;
+    decide::check_request(api, document, request, upstream.trust, &policy.forwarding)?;
+    decide::check_betas(headers, upstream.trust, &policy.forwarding)?;
+    let forwarded = forward::forwarded_headers(headers, &policy.forwarding.headers)?;
+    if state.config.mask {
+        let masked = [
+            policy.masking.policy(Destination::Storage),
+            policy.masking.policy(mask::destination(upstream.trust)),
+        ];
+        decide::check_names(&policy.scanner, masked, request, named, &forwarded)?;
+    }
+    Ok(forwarded)
+}
+
+/// Records the allow decision. In strict audit mode the event carries the request as stored
+/// and is durable before anything leaves: a request that cannot be masked for it, or an
+/// audit trail that cannot be written, refuses the call. Gives the step back.
+#[allow(clippy::too_many_arguments)]
+async fn record_allowed(
+    state: &State,
+    policy: &Arc<Policy>,
+    keys: &Arc<KeyRing>,
+    strict: bool,
+    heavy: bool,
+    mut event: AuditEvent,
+    start: StepStart,
+    request: RequestView,
+) -> std::result::Result<(StepStart, RequestView), Refusal> {
+    if !strict {
+        state.record_event(event).await;
+        return Ok((start, request));
+    }
+    let (policy, keys) = (policy.clone(), keys.clone());
+    let masked = state
+        .heavy
+        .run_if(heavy, move || {
+            let masked = masked_request(&start, &request, &policy, &keys);
+            (start, request, masked)
+        })
+        .await;
+    let Some((start, request, masked)) = masked else {
+        return Err(Refusal::Internal);
+    };
+    let (stored, vault) = masked.map_err(|error| {
+        tracing::error!(tenant = %start.tenant_id, error = %error, "Masking the request for the audit trail failed; the request is refused.");
+        Refusal::MaskingFailed
+    })?;
+    let mut detail: Value = event
+        .detail_json
+        .as_deref()
+        .and_then(|d| serde_json::from_str(d).ok())
+        .unwrap_or_default();
+    detail["request"] = stored;
+    event.detail_json = Some(detail.to_string());
+    strict_audit(state, event, vault).await?;
+    Ok((start, request))
+}
+
 /// Appends the decision event and the vault entries of the stored request, and waits until
 /// they are durable; refuses the call when they cannot be.
 async fn strict_audit(
     state: &State,
-    event: atdp_schema::AuditEvent,
+    event: AuditEvent,
     vault: Vec<atdp_schema::VaultEntry>,
 ) -> std::result::Result<(), Refusal> {
-    let unavailable = |error: atdp_schema::Error| {
+    let unavailable = |error: atdp_lake::Error| {
         tracing::error!(error = %error, "The strict audit trail could not be written; the call is refused.");
         Refusal::AuditUnavailable
     };

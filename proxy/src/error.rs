@@ -11,7 +11,7 @@ pub enum Error {
     Policy(#[from] atdp_policies::Error),
     /// The lake writer failed.
     #[error(transparent)]
-    Lake(#[from] atdp_schema::Error),
+    Lake(#[from] atdp_lake::Error),
     /// A file or socket operation failed.
     #[error("{what}: {source}")]
     Io {

@@ -32,7 +32,7 @@ mod models;
 mod recorder;
 mod refusal;
 mod respond;
-mod rewards;
+mod reward_api;
 mod server;
 mod service;
 mod stages;

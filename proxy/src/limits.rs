@@ -177,6 +177,20 @@ impl HeavyWork {
         .await
         .ok()
     }
+
+    /// Runs `work` on the blocking pool when `heavy` (a large body), else here and now;
+    /// `None` when it panicked on the pool.
+    pub async fn run_if<T: Send + 'static>(
+        &self,
+        heavy: bool,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        if heavy {
+            self.run(work).await
+        } else {
+            Some(work())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -107,9 +107,9 @@ impl Metrics {
     /// off); its counters start again at a policy reload, which builds a new scanner.
     pub fn render(
         &self,
-        lake: &atdp_schema::WriterStats,
+        lake: &atdp_lake::WriterStats,
         queue_free_bytes: usize,
-        scan: Option<atdp_policies::CacheStats>,
+        scan: Option<atdp_detect::CacheStats>,
     ) -> String {
         let mut out = String::new();
         out.push_str("# HELP atdp_requests_total Requests by API and status.\n# TYPE atdp_requests_total counter\n");

@@ -57,7 +57,7 @@ async fn dispatch(state: &Arc<State>, upstreams: &Upstreams, session: &mut Sessi
     }
     match (method.as_str(), path.as_str()) {
         ("GET", "/v1/models") => crate::models::models(state, session).await,
-        ("POST", "/v1/atdp/rewards") => crate::rewards::handle(state, session).await,
+        ("POST", "/v1/atdp/rewards") => crate::reward_api::handle(state, session).await,
         _ => {
             let refusal = Refusal::UnknownPath {
                 request: format!("{method} {path}"),

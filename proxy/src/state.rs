@@ -4,8 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use atdp_lake::{LakeWriter, WriterConfig};
 use atdp_policies::{KeyFile, KeyRing, MissingKeys, Policy, PolicyStore};
-use atdp_schema::{AuditEvent, LakeWriter, WriterConfig};
+use atdp_schema::AuditEvent;
 
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use atdp_lake::synth::{SynthConfig, generate};
+use atdp_lake::{Catalog, Lake, LakeWriter, WriterConfig};
 use atdp_rewards::{RewardFn, Selection};
-use atdp_schema::synth::{SynthConfig, generate};
-use atdp_schema::{Catalog, Lake, LakeWriter, Table, WriterConfig};
+use atdp_schema::Table;
 
 async fn steps_in(lake: &Lake) -> Result<u64> {
     let catalog = Catalog::open(lake, &BTreeMap::new()).await?;
@@ -96,7 +97,7 @@ async fn main() -> Result<()> {
                 appended += 1;
                 loop {
                     match writer.append_record(&record) {
-                        Err(atdp_schema::Error::Backpressure { .. }) => {
+                        Err(atdp_lake::Error::Backpressure { .. }) => {
                             std::thread::sleep(Duration::from_millis(50));
                         }
                         other => return other.map(|_| ()),

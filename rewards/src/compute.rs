@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use atdp_schema::{Catalog, Step, Table, steps_from_batch};
+use atdp_lake::Catalog;
+
+use atdp_schema::{Step, Table, steps_from_batch};
 use deltalake::datafusion::common::ScalarValue;
 use deltalake::datafusion::execution::context::SQLOptions;
 use deltalake::datafusion::execution::session_state::SessionStateBuilder;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use atdp_schema::Catalog;
+use atdp_lake::Catalog;
 
 use crate::error::{Error, Result};
 use crate::label::Label;

@@ -15,7 +15,7 @@ pub enum Error {
     },
     /// The lake could not be read or written.
     #[error(transparent)]
-    Lake(atdp_schema::Error),
+    Lake(atdp_lake::Error),
     /// The function's SQL (or the selection around it) could not be planned or run.
     #[error("reward query failed: {0}")]
     Query(String),
@@ -58,10 +58,10 @@ pub enum Error {
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl From<atdp_schema::Error> for Error {
-    fn from(error: atdp_schema::Error) -> Self {
+impl From<atdp_lake::Error> for Error {
+    fn from(error: atdp_lake::Error) -> Self {
         match error {
-            atdp_schema::Error::Sql(message) => Error::Query(message),
+            atdp_lake::Error::Sql(message) => Error::Query(message),
             other => Error::Lake(other),
         }
     }
@@ -76,5 +76,12 @@ impl From<deltalake::datafusion::error::DataFusionError> for Error {
 impl From<arrow::error::ArrowError> for Error {
     fn from(error: arrow::error::ArrowError) -> Self {
         Error::Query(error.to_string())
+    }
+}
+
+impl From<atdp_schema::ConversionError> for Error {
+    /// Rows that do not fit the protocol's schema: a lake error like any other.
+    fn from(error: atdp_schema::ConversionError) -> Self {
+        Error::Lake(error.into())
     }
 }

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use atdp_schema::{Catalog, Step, Table, steps_from_batch};
+use atdp_lake::Catalog;
+
+use atdp_schema::{Step, Table, steps_from_batch};
 use deltalake::datafusion::prelude::{Expr, col, lit};
 
 use crate::compute::compute;

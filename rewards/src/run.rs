@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use atdp_schema::{AuditEvent, Catalog, LakeWriter, now_micros};
+use atdp_lake::{Catalog, LakeWriter};
+
+use atdp_schema::{AuditEvent, now_micros};
 
 use crate::compute::compute;
 use crate::error::Result;

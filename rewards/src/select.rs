@@ -3,7 +3,9 @@
 //! function version has already labelled (an anti-join with `rewards`), or a deterministic
 //! sample.
 
-use atdp_schema::{Catalog, Table, Unmarked, time_range};
+use atdp_lake::{Catalog, time_range};
+
+use atdp_schema::{Table, Unmarked};
 use deltalake::datafusion::common::JoinType;
 use deltalake::datafusion::prelude::{DataFrame, Expr, col, lit};
 

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use atdp_trainer::{AdamW, AdamWConfig, InitSpec, LoadOptions, Lora, LoraConfig, Model, Span};
+use atdp_model_files::LoraConfig;
+use atdp_trainer::{AdamW, AdamWConfig, InitSpec, LoadOptions, Lora, Model, Span};
 use candle_core::Tensor;
 use clap::Parser;
 

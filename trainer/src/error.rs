@@ -96,7 +96,7 @@ pub enum Error {
     Tokenizer(String),
     /// The lake could not be read.
     #[error("lake: {0}")]
-    Lake(#[from] atdp_schema::Error),
+    Lake(#[from] atdp_lake::Error),
     /// The chat template could not be loaded or rendered.
     #[error("chat template: {0}")]
     Template(String),
@@ -140,6 +140,44 @@ pub enum Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A model's or an adapter's files at fault, as the same variant of this crate's error.
+impl From<atdp_model_files::Error> for Error {
+    fn from(e: atdp_model_files::Error) -> Self {
+        use atdp_model_files::Error as Files;
+        match e {
+            Files::Io { path, source } => Error::Io { path, source },
+            Files::Json { path, source } => Error::Json { path, source },
+            Files::Config {
+                path,
+                field,
+                message,
+            } => Error::Config {
+                path,
+                field,
+                message,
+            },
+            Files::MissingFile { path, message } => Error::MissingFile { path, message },
+            Files::MissingTensor { name, location } => Error::MissingTensor { name, location },
+            Files::Shape {
+                name,
+                location,
+                expected,
+                found,
+            } => Error::Shape {
+                name,
+                location,
+                expected,
+                found,
+            },
+            Files::Safetensors { path, message } => Error::Safetensors { path, message },
+            Files::Adapter { path, message } => Error::Adapter { path, message },
+            Files::Invalid { what, message } => Error::Invalid { what, message },
+            Files::Tokenizer(message) => Error::Tokenizer(message),
+            Files::Template(message) => Error::Template(message),
+        }
+    }
+}
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

@@ -9,7 +9,8 @@
 //! Training ([`run`]): steps and rewards selected from the lake ([`read_lake`]), the
 //! placeholders of their masked text rendered as surrogate values of their type, as serving
 //! sees real ones ([`render_step`], [`Placeholders`]), prompts
-//! rendered with the model's own chat template ([`ChatFormat`], [`build_examples`]),
+//! rendered with the model's own chat template (`atdp_model_files::ChatFormat`,
+//! [`build_examples`]),
 //! tree-aware discounted returns ([`step_returns`]), REINFORCE or GRPO advantages with a
 //! PPO-style clipped ratio and an optional KL penalty to the base model, AdamW with warm-up
 //! and cosine decay, checkpoints with an exact resume, and a [`Manifest`] next to the
@@ -17,7 +18,8 @@
 //! An HTML report with inline SVG plots is written next to the adapter.
 //!
 //! ```
-//! use atdp_trainer::{Adapter, Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model};
+//! use atdp_model_files::{Arch, LoraConfig};
+//! use atdp_trainer::{Adapter, InitSpec, LoadOptions, Lora, Model};
 //! use candle_core::Tensor;
 //!
 //! let dir = tempfile::tempdir()?;
@@ -42,41 +44,33 @@ mod init;
 mod lora;
 mod manifest;
 mod model;
-mod model_config;
 mod objective;
 mod optim;
 mod peft;
 mod report;
-mod rewards;
+mod returns;
 mod rng;
 mod run_config;
 mod train;
 
 pub use data::{
-    ChatFormat, Example, ExampleStats, LakeData, Placeholders, Selection, TableRead,
-    build_examples, read_lake, read_lake_to_monitor, render_step, render_surrogates, surrogate,
+    Example, ExampleStats, LakeData, Placeholders, Selection, TableRead, build_examples, read_lake,
+    read_lake_to_monitor, render_step, render_surrogates, surrogate,
 };
 pub use error::{Error, Result};
 pub use init::{
-    CHAT_TEMPLATE, ENDOFTEXT, GENERATION_CONFIG_FILE, IM_END, IM_START, InitReport, InitSpec,
-    TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_VOCAB_SIZE, added_token_id, init_model,
+    CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, InitReport, InitSpec, TOKENIZER_VOCAB_SIZE,
+    added_token_id, init_model,
 };
-pub use lora::{Lora, LoraConfig, LoraLayer, TargetModule};
-pub use manifest::{Lineage, MANIFEST_FILE, Manifest, RewardInfo, RewardVersions, hash_weights};
-pub use model::{
-    Adapter, Gradients, LoadOptions, Model, Span, TokenStats, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
-    token_log_probs, weight_files,
-};
-pub use model_config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling, dtype_from_name, dtype_name};
+pub use lora::{Lora, LoraLayer};
+pub use manifest::{Lineage, Manifest, RewardInfo, RewardVersions};
+pub use model::{Adapter, Gradients, LoadOptions, Model, Span, TokenStats, token_log_probs};
 pub use objective::{Advantage, Baseline, GroupKey, LossConfig};
 pub use optim::{AdamW, AdamWConfig};
-pub use peft::{
-    ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LoraMatrix, PEFT_PREFIX, SavedAdapter,
-    adapter_config_json, check_adapter, load_adapter, save_adapter, tensor_name,
-};
+pub use peft::{SavedAdapter, load_adapter, save_adapter};
 pub use report::REPORT_FILE;
 pub use report::StepMetrics;
-pub use rewards::{Returns, RewardSpec, StepKey, step_returns};
+pub use returns::{Returns, RewardSpec, StepKey, step_returns};
 pub use rng::Rng;
 pub use run_config::{
     Length, RawLora, RawObjective, RawRewards, RawRunConfig, RawSelect, RawTrain, RunConfig,

@@ -1,28 +1,24 @@
-//! `manifest.json`, written next to the adapter: what the adapter was trained from (the base
+//! `manifest.json`, written next to the adapter (its name and the base model's identity are
+//! `atdp-model-files`', which serving reads): what the adapter was trained from (the base
 //! model's hash, the Delta table versions and row counts read, the reward names and their
 //! `reward_fn_version`s), how (hyper-parameters), and with what result (final metrics). A
 //! later run into the same directory refuses a changed reward function unless told to
 //! accept it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use atdp_model_files::{BaseModel, MANIFEST_FILE, hash_weights, write_atomic};
 use atdp_schema::Reward;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::data::{Example, ExampleStats, TableRead};
 use crate::model::Model;
-use crate::peft::write_atomic;
 use crate::report::StepMetrics;
-use crate::rewards::RewardSpec;
+use crate::returns::RewardSpec;
 use crate::run_config::RunConfig;
 use crate::{Error, Result};
-
-/// The manifest file.
-pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// Stands for a null `reward_fn_version` (rewards posted through the API).
 pub(crate) const NO_VERSION: &str = "none";
@@ -140,46 +136,6 @@ fn read_previous(out_dir: &Path) -> Result<Option<Manifest>> {
 /// no step left to do reports them).
 pub(crate) fn previous_final_metrics(out_dir: &Path) -> Option<StepMetrics> {
     read_previous(out_dir).ok().flatten()?.final_metrics
-}
-
-/// The base model's identity: sha256 of each weight file and of their concatenation in
-/// name order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BaseModel {
-    /// The directory given.
-    pub path: String,
-    /// sha256 over every weight file's bytes, in file-name order.
-    pub sha256: String,
-    /// Each weight file's name and sha256.
-    pub files: BTreeMap<String, String>,
-}
-
-/// The base model's identity, as the manifest records it: sha256 over every weight file's
-/// bytes in file-name order, and each file's own sha256 by name.
-pub fn hash_weights(paths: &[PathBuf]) -> Result<(String, BTreeMap<String, String>)> {
-    let mut files = BTreeMap::new();
-    let mut all = Sha256::new();
-    let mut paths = paths.to_vec();
-    paths.sort();
-    for path in &paths {
-        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut one = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
-            if n == 0 {
-                break;
-            }
-            one.update(&buf[..n]);
-            all.update(&buf[..n]);
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        files.insert(name, hex::encode(one.finalize()));
-    }
-    Ok((hex::encode(all.finalize()), files))
 }
 
 /// The contents of `manifest.json`.
@@ -307,7 +263,7 @@ impl Manifest {
     pub fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join(MANIFEST_FILE);
         let text = serde_json::to_string_pretty(self).map_err(|e| Error::json(&path, e))?;
-        write_atomic(&path, text.as_bytes())
+        Ok(write_atomic(&path, text.as_bytes())?)
     }
 }
 

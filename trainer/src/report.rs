@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::peft::write_atomic;
+use atdp_model_files::write_atomic;
 
 /// What one optimizer step measured (one line of `metrics.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -227,10 +227,10 @@ pub fn render(metrics: &[StepMetrics], manifest_json: &str) -> String {
 
 /// Writes `report.html` into `dir`.
 pub fn write(dir: &Path, metrics: &[StepMetrics], manifest_json: &str) -> Result<()> {
-    write_atomic(
+    Ok(write_atomic(
         &dir.join(REPORT_FILE),
         render(metrics, manifest_json).as_bytes(),
-    )
+    )?)
 }
 
 #[cfg(test)]

@@ -33,11 +33,11 @@ use atdp_schema::Unmarked;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Placeholders, Selection};
-use crate::lora::{LoraConfig, TargetModule};
 use crate::objective::{Advantage, Baseline, GroupKey, LossConfig};
 use crate::optim::AdamWConfig;
-use crate::rewards::RewardSpec;
+use crate::returns::RewardSpec;
 use crate::{Error, Result};
+use atdp_model_files::{LoraConfig, TargetModule};
 
 /// The file as written.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

@@ -13,8 +13,9 @@ use atdp_audit::{
     Auditor, Catalog, ConsoleConfig, Hit, MAX_PAGE, Search, Searcher, Subject, Trail, event, row,
     seal,
 };
-use atdp_schema::cli::{LakeArgs, init_logging, run_async};
-use atdp_schema::{Lake, Table, WriterConfig};
+use atdp_lake::cli::{LakeArgs, init_logging, run_async};
+use atdp_lake::{Lake, WriterConfig};
+use atdp_schema::Table;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -507,7 +508,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             // the built-in ones when there is no policy directory here).
             let redacted = match env.policy() {
                 Ok(policy) => atdp_audit::redact(&policy.scanner, &sql),
-                Err(_) => atdp_audit::redact(&atdp_policies::Scanner::new(None)?, &sql),
+                Err(_) => atdp_audit::redact(&atdp_detect::Scanner::new(None)?, &sql),
             };
             let mut record = event("query", &actor, atdp_audit::SYSTEM_TENANT);
             record.decision = Some("allow".into());

@@ -28,8 +28,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use atdp_lake::Lake;
 use atdp_policies::Policy;
-use atdp_schema::{Lake, Table};
+use atdp_schema::Table;
 use axum::Router;
 use axum::routing::{get, post};
 

@@ -13,7 +13,7 @@ use atdp_policies::AccessPolicy;
 use axum::http::{HeaderMap, header};
 use rand::RngCore;
 
-use crate::access::Auditor;
+use crate::auditor::Auditor;
 
 /// How long a login lasts.
 pub(crate) const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use atdp_audit::{Auditor, Catalog, Trail};
+use atdp_lake::{Lake, LakeWriter, WriterConfig};
 use atdp_policies::{Destination, KeyRing, Policy, hash_api_key};
 use atdp_schema::{
-    AuditEvent, Lake, LakeWriter, Message, PiiSpan, Reward, Step, ToolCall, VaultEntry,
-    WriterConfig, new_id, now_micros,
+    AuditEvent, Message, PiiSpan, Reward, Step, ToolCall, VaultEntry, new_id, now_micros,
 };
 
 pub const DEMO_AUDITOR: &str = "sk-atdp-demo-auditor";

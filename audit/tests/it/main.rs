@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod access;
+mod auditor;
 mod browser;
 mod cli;
 mod client;

@@ -6,8 +6,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use atdp_audit::{Auditor, Search, search};
+use atdp_lake::{LakeWriter, WriterConfig};
 use atdp_policies::{Policy, hash_api_key};
-use atdp_schema::{AuditEvent, LakeWriter, Message, Reward, Step, WriterConfig, now_micros};
+use atdp_schema::{AuditEvent, Message, Reward, Step, now_micros};
 
 use crate::common::*;
 

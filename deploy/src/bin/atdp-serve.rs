@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use atdp_deploy::{BaseModel, EngineOptions, Fleet, Registry, State, Watcher};
-use atdp_schema::cli::{LakeArgs, init_logging, run_async};
+use atdp_lake::cli::{LakeArgs, init_logging, run_async};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use atdp_deploy::Registry;
+use atdp_model_files::ChatFormat;
 use atdp_schema::{Message, Tool, ToolCall};
-use atdp_trainer::{ChatFormat, added_token_id};
+use atdp_trainer::added_token_id;
 use atdp_wire::{ApiKind, ResponseView, SseParser, StreamAssembler, parse_response};
 use serde_json::{Value, json};
 use tempfile::TempDir;

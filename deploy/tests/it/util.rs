@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use atdp_deploy::{
     BaseModel, EngineOptions, Fleet, Registry, Serving, Status, VERSION_HEADER, Watcher,
 };
-use atdp_trainer::{
-    Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model, Rng, init_model, save_adapter,
-};
+use atdp_model_files::{Arch, LoraConfig};
+use atdp_trainer::{InitSpec, LoadOptions, Lora, Model, Rng, init_model, save_adapter};
 use candle_core::{Device, Tensor};
 use futures::StreamExt;
 use serde_json::{Value, json};

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use atdp_lake::cli::{EXIT_PROBLEM_FOUND, fail};
 use atdp_loop::{Agent, EnvArgs, EvalPlan, EvalReport, compare_html, evaluate};
-use atdp_schema::cli::{EXIT_PROBLEM_FOUND, fail};
 use clap::Parser;
 
 #[derive(Parser, Debug)]

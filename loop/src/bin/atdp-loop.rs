@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use atdp_deploy::{BaseModel, EngineOptions, Registry};
+use atdp_lake::cli::{LakeArgs, init_logging, run_async};
 use atdp_loop::{
-    EnvArgs, Environment, GateConfig, GateSetup, RollbackConfig, Trail, blocking, check_rollback,
-    cycle, data_since, gate, live_rewards, record_decision, retire_erased, rewarded_trajectories,
+    AdapterEvents, EnvArgs, Environment, GateConfig, GateSetup, RollbackConfig, blocking,
+    check_rollback, cycle, data_since, gate, live_rewards, record_decision, retire_erased,
+    rewarded_trajectories,
 };
-use atdp_schema::cli::{LakeArgs, init_logging, run_async};
 use atdp_trainer::{RawRunConfig, RunConfig};
 use clap::{Parser, Subcommand};
 
@@ -132,7 +133,7 @@ async fn one_cycle(
     env: &Environment,
     gate_config: &GateConfig,
     by: &str,
-    trail: &Trail,
+    trail: &AdapterEvents,
 ) -> anyhow::Result<()> {
     let mut train = train.clone();
     train.out_dir = train.out_dir.join(format!(
@@ -163,7 +164,7 @@ struct Watch<'a> {
     train: &'a RunConfig,
     env: &'a Environment,
     rollback: &'a RollbackConfig,
-    trail: &'a Trail,
+    trail: &'a AdapterEvents,
 }
 
 impl Watch<'_> {
@@ -171,7 +172,7 @@ impl Watch<'_> {
     /// reward says so, and returns how many rewarded trajectories arrived since the newest
     /// published adapter.
     async fn poll(&self) -> anyhow::Result<usize> {
-        let lake = atdp_schema::Lake::new(self.lake, self.options.clone())?;
+        let lake = atdp_lake::Lake::new(self.lake, self.options.clone())?;
         for event in retire_erased(&lake, self.registry, self.by, Some(self.trail), false).await? {
             println!(
                 "{}",
@@ -225,7 +226,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
         None => GateConfig::default(),
     };
     let registry = Registry::open(&lake_url, options.clone(), &cli.policy)?;
-    let trail = Trail::open(&lake_url, options.clone(), &cli.wal, &cli.tenant).await?;
+    let trail = AdapterEvents::open(&lake_url, options.clone(), &cli.wal, &cli.tenant).await?;
     let setup = GateSetup {
         registry: registry.clone(),
         base: BaseModel::open(&cli.base)?,
@@ -265,7 +266,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             .await?;
         }
         Command::RetireErased { keep_unknown } => {
-            let lake = atdp_schema::Lake::new(&lake_url, options.clone())?;
+            let lake = atdp_lake::Lake::new(&lake_url, options.clone())?;
             for event in
                 retire_erased(&lake, &registry, &cli.by, Some(&trail), keep_unknown).await?
             {

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use atdp_lake::cli::{EXIT_FAILURE, EXIT_PROBLEM_FOUND, fail, init_logging};
 use atdp_loop::Env;
 use atdp_loop::quickstart::{QuickstartConfig, run};
-use atdp_schema::cli::{EXIT_FAILURE, EXIT_PROBLEM_FOUND, fail, init_logging};
 use clap::Parser;
 
 #[derive(Parser, Debug)]

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use atdp_deploy::{BaseModel, EngineOptions, Registry};
 use atdp_loop::{CommandEnv, Environment, GateConfig, GateReport, GateSetup, gate};
-use atdp_trainer::{Arch, InitSpec, LoadOptions, Lora, LoraConfig, Model, Rng, save_adapter};
+use atdp_model_files::{Arch, LoraConfig};
+use atdp_trainer::{InitSpec, LoadOptions, Lora, Model, Rng, save_adapter};
 use candle_core::{Device, Tensor};
 
 /// The parity environment (`tests/fixtures/parity_env.py`) as a command, named `parity`.

@@ -8,8 +8,9 @@ use std::path::Path;
 use std::process::Command;
 
 use atdp_deploy::{Action, BaseModel, EngineOptions, Registry};
-use atdp_loop::{Env, GateConfig, GateSetup, Trail, gate, record_decision};
-use atdp_trainer::{Adapter, ChatFormat, LoadOptions, Model, load_adapter, token_log_probs};
+use atdp_loop::{AdapterEvents, Env, GateConfig, GateSetup, gate, record_decision};
+use atdp_model_files::ChatFormat;
+use atdp_trainer::{Adapter, LoadOptions, Model, load_adapter, token_log_probs};
 use candle_core::{Device, Tensor};
 use serde_json::Value;
 
@@ -200,7 +201,7 @@ pub async fn a_pytorch_adapter_from_the_lake_is_gated_and_served(
     );
 
     // The decision, either way, is in the registry's log and the audit table.
-    let trail = Trail::open(lake, Default::default(), &work.join("torch-wal"), "demo")
+    let trail = AdapterEvents::open(lake, Default::default(), &work.join("torch-wal"), "demo")
         .await
         .unwrap();
     let event = record_decision(registry, &report, version, "pytorch", Some(&trail))

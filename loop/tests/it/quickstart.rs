@@ -5,12 +5,13 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use atdp_deploy::{Action, Registry};
+use atdp_lake::{Filter, Lake, LakeReader};
 use atdp_loop::quickstart::{DEMO_KEY, POLICY, QuickstartConfig, run};
 use atdp_loop::{
-    Agent, Env, EvalPlan, RollbackConfig, Trail, check_rollback, evaluate, live_rewards,
+    AdapterEvents, Agent, Env, EvalPlan, RollbackConfig, check_rollback, evaluate, live_rewards,
 };
-use atdp_schema::{Filter, Lake, LakeReader};
-use atdp_trainer::{LoadOptions, Lora, LoraConfig, Model, Rng, Selection, save_adapter};
+use atdp_model_files::LoraConfig;
+use atdp_trainer::{LoadOptions, Lora, Model, Rng, Selection, save_adapter};
 use candle_core::{Device, Tensor};
 use serde_json::Value;
 
@@ -293,7 +294,7 @@ async fn the_loop_learns_swaps_under_load_rolls_back_and_gates_a_pytorch_adapter
             .unwrap()
             .is_none()
     );
-    let trail = Trail::open(&lake, Default::default(), &work.path().join("wal"), "demo")
+    let trail = AdapterEvents::open(&lake, Default::default(), &work.path().join("wal"), "demo")
         .await
         .unwrap();
     let event = check_rollback(&registry, &live, &config, "atdp-loop", Some(&trail))

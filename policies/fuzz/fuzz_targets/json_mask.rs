@@ -13,7 +13,9 @@
 
 use std::sync::LazyLock;
 
-use atdp_policies::{Action, JsonMasker, KeyRing, KnownValues, MaskPolicy, Scanner};
+use atdp_detect::Scanner;
+
+use atdp_policies::{Action, JsonMasker, KeyRing, KnownValues, MaskPolicy};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 

@@ -4,7 +4,7 @@
 //! added but the invisible characters the view removes inside it).
 #![no_main]
 
-use atdp_policies::Normalized;
+use atdp_detect::Normalized;
 use libfuzzer_sys::fuzz_target;
 
 /// Ends checked for each start: spans of up to this many characters, and the span to the end.

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, mask, unmask};
+use atdp_detect::Scanner;
+use atdp_policies::{Action, KeyRing, MaskPolicy, mask, unmask};
 
 static SCANNER: LazyLock<Scanner> =
     LazyLock::new(|| Scanner::new(None).unwrap_or_else(|e| panic!("scanner: {e}")));

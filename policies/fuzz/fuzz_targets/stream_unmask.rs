@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, StreamUnmasker, VaultItem, mask, unmask};
+use atdp_detect::Scanner;
+use atdp_policies::{Action, KeyRing, MaskPolicy, StreamUnmasker, VaultItem, mask, unmask};
 
 static KEYS: LazyLock<KeyRing> = LazyLock::new(|| {
     let mut keys = KeyRing::default();

@@ -19,9 +19,10 @@ use std::process::ExitCode;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use atdp_detect::{Scanner, builtin_entities};
 use atdp_policies::{
-    Action, KeyFile, KeyRing, MaskPolicy, MaskingConfig, MissingKeys, Scanner, builtin_entities,
-    check_dir, json_error_kind, mask, principals,
+    Action, KeyFile, KeyRing, MaskPolicy, MaskingConfig, MissingKeys, check_dir, json_error_kind,
+    mask, principals,
 };
 use clap::{Parser, Subcommand};
 use serde::Deserialize;

@@ -33,10 +33,10 @@ use serde_json::{Map, Value};
 
 pub use known::{FoundValues, KnownValues, MIN_KNOWN_CHARS};
 
-use crate::detect::Scanner;
 use crate::error::{Error, Result};
 use crate::mask::{Action, MaskPolicy, MaskedSpan, VaultItem, mask_ranges};
 use crate::vault::KeyRing;
+use atdp_detect::Scanner;
 use find::outside_placeholders;
 use parse::Fail;
 use path::Path;

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::Scanner;
+use atdp_detect::Scanner;
 
 fn ring() -> KeyRing {
     let mut ring = KeyRing::default();

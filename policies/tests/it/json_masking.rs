@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+use atdp_detect::*;
 use atdp_policies::*;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use atdp_detect::*;
 use atdp_policies::*;
 use proptest::prelude::*;
 

@@ -266,8 +266,8 @@ fn main() -> ExitCode {
     // an error when a pooled upstream connection is still held by its idle watcher (it then
     // connects anew): silenced, as delta-rs's kernel is by `init_logging`. Standard output
     // carries only the line of bound addresses (`announce`).
-    atdp_schema::cli::init_logging(
-        "warn,atdp_proxy=info,atdp_schema=info,atdp_policies=info,pingora_core::connectors=off",
+    atdp_lake::cli::init_logging(
+        "warn,atdp_proxy=info,atdp_lake=info,atdp_policies=info,pingora_core::connectors=off",
     );
     // Before the runtimes and their threads start.
     disable_transparent_huge_pages();
@@ -377,6 +377,6 @@ fn main() -> ExitCode {
         });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => atdp_schema::cli::fail("atdp-proxy", format!("{error:#}")),
+        Err(error) => atdp_lake::cli::fail("atdp-proxy", format!("{error:#}")),
     }
 }

@@ -12,7 +12,9 @@
 //! upstream's trust, the size, the parts no detector can read). One denial denies the call; an
 //! evaluation error is a denial.
 
-use atdp_policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Scanner, Verdict};
+use atdp_detect::Scanner;
+
+use atdp_policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Verdict};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 

@@ -14,11 +14,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use atdp_detect::Scanner;
+
+use atdp_lake::LakeWriter;
 use atdp_policies::{
-    Action, Consent, FoundValues, JsonMasker, KeyRing, KnownValues, MaskPolicy, Policy, Scanner,
-    StepFacts, Training, VaultItem,
+    Action, Consent, FoundValues, JsonMasker, KeyRing, KnownValues, MaskPolicy, Policy, StepFacts,
+    Training, VaultItem,
 };
-use atdp_schema::{AuditEvent, LakeWriter, PiiSpan, Step, VaultEntry};
+use atdp_schema::{AuditEvent, PiiSpan, Step, VaultEntry};
 use serde_json::{Map, Value};
 
 use crate::config::Trust;

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use atdp_schema::{AuditEvent, Filter, Lake, LakeReader, Reward, Step, VaultEntry};
+use atdp_lake::{Filter, Lake, LakeReader};
+
+use atdp_schema::{AuditEvent, Reward, Step, VaultEntry};
 use serde_json::Value;
 
 pub use atdp_testkit::{FakeUpstream as Upstream, python, repo_root as root};

@@ -10,7 +10,7 @@ mod hostile;
 mod load;
 mod ops;
 mod python_package;
-mod rewards;
+mod reward_api;
 mod sdk;
 mod settings;
 mod strict;

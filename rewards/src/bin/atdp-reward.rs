@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use atdp_lake::cli::{LakeArgs, init_logging, run_async};
+use atdp_lake::{Catalog, LakeWriter, WriterConfig};
 use atdp_rewards::{Progress, RewardFn, Selection, Target};
-use atdp_schema::cli::{LakeArgs, init_logging, run_async};
-use atdp_schema::{Catalog, LakeWriter, WriterConfig};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]

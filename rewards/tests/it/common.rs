@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use atdp_lake::synth::{SynthConfig, generate};
+use atdp_lake::{Catalog, Lake, LakeWriter, WriterConfig};
 use atdp_rewards::{RewardFn, RunReport, Selection};
-use atdp_schema::synth::{SynthConfig, generate};
-use atdp_schema::{Catalog, Lake, LakeWriter, Table, WriterConfig};
+use atdp_schema::Table;
 
 pub const STEPS: usize = 200;
 

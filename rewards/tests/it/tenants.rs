@@ -7,8 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use atdp_lake::{LakeWriter, WriterConfig};
 use atdp_rewards::{RewardFn, Selection};
-use atdp_schema::{LakeWriter, Message, Reward, Step, WriterConfig};
+use atdp_schema::{Message, Reward, Step};
 
 use crate::common::{Fixture, python};
 
@@ -85,7 +86,7 @@ async fn written(f: &Fixture, function: &RewardFn) -> Values {
         .frame(atdp_schema::Table::Rewards)
         .await
         .unwrap();
-    let rows: Vec<Reward> = atdp_schema::rows(
+    let rows: Vec<Reward> = atdp_lake::rows(
         rewards.filter(col("reward_fn_version").eq(lit(function.version.clone()))),
         atdp_schema::rewards_from_batch,
     )

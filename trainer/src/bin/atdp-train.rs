@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use atdp_trainer::{Arch, InitSpec, RawRunConfig, TrainOptions, init_model};
+use atdp_model_files::Arch;
+use atdp_trainer::{InitSpec, RawRunConfig, TrainOptions, init_model};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -142,7 +143,7 @@ fn train(args: RunArgs) -> anyhow::Result<()> {
     match report.adapter {
         Some(adapter) => println!(
             "wrote the adapter, {} and {} to {} ({} examples trained on, {} steps)",
-            atdp_trainer::MANIFEST_FILE,
+            atdp_model_files::MANIFEST_FILE,
             atdp_trainer::METRICS_FILE,
             adapter.dir.display(),
             report.rewarded_examples,
@@ -246,6 +247,6 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => atdp_schema::cli::fail("atdp-train", format!("{e:#}")),
+        Err(e) => atdp_lake::cli::fail("atdp-train", format!("{e:#}")),
     }
 }

@@ -1,4 +1,4 @@
-//! Selecting steps and rewards from the lake through `atdp_schema::LakeReader`, tenant by
+//! Selecting steps and rewards from the lake through `atdp_lake::LakeReader`, tenant by
 //! tenant, recording the Delta table versions and row counts read (for the manifest).
 //!
 //! Only steps that may be trained on are read ([`LakeReader::trainable_steps`]): a step marked
@@ -8,7 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use atdp_schema::{Filter, Lake, LakeReader, Reward, Step, Unmarked, now_micros};
+use atdp_lake::{Filter, Lake, LakeReader};
+
+use atdp_schema::{Reward, Step, Unmarked, now_micros};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;

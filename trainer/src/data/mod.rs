@@ -3,7 +3,6 @@
 //! turned into a tokenized example ([`build_examples`]) with its prompt rendered by the
 //! model's own chat template and a loss mask on the completion tokens only.
 
-mod chat;
 mod lake;
 mod surrogate;
 
@@ -14,8 +13,8 @@ use atdp_schema::Step;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::rewards::StepKey;
-pub use chat::ChatFormat;
+use crate::returns::StepKey;
+pub use atdp_model_files::ChatFormat;
 pub use lake::{LakeData, Selection, TableRead, read_lake, read_lake_to_monitor};
 pub use surrogate::{Placeholders, render as render_surrogates, render_step, surrogate};
 
@@ -161,7 +160,9 @@ mod tests {
     use atdp_schema::{Message, Tool, ToolCall};
 
     use super::*;
-    use crate::{Arch, IM_END, InitSpec, added_token_id, init_model};
+    use atdp_model_files::{Arch, TOKENIZER_CONFIG_FILE};
+
+    use crate::{IM_END, InitSpec, added_token_id, init_model};
 
     fn msg(role: &str, content: &str) -> Message {
         Message {
@@ -187,7 +188,7 @@ mod tests {
     fn templates_may_call_python_string_methods() {
         let dir = tempfile::tempdir().unwrap();
         init_model(dir.path(), &InitSpec::tiny(Arch::Qwen2)).unwrap();
-        let path = dir.path().join(crate::TOKENIZER_CONFIG_FILE);
+        let path = dir.path().join(TOKENIZER_CONFIG_FILE);
         let mut config: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         config["chat_template"] = serde_json::Value::from(

@@ -12,20 +12,17 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 use serde_json::{Value, json};
 
-use crate::model::weights::{self, TensorKind, WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
-use crate::model_config::{Arch, CONFIG_FILE, ModelConfig, RopeScaling};
+use atdp_model_files::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
+
+use crate::model::weights::{self, TensorKind};
 use crate::rng::Rng;
 use crate::{Error, Result};
+use atdp_model_files::{Arch, CONFIG_FILE, ModelConfig, RopeScaling};
 pub use tokenizer::{
     CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, VOCAB_SIZE as TOKENIZER_VOCAB_SIZE, added_token_id,
 };
 
-/// The tokenizer file.
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
-/// The tokenizer settings and chat template.
-pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
-/// Default generation settings (stop tokens).
-pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+use atdp_model_files::{GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE};
 
 /// Spread of the random norm scales around 1, so that tests see them.
 const NORM_NOISE: f64 = 0.1;

@@ -10,7 +10,9 @@ use candle_core::{CpuStorage, CudaStorage, CustomOp1, D, Layout, Shape, Storage,
 use super::numeric::upcast;
 use super::{attention, rope};
 use crate::Result;
-use crate::lora::{Lora, TargetModule};
+use atdp_model_files::TargetModule;
+
+use crate::lora::Lora;
 
 /// The adapter in effect for one forward pass.
 #[derive(Debug, Clone, Copy)]

@@ -17,13 +17,13 @@ use std::sync::OnceLock;
 
 use candle_core::{D, DType, Device, Tensor, TensorId, Var};
 
-use crate::lora::{Lora, LoraConfig, TargetModule};
-use crate::model_config::ModelConfig;
+use atdp_model_files::{LoraConfig, ModelConfig, TargetModule};
+
+use crate::lora::Lora;
 use crate::{Error, Result};
 pub use head::TokenStats;
 use layers::{Active, Attention, Block, Linear, Mlp, PassContext, RmsNorm};
 use numeric::upcast;
-pub use weights::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE, weight_files};
 
 /// Where and in which dtype a model is loaded.
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ impl Model {
     /// names it.
     pub fn load(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Self> {
         let dir = dir.as_ref();
-        let config = ModelConfig::from_file(dir.join(crate::model_config::CONFIG_FILE))?;
+        let config = ModelConfig::from_file(dir.join(atdp_model_files::CONFIG_FILE))?;
         check_dtype(options.dtype, &options.device)?;
         let specs = weights::expected_tensors(&config);
         let (tensors, files) = weights::load(dir, &specs, options.dtype, &options.device)?;

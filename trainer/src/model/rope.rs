@@ -4,7 +4,7 @@
 use candle_core::{D, DType, Device, Tensor};
 
 use crate::Result;
-use crate::model_config::RopeScaling;
+use atdp_model_files::RopeScaling;
 
 /// The inverse frequencies `theta^(-2i/d)` for `i < d/2`, rescaled as `rope_scaling` says
 /// (transformers' `_compute_linear_scaling_rope_parameters` and

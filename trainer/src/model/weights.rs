@@ -8,13 +8,10 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
 
-use crate::model_config::ModelConfig;
 use crate::{Error, Result};
+use atdp_model_files::ModelConfig;
 
-/// The weights of an unsharded checkpoint.
-pub const WEIGHTS_FILE: &str = "model.safetensors";
-/// The index of a sharded checkpoint (`weight_map`: tensor name → shard file).
-pub const WEIGHTS_INDEX_FILE: &str = "model.safetensors.index.json";
+use atdp_model_files::{WEIGHTS_FILE, WEIGHTS_INDEX_FILE};
 
 /// What a tensor is, which decides how a random model initialises it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,37 +145,6 @@ pub(crate) fn expected_tensors(c: &ModelConfig) -> Vec<TensorSpec> {
     out
 }
 
-/// The safetensors files of a model directory: the shards its index names, or the single
-/// weights file.
-pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let index_path = dir.join(WEIGHTS_INDEX_FILE);
-    if index_path.is_file() {
-        let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
-        let index: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| Error::json(&index_path, e))?;
-        let shards: std::collections::BTreeSet<PathBuf> = index
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .into_iter()
-            .flat_map(|m| m.values())
-            .filter_map(|v| v.as_str())
-            .map(|name| dir.join(name))
-            .collect();
-        return Ok(shards.into_iter().collect());
-    }
-    let single = dir.join(WEIGHTS_FILE);
-    if single.is_file() {
-        Ok(vec![single])
-    } else {
-        Err(Error::MissingFile {
-            path: single,
-            message: format!(
-                "no weights: expected {WEIGHTS_FILE}, or {WEIGHTS_INDEX_FILE} with its shards"
-            ),
-        })
-    }
-}
-
 /// The safetensors files of a model directory, with the tensors each one should hold.
 fn locate(dir: &Path, specs: &[TensorSpec]) -> Result<BTreeMap<PathBuf, Vec<usize>>> {
     let index_path = dir.join(WEIGHTS_INDEX_FILE);
@@ -290,7 +256,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::model_config::Arch;
+    use atdp_model_files::Arch;
 
     #[test]
     fn names_follow_hugging_face() {

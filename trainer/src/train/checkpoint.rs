@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::lora::Lora;
 use crate::optim::AdamW;
-use crate::peft::{rename, write_atomic};
 use crate::{Error, Result};
+use atdp_model_files::{rename, write_atomic};
 
 /// The checkpoint folder inside the output directory.
 pub const CHECKPOINT_DIR: &str = "checkpoint";
@@ -58,7 +58,7 @@ pub(crate) fn save(out: &Path, lora: &Lora, opt: &AdamW, state: &LoopState) -> R
     rename(&tmp, &path)?;
     let state_path = dir.join(STATE_FILE);
     let text = serde_json::to_string_pretty(state).map_err(|e| Error::json(&state_path, e))?;
-    write_atomic(&state_path, text.as_bytes())
+    Ok(write_atomic(&state_path, text.as_bytes())?)
 }
 
 /// Loads the checkpoint of `out` into `lora` and `opt`, if there is one; returns its state.

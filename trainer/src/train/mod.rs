@@ -21,7 +21,7 @@ use crate::objective::{Advantage, grpo_advantages, reinforce_advantages, token_t
 use crate::optim::{AdamW, clip_grad_norm, learning_rate};
 use crate::peft::{SavedAdapter, save_adapter};
 use crate::report::StepMetrics;
-use crate::rewards::step_returns;
+use crate::returns::step_returns;
 use crate::rng::Rng;
 use crate::run_config::{Length, RunConfig};
 use crate::{Error, Lora, Result};
@@ -266,7 +266,7 @@ pub fn run(
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     let manifest_json = serde_json::to_string_pretty(&manifest)
-        .map_err(|e| Error::json(config.out_dir.join(crate::MANIFEST_FILE), e))?;
+        .map_err(|e| Error::json(config.out_dir.join(atdp_model_files::MANIFEST_FILE), e))?;
     crate::report::write(&config.out_dir, &all_metrics, &manifest_json)?;
     report.adapter = Some(adapter);
     Ok(report)

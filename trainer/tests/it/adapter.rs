@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use atdp_trainer::{
-    Adapter, Arch, LoadOptions, Lora, LoraConfig, Model, TargetModule, load_adapter, save_adapter,
-};
+use atdp_model_files::{Arch, LoraConfig, TargetModule};
+
+use atdp_trainer::{Adapter, LoadOptions, Lora, Model, load_adapter, save_adapter};
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use atdp_trainer::{Adapter, Arch, LoadOptions, Model};
+use atdp_model_files::Arch;
+
+use atdp_trainer::{Adapter, LoadOptions, Model};
 use candle_core::{DType, Device, Tensor};
 use serde_json::json;
 

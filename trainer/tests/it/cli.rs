@@ -4,7 +4,9 @@ use std::path::Path;
 use std::process::Command;
 use std::str::FromStr;
 
-use atdp_trainer::{Adapter, LoadOptions, Model, ModelConfig};
+use atdp_model_files::ModelConfig;
+
+use atdp_trainer::{Adapter, LoadOptions, Model};
 use serde_json::Value;
 
 use crate::util::batch;

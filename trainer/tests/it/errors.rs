@@ -1,9 +1,9 @@
 //! Bad input gives errors that name what is wrong: missing files and tensors, wrong shapes,
 //! unsupported configurations, adapters that do not fit, token ids outside the vocabulary.
 
-use atdp_trainer::{
-    Adapter, Arch, Error, LoadOptions, Lora, LoraConfig, Model, load_adapter, save_adapter,
-};
+use atdp_model_files::{Arch, LoraConfig};
+
+use atdp_trainer::{Adapter, Error, LoadOptions, Lora, Model, load_adapter, save_adapter};
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 

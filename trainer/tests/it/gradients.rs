@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
-use atdp_trainer::{
-    Adapter, Arch, LoadOptions, Lora, LoraConfig, Model, ModelConfig, Span, TargetModule,
-};
+use atdp_model_files::{Arch, LoraConfig, ModelConfig, TargetModule};
+
+use atdp_trainer::{Adapter, LoadOptions, Lora, Model, Span};
 use candle_core::{DType, Device, Tensor, Var};
 
 use crate::util::{batch, tiny_model, values};

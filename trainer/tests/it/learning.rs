@@ -4,10 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use atdp_schema::{LakeWriter, Message, Record, Reward, Step, WriterConfig, new_id};
+use atdp_lake::{LakeWriter, WriterConfig};
+
+use atdp_model_files::{Arch, ChatFormat};
+use atdp_schema::{Message, Record, Reward, Step, new_id};
 use atdp_trainer::{
-    Adapter, Arch, ChatFormat, InitSpec, LoadOptions, Lora, Model, RawRunConfig, RunConfig,
-    TrainOptions, build_examples, init_model, load_adapter,
+    Adapter, InitSpec, LoadOptions, Lora, Model, RawRunConfig, RunConfig, TrainOptions,
+    build_examples, init_model, load_adapter,
 };
 use candle_core::Tensor;
 use tempfile::TempDir;

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use atdp_trainer::{Adapter, Arch, LoadOptions, Model};
+use atdp_model_files::Arch;
+
+use atdp_trainer::{Adapter, LoadOptions, Model};
 use candle_core::{DType, Device};
 use serde_json::Value;
 

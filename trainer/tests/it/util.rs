@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use atdp_trainer::{Arch, InitSpec, init_model};
+use atdp_model_files::Arch;
+
+use atdp_trainer::{InitSpec, init_model};
 use candle_core::{DType, Device, Tensor};
 use tempfile::TempDir;
 

@@ -11,7 +11,8 @@ use std::sync::{Arc, LazyLock};
 
 use atdp_wire::{Added, ApiKind, SseParser, SseRestorer, SseStripper, StreamAssembler};
 use libfuzzer_sys::fuzz_target;
-use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, VaultItem, mask};
+use atdp_detect::Scanner;
+use atdp_policies::{Action, KeyRing, MaskPolicy, VaultItem, mask};
 
 static KEYS: LazyLock<Arc<KeyRing>> = LazyLock::new(|| {
     let mut keys = KeyRing::default();

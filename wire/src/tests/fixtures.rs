@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use atdp_policies::{Action, KeyRing, MaskPolicy, Scanner, VaultItem};
+use atdp_detect::Scanner;
+
+use atdp_policies::{Action, KeyRing, MaskPolicy, VaultItem};
 use serde_json::{Value, json};
 
 use crate::{ApiKind, ResponseView, SseParser, SseRestorer, StreamAssembler};

@@ -12,7 +12,7 @@ use deltalake::datafusion::prelude::col;
 use serde::Deserialize;
 
 use super::{failure, html, short, signed_in, text, time, version};
-use crate::access::Auditor;
+use crate::auditor::Auditor;
 use crate::catalog::{Catalog, rows};
 use crate::error::{Error, Result};
 use crate::verify::VerifyReport;

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::{Frame, checked, failure, html, to_login};
-use crate::access::Auditor;
+use crate::auditor::Auditor;
 use crate::trail::{SYSTEM_TENANT, event};
 use crate::web::csrf::{LOGIN_FORM_TTL_SECS, Tokens, same_origin};
 use crate::web::evidence::{FORGED, LOGIN};

@@ -23,7 +23,7 @@ use super::Console;
 use super::csrf::same_origin;
 use super::evidence::FORGED;
 use super::sessions::Cookies;
-use crate::access::Auditor;
+use crate::auditor::Auditor;
 use crate::catalog::Catalog;
 use crate::error::Error;
 use crate::web::render::filters;

@@ -1,0 +1,252 @@
+use super::*;
+
+fn found(text: &str) -> Vec<(&'static str, String)> {
+    let scanner = Scanner::new(None).unwrap();
+    scanner
+        .scan(text)
+        .into_iter()
+        .map(|s| (s.entity, text[s.start..s.end].to_owned()))
+        .collect()
+}
+
+fn assert_finds(entity: &str, text: &str, value: &str) {
+    let spans = found(text);
+    assert!(
+        spans.iter().any(|(e, v)| *e == entity && v == value),
+        "expected {entity} {value:?} in {text:?}, found {spans:?}"
+    );
+}
+
+fn assert_clean(text: &str) {
+    let spans = found(text);
+    assert!(
+        spans.is_empty(),
+        "expected nothing in {text:?}, found {spans:?}"
+    );
+}
+
+#[test]
+fn emails() {
+    assert_finds(
+        "EMAIL_ADDRESS",
+        "write to jane.doe+ops@example.co.uk today",
+        "jane.doe+ops@example.co.uk",
+    );
+    assert_finds(
+        "EMAIL_ADDRESS",
+        "<a.b@sub.example.com>",
+        "a.b@sub.example.com",
+    );
+    assert_clean("git@ is not an address, nor is user@localhost or @example.com");
+}
+
+#[test]
+fn phones() {
+    assert_finds(
+        "PHONE_NUMBER",
+        "call +1 415 555 0132 now",
+        "+1 415 555 0132",
+    );
+    assert_finds("PHONE_NUMBER", "Tel: +44 20 7946 0958", "+44 20 7946 0958");
+    assert_finds("PHONE_NUMBER", "+49-30-1234567 (office)", "+49-30-1234567");
+    assert_finds(
+        "PHONE_NUMBER",
+        "reach me at (415) 555-0132",
+        "(415) 555-0132",
+    );
+    assert_finds("PHONE_NUMBER", "mobile 06 12 34 56 78", "06 12 34 56 78");
+    // A country code makes it a phone number whatever word or sign is beside it.
+    assert_finds(
+        "PHONE_NUMBER",
+        "ring +44 20 7946 0958 kR",
+        "+44 20 7946 0958",
+    );
+    assert_finds("PHONE_NUMBER", "EUR +46 70 123 45 67", "+46 70 123 45 67");
+    assert_finds("PHONE_NUMBER", "+1 415 555 0132 $", "+1 415 555 0132");
+    // Dates, versions, order numbers and plain counts are not phones.
+    assert_clean("released 2024-01-15, version 10.4.2, order SO-123456, 1,234,567 rows");
+    assert_clean("build 20240115 took 1234 ms");
+}
+
+#[test]
+fn credit_cards() {
+    assert_finds(
+        "CREDIT_CARD",
+        "card 4111 1111 1111 1111 exp 12/29",
+        "4111 1111 1111 1111",
+    );
+    assert_finds("CREDIT_CARD", "5500-0000-0000-0004", "5500-0000-0000-0004");
+    assert_finds("CREDIT_CARD", "amex 340000000000009.", "340000000000009");
+    assert_finds(
+        "CREDIT_CARD",
+        "Payment: 3782 822463 10005 exp",
+        "3782 822463 10005",
+    );
+    assert_finds(
+        "CREDIT_CARD",
+        r#""card":"3782-822463-10005""#,
+        "3782-822463-10005",
+    );
+    // Digits of a UUID that happen to pass Luhn are part of the UUID.
+    assert_clean(r#""trace_id":"51714236-0245-4106-9d26-63cce608e14f""#);
+    assert_clean("order SO-536-22-1234 shipped");
+    // Luhn-invalid runs, too short, and digits inside a longer token.
+    assert_clean("ref 4111 1111 1111 1112 and 1234 5678 9012 3456");
+    assert_clean("tracking 94001118992234567890123 and id 4111111111111111abc");
+}
+
+#[test]
+fn ssns() {
+    assert_finds("US_SSN", "SSN 536-22-1234 on file", "536-22-1234");
+    assert_clean("000-12-3456 666-12-3456 912-12-3456 536-00-1234 078-05-1120");
+    assert_clean("phone ext 555-12-34567");
+}
+
+#[test]
+fn ibans() {
+    assert_finds(
+        "IBAN_CODE",
+        "pay DE89 3704 0044 0532 0130 00 by Friday",
+        "DE89 3704 0044 0532 0130 00",
+    );
+    assert_finds(
+        "IBAN_CODE",
+        "GB82WEST12345698765432",
+        "GB82WEST12345698765432",
+    );
+    assert_clean("DE89 3704 0044 0532 0130 01 is a typo");
+}
+
+#[test]
+fn ip_addresses() {
+    assert_finds("IP_ADDRESS", "from 203.0.113.42 at noon", "203.0.113.42");
+    assert_finds(
+        "IP_ADDRESS",
+        "upstream 10.131.125.35:6379 returned 502",
+        "10.131.125.35",
+    );
+    assert_finds("IP_ADDRESS", "[2001:db8::1]:443", "2001:db8::1");
+    assert_finds(
+        "IP_ADDRESS",
+        "client 2001:db8::8a2e:370:7334 connected",
+        "2001:db8::8a2e:370:7334",
+    );
+    assert_clean("version 1.2.3.4.5, 999.1.1.1, meet at 12:30:45, mac 00:1a:2b:3c:4d:5e:6f:7a:8b");
+}
+
+#[test]
+fn urls_with_credentials() {
+    assert_finds(
+        "URL",
+        "db postgres://app:hunter2@db.internal:5432/prod?sslmode=require.",
+        "postgres://app:hunter2@db.internal:5432/prod?sslmode=require",
+    );
+    assert_finds(
+        "URL",
+        r#"{"dsn":"amqp://admin:pw@mq.example.io/vhost"}"#,
+        "amqp://admin:pw@mq.example.io/vhost",
+    );
+    assert_clean("see https://example.com/docs?q=1 and http://localhost:8080/a");
+}
+
+#[test]
+fn secrets() {
+    let cases = [
+        "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f",
+        "sk-ant-api03-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0fGh",
+        "AKIAIOSFODNN7EXAMPLE",
+        "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+        "glpat-xYz123AbC456dEf789gH",
+        "xoxb-123456789012-abcdefghijkl",
+        "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+        "AIzaSyD-abcdefghijklmnopqrstuvwxyz12345",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ];
+    for secret in cases {
+        assert_finds("SECRET", &format!("key={secret} "), secret);
+    }
+    let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAK\n-----END RSA PRIVATE KEY-----";
+    assert_finds("SECRET", &format!("key:\n{pem}\n"), pem);
+    assert_finds(
+        "SECRET",
+        r#"{"api_key": "q8Xz2LmP0vR7tK4wN9bY"}"#,
+        "q8Xz2LmP0vR7tK4wN9bY",
+    );
+    assert_finds("SECRET", "password=Zr7!kq2Lm9xP4vB8", "Zr7!kq2Lm9xP4vB8");
+    // UUIDs, git hashes and low-entropy values after keywords are not secrets.
+    assert_clean(
+        "trace 01a22695-3978-7e64-8c41-cf8e07b43936 commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+    );
+    assert_clean("token: aaaaaaaaaaaaaaaaaaaa and password=passwordpassword");
+}
+
+#[test]
+fn spans_are_byte_offsets_and_never_overlap() {
+    let text = "é mail: ü@example.org and jane@example.org";
+    let scanner = Scanner::new(None).unwrap();
+    let spans = scanner.scan(text);
+    assert_eq!(
+        spans.iter().map(|s| (s.start, s.end)).collect::<Vec<_>>(),
+        [(9, 23), (28, 44)]
+    );
+    assert_eq!(&text[spans[0].start..spans[0].end], "ü@example.org");
+    assert_eq!(&text[spans[1].start..spans[1].end], "jane@example.org");
+    let overlapping = "postgres://app:s3cr3tPassw0rd99xyz@db.example.com";
+    let spans = scanner.scan(overlapping);
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(spans[0].entity, "URL");
+}
+
+#[test]
+fn entity_filter() {
+    let only = Scanner::new(Some(&["EMAIL_ADDRESS".to_owned()])).unwrap();
+    let spans = only.scan("a@example.com 4111 1111 1111 1111");
+    assert_eq!(
+        spans.iter().map(|s| s.entity).collect::<Vec<_>>(),
+        ["EMAIL_ADDRESS"]
+    );
+    assert!(matches!(
+        Scanner::new(Some(&["NOPE".to_owned()])),
+        Err(Error::UnknownEntity(_))
+    ));
+    assert!(std::ptr::eq(intern("CODENAME"), intern("CODENAME")));
+}
+
+#[test]
+fn a_shaped_value_inside_a_name_keeps_its_own_type() {
+    // An address shape around an SSN or an IP address: the value is its own type (its own
+    // action, its own entity in Cedar's context), and the rest of the address stays masked.
+    let cases = [
+        (
+            "Mailing address: 536-22-1234 Elm Street Apt 5, Denver, CO 80202",
+            ("US_SSN", "536-22-1234"),
+            "Elm Street Apt 5, Denver, CO 80202",
+        ),
+        (
+            "Visit us at 203.0.113.42 Baker Street, London",
+            ("IP_ADDRESS", "203.0.113.42"),
+            "Baker Street, London",
+        ),
+    ];
+    let detector = names::names().unwrap();
+    for (text, (entity, value), rest) in cases {
+        // The name detectors alone take (part of) the value into the address.
+        let mut raw = Vec::new();
+        names::find(detector, text, &[true; 3], &mut raw);
+        let at = text.find(value).unwrap();
+        assert!(
+            raw.iter()
+                .any(|n| n.entity == "LOCATION" && n.start < at + value.len() && at < n.end),
+            "{text:?}: {raw:?}"
+        );
+        let spans = found(text);
+        assert!(
+            spans.contains(&(entity, value.to_owned())),
+            "{text:?}: {spans:?}"
+        );
+        assert!(
+            spans.contains(&("LOCATION", rest.to_owned())),
+            "{text:?}: {spans:?}"
+        );
+    }
+}
