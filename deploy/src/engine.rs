@@ -116,7 +116,11 @@ impl Adapter {
         };
         let lora = atdp_model_files::check_adapter(dir, &base.config)
             .map_err(|e| refuse(e.to_string()))?;
-        let trained_on = atdp_model_files::trained_on(dir).map_err(|e| refuse(e.to_string()))?;
+        // A manifest that cannot be read is the server's problem (retried), not the adapter's.
+        let trained_on = atdp_model_files::trained_on(dir).map_err(|e| match e {
+            atdp_model_files::Error::Io { path, source } => Error::io(path, source),
+            other => refuse(other.to_string()),
+        })?;
         if let Some(trained_on) = trained_on
             && trained_on != base.sha256
         {

@@ -56,10 +56,13 @@ pub fn hash_weights(paths: &[PathBuf]) -> Result<(String, BTreeMap<String, Strin
 }
 
 /// The sha256 of the base weights the adapter in `dir` was trained on, from its
-/// `manifest.json`; `None` when the directory has no manifest. Only `base_model.sha256` is
-/// read, so manifests of other trainer versions still load.
+/// `manifest.json`; `None` when the directory has no manifest file. Only `base_model.sha256`
+/// is read, so manifests of other trainer versions still load.
 pub fn trained_on(dir: &Path) -> Result<Option<String>> {
     let path = dir.join(MANIFEST_FILE);
+    if !path.is_file() {
+        return Ok(None);
+    }
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -163,17 +163,19 @@ async fn prepare(
     });
     let policies = decision.policies();
     let denial = decision.denial();
-    let event = decision_event(
-        &tenant,
-        &caller.identity.agent,
-        &start.step_id,
-        denial.is_none(),
-        &policies,
-        denial.clone(),
-        detail,
-    );
+    let event = record.then(|| {
+        decision_event(
+            &tenant,
+            &caller.identity.agent,
+            &start.step_id,
+            denial.is_none(),
+            &policies,
+            denial.clone(),
+            detail,
+        )
+    });
     if let Some(why) = denial {
-        if record {
+        if let Some(event) = event {
             state.record_event(event).await;
             let end = StepEnd {
                 status: "denied",
@@ -185,11 +187,14 @@ async fn prepare(
         }
         return Ok(Err(Refusal::PolicyDenied { why }));
     }
-    let (start, request) = if record {
-        let strict = state.config.audit_mode(&upstream) == AuditMode::Strict;
-        stage!(record_allowed(state, &policy, &keys, strict, heavy, event, start, request).await)
-    } else {
-        (start, request)
+    let (start, request) = match event {
+        Some(event) => {
+            let strict = state.config.audit_mode(&upstream) == AuditMode::Strict;
+            stage!(
+                record_allowed(state, &policy, &keys, strict, heavy, event, start, request).await
+            )
+        }
+        None => (start, request),
     };
 
     // Forward.

@@ -12,7 +12,7 @@
 //! # async fn demo() -> atdp_rewards::Result<()> {
 //! use std::collections::BTreeMap;
 //! use atdp_rewards::{RewardFn, Selection, run, preview};
-//! use atdp_schema::{Catalog, Lake, LakeWriter, WriterConfig};
+//! use atdp_lake::{Catalog, Lake, LakeWriter, WriterConfig};
 //!
 //! let function = RewardFn::load("rewards/examples/stop_ok.toml".as_ref())?;
 //! let lake = Lake::new("./lake", Default::default())?;

@@ -16,7 +16,7 @@ placeholder of the tenant, as the Rust trainer renders them (:mod:`atdp.surrogat
 trained on the examples meets real values in serving, never placeholders, and must not learn
 to write them. ``lake.read(..., placeholders="keep")`` keeps the text as stored.
 
-The returns are the Rust trainer's (`trainer/src/rewards.rs`), computed the same way from the
+The returns are the Rust trainer's (`trainer/src/returns.rs`), computed the same way from the
 same rows: rewards matched within the tenant; duplicates (same trajectory, step, name, source
 and function version) resolved to the latest; names weighted; a step reward credits its own
 step of its own trajectory; a trajectory reward attaches to the trajectory's most recent leaf
