@@ -18,8 +18,15 @@
 //!   hyphen, bidirectional marks …) and the other default-ignorable code points (variation
 //!   selectors, the combining grapheme joiner, Hangul fillers) are removed.
 //!
-//! Every other character is kept as it is. Each original character becomes at most one
-//! character of the view, so the view is never longer than the original. The tables are
+//! - a percent escape of printable ASCII (`%40`, `%2e`) is that character, as in a URL's
+//!   query or a form body (`email=jane%40example.com`);
+//! - an HTML character reference (`&#64;`, `&#x40;`, `&commat;`, `&nbsp;`, `&shy;`) is the
+//!   character it names when that is printable ASCII, and is folded or removed as that
+//!   character would be otherwise (`&#65312;` is `＠`, so `@`; `&#8203;` is removed).
+//!
+//! Escapes are decoded once: `%2540` is `%40` in the view. Every other character is kept as
+//! it is. Each original character, or escape, becomes at most one character of the view, so
+//! the view is never longer than the original. The tables are
 //! those of the `regex` crate's Unicode data (a test checks them against it), so that what
 //! `\d`, `\p{Zs}` or `\p{Pd}` would match is exactly what is folded.
 //!
@@ -45,7 +52,7 @@ pub struct Normalized<'a> {
     edits: Vec<Edit>,
 }
 
-/// One folded (`view_end == view + 1`) or removed (`view_end == view`) character.
+/// One folded (`view_end == view + 1`) or removed (`view_end == view`) character or escape.
 #[derive(Debug, Clone, Copy)]
 struct Edit {
     /// Its byte offset in the view.
@@ -59,11 +66,8 @@ struct Edit {
 impl<'a> Normalized<'a> {
     /// The view of `text`.
     pub fn new(text: &'a str) -> Normalized<'a> {
-        let next = if text.is_ascii() {
-            None
-        } else {
-            next_fold(text, 0)
-        };
+        let plain = text.is_ascii() && !text.bytes().any(|b| b == b'%' || b == b'&');
+        let next = if plain { None } else { next_fold(text, 0) };
         let Some(mut next) = next else {
             return Normalized {
                 view: Cow::Borrowed(text),
@@ -74,9 +78,9 @@ impl<'a> Normalized<'a> {
         let mut edits = Vec::new();
         let mut from = 0;
         loop {
-            let (at, c, folded) = next;
+            let (at, len, folded) = next;
             view.push_str(text.get(from..at).unwrap_or_default());
-            let original_end = at + c.len_utf8();
+            let original_end = at + len;
             match folded {
                 Folded::Removed => edits.push(Edit {
                     view: view.len(),
@@ -175,20 +179,34 @@ enum Fold {
     Fullwidth,
 }
 
-/// The first character at or after `from` (a character boundary) that the view folds or
-/// removes: its offset, the character and what it becomes.
-fn next_fold(text: &str, from: usize) -> Option<(usize, char, Folded)> {
+/// Whether the eight bytes of `word` hold `byte`.
+fn holds(word: u64, byte: u8) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let x = word ^ (ONES * u64::from(byte));
+    x.wrapping_sub(ONES) & !x & (ONES << 7) != 0
+}
+
+/// The first character or escape at or after `from` (a character boundary) that the view
+/// folds or removes: its offset, its length in bytes and what it becomes.
+fn next_fold(text: &str, from: usize) -> Option<(usize, usize, Folded)> {
     let bytes = text.as_bytes();
     let mut at = from;
     while at < bytes.len() {
-        // ASCII, eight bytes at a time.
-        if let Some(Ok(chunk)) = bytes.get(at..at + 8).map(<[u8; 8]>::try_from)
-            && u64::from_le_bytes(chunk) & 0x8080_8080_8080_8080 == 0
-        {
-            at += 8;
-            continue;
+        // ASCII without an escape's start, eight bytes at a time.
+        if let Some(Ok(chunk)) = bytes.get(at..at + 8).map(<[u8; 8]>::try_from) {
+            let word = u64::from_le_bytes(chunk);
+            if word & 0x8080_8080_8080_8080 == 0 && !holds(word, b'%') && !holds(word, b'&') {
+                at += 8;
+                continue;
+            }
         }
         match bytes[at] {
+            b'%' | b'&' => {
+                if let Some((len, folded)) = escape(bytes, at) {
+                    return Some((at, len, folded));
+                }
+                at += 1;
+            }
             0..0x80 => at += 1,
             // U+00C0–U+033F and U+0380–U+057F (Latin letters, combining marks, Greek,
             // Cyrillic, Armenian letters): two bytes each, none folded.
@@ -196,13 +214,74 @@ fn next_fold(text: &str, from: usize) -> Option<(usize, char, Folded)> {
             _ => {
                 let c = text.get(at..)?.chars().next()?;
                 if let Some(folded) = fold(c) {
-                    return Some((at, c, folded));
+                    return Some((at, c.len_utf8(), folded));
                 }
                 at += c.len_utf8();
             }
         }
     }
     None
+}
+
+/// HTML's named character references the view decodes: those of the characters shaped
+/// values are written with, and the invisible ones.
+const NAMED: &[(&[u8], char)] = &[
+    (b"amp", '&'),
+    (b"apos", '\''),
+    (b"colon", ':'),
+    (b"comma", ','),
+    (b"commat", '@'),
+    (b"dash", '\u{2010}'),
+    (b"gt", '>'),
+    (b"hyphen", '\u{2010}'),
+    (b"lowbar", '_'),
+    (b"lpar", '('),
+    (b"lt", '<'),
+    (b"mdash", '\u{2014}'),
+    (b"minus", '\u{2212}'),
+    (b"nbsp", '\u{A0}'),
+    (b"ndash", '\u{2013}'),
+    (b"num", '#'),
+    (b"period", '.'),
+    (b"plus", '+'),
+    (b"quot", '"'),
+    (b"rpar", ')'),
+    (b"shy", '\u{AD}'),
+    (b"sol", '/'),
+    (b"zwj", '\u{200D}'),
+    (b"zwnj", '\u{200C}'),
+    (b"ZeroWidthSpace", '\u{200B}'),
+];
+
+/// The escape at `at` (`%` or `&`) and what it becomes: its length and the fold.
+fn escape(bytes: &[u8], at: usize) -> Option<(usize, Folded)> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    if bytes[at] == b'%' {
+        let high = hex(*bytes.get(at + 1)?)?;
+        let low = hex(*bytes.get(at + 2)?)?;
+        let byte = u8::try_from(high * 16 + low).ok()?;
+        return (0x20..0x7F).contains(&byte).then_some((3, Folded::Ascii(byte)));
+    }
+    // `&…;`: the name or number ends within 16 bytes.
+    let rest = bytes.get(at + 1..)?;
+    let end = rest.iter().take(16).position(|&b| b == b';')?;
+    let name = &rest[..end];
+    let c = match name {
+        [b'#', b'x' | b'X', digits @ ..] if !digits.is_empty() => {
+            let digits = std::str::from_utf8(digits).ok()?;
+            char::from_u32(u32::from_str_radix(digits, 16).ok()?)?
+        }
+        [b'#', digits @ ..] if !digits.is_empty() => {
+            let digits = std::str::from_utf8(digits).ok()?;
+            char::from_u32(digits.parse().ok()?)?
+        }
+        _ => NAMED.iter().find(|(n, _)| *n == name)?.1,
+    };
+    let folded = match u8::try_from(c) {
+        Ok(byte) if (0x20..0x7F).contains(&byte) => Folded::Ascii(byte),
+        _ => fold(c)?,
+    };
+    Some((end + 2, folded))
 }
 
 fn fold(c: char) -> Option<Folded> {

@@ -97,6 +97,25 @@ const EMAIL: &str = concat!(
     r"|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]{2,})",
 );
 
+/// An e-mail address spelled out to keep it from scrapers, as people write it in tickets and
+/// chat: `jane [at] example [dot] com`, `jane(at)example.com`, `jane dot doe AT gmail DOT com`.
+/// With a bracketed `at` the dots may be written either way. With a bare ` at ` every dot after
+/// it must be spelled (so that `the docs at docs.python.org` is not an address) and the
+/// address must end in a common top-level domain (so that `reach me at jane dot doe at gmail
+/// dot com` is read from `jane`, not from `me`).
+const EMAIL_SPELLED: &str = concat!(
+    r"(?i)\b[a-z0-9][a-z0-9_%+-]*",
+    r"(?:(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+|\.)[a-z0-9][a-z0-9_%+-]*)*",
+    r"(?:\s*[\[({<]\s*at\s*[\])}>]\s*[a-z0-9-]+",
+    r"(?:(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+|\.)[a-z0-9-]+)*",
+    r"(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+|\.)[a-z]{2,24}",
+    r"|\s+at\s+[a-z0-9-]+(?:(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+)[a-z0-9-]+)*",
+    r"(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+)",
+    r"(?:com|org|net|edu|gov|mil|int|info|biz|io|co|ai|app|dev|me|us|uk|de|fr|es|it|nl|be|ch|at",
+    r"|se|no|dk|fi|pl|cz|pt|ie|ru|ua|tr|gr|ro|hu|jp|cn|kr|in|sg|hk|tw|au|nz|ca|mx|br|ar|cl|za|il)",
+    r")\b",
+);
+
 pub(crate) const BUILTIN: &[PatternSpec] = &[
     PatternSpec {
         entity: "EMAIL_ADDRESS",
@@ -107,6 +126,16 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         cue: &[],
         group: 0,
         trigger: Some(r"[^\s@]@[^\s@]"),
+    },
+    PatternSpec {
+        entity: "EMAIL_ADDRESS",
+        pattern: EMAIL_SPELLED,
+        score: 0.85,
+        validate: None,
+        context: &[],
+        cue: &[],
+        group: 0,
+        trigger: Some(r"(?i)[\[({<]\s*at\s*[\])}>]|\sat\s+[a-z0-9-]+\s*(?:[\[({<]\s*)?dot\b"),
     },
     // International: `+`, a country code, an optional `(0)` and area code in parentheses,
     // then runs of digits, each run taken whole (the validator counts the digits).

@@ -154,6 +154,47 @@ fn format_characters_inside_values_are_covered() {
 }
 
 #[test]
+fn percent_escaped_and_html_escaped_values_are_found_whole() {
+    for (entity, text, value) in [
+        ("EMAIL_ADDRESS", "GET /users?email=jane%40example.com&page=2", "jane%40example.com"),
+        ("EMAIL_ADDRESS", "body: to=jane.doe%40example%2Eorg", "jane.doe%40example%2Eorg"),
+        ("EMAIL_ADDRESS", "<p>Mail jane&#64;example.com</p>", "jane&#64;example.com"),
+        ("EMAIL_ADDRESS", "<p>jane&#x40;example&period;com</p>", "jane&#x40;example&period;com"),
+        ("EMAIL_ADDRESS", "contact: jane&commat;example.com.", "jane&commat;example.com"),
+        ("EMAIL_ADDRESS", "&#106;&#97;&#110;&#101;&#64;x.io", "&#106;&#97;&#110;&#101;&#64;x.io"),
+        ("PHONE_NUMBER", "tel=%2B44%2020%207946%200958", "%2B44%2020%207946%200958"),
+        ("CREDIT_CARD", "card=4111%201111%201111%201111&cvc", "4111%201111%201111%201111"),
+        ("US_SSN", "ssn: 536&#8209;22&#8209;1234", "536&#8209;22&#8209;1234"),
+    ] {
+        assert_finds(entity, text, value);
+    }
+}
+
+#[test]
+fn email_addresses_spelled_out_are_found() {
+    for (text, value) in [
+        ("write to jane [at] example [dot] com please", "jane [at] example [dot] com"),
+        ("jane(at)example.com", "jane(at)example.com"),
+        ("Mail: j.doe{at}mail.example.co.uk.", "j.doe{at}mail.example.co.uk"),
+        ("my email is jane dot doe at gmail dot com", "jane dot doe at gmail dot com"),
+        ("reach me at jane dot doe at gmail dot com", "jane dot doe at gmail dot com"),
+        ("JANE AT EXAMPLE DOT ORG", "JANE AT EXAMPLE DOT ORG"),
+        ("ops <at> corp (dot) io", "ops <at> corp (dot) io"),
+    ] {
+        assert_finds("EMAIL_ADDRESS", text, value);
+    }
+    for text in [
+        "the docs are at docs.python.org and at example.com",
+        "look at the end dot",
+        "we met at noon, dot the i's",
+        "rated 50% at 40%40 scale",
+        "R&D at ACME & Co; 100% done",
+    ] {
+        assert_clean(text);
+    }
+}
+
+#[test]
 fn internationalised_email_addresses() {
     assert_each(
         "EMAIL_ADDRESS",

@@ -14,6 +14,20 @@ fn ascii_text_is_its_own_view() {
 }
 
 #[test]
+fn ascii_text_without_an_escape_is_its_own_view() {
+    for text in ["50% off, R&D & more", "100%", "&", "a %g &x"] {
+        let view = Normalized::new(text);
+        assert!(matches!(view.view, Cow::Borrowed(_)), "{text:?}");
+    }
+    // Where an escape is, it is one character of the view, mapped back whole.
+    let text = "mail: jane%40example.com, ok";
+    let view = Normalized::new(text);
+    assert_eq!(view.as_str(), "mail: jane@example.com, ok");
+    assert_eq!(view.original(6, 22), (6, 24));
+    assert_eq!(view.original(10, 11), (10, 13));
+}
+
+#[test]
 fn text_with_nothing_to_fold_is_its_own_view() {
     let text = "Grüße aus Köln, Zażółć gęślą jaźń, 東京都渋谷区、€ 12,50";
     let view = Normalized::new(text);
@@ -44,6 +58,14 @@ fn spellings_fold_onto_ascii() {
         ("𝟘𝟙𝟚 𝟿", "012 9"),
         ("ＡＢＣ ｄｅｆ　（１）", "ABC def (1)"),
         ("👍\u{FE0F} é\u{301}", "👍 é\u{301}"),
+        ("email=jane%40example%2ecom&x=1", "email=jane@example.com&x=1"),
+        ("%2B1%20(555)%20010-0199", "+1 (555) 010-0199"),
+        (
+            "jane&#64;example&period;com &#x40; &commat;",
+            "jane@example.com @ @",
+        ),
+        ("ja&shy;ne&#8203;&#65312;x&nbsp;&#8211;", "jane@x -"),
+        ("%2540 %4 %zz %0A %7f &#10; &bogus; &#x; & ;", "%40 %4 %zz %0A %7f &#10; &bogus; &#x; & ;"),
     ] {
         assert_eq!(Normalized::new(text).as_str(), folded, "{text:?}");
     }
@@ -159,6 +181,18 @@ fn spellings() -> impl Strategy<Value = String> {
         "東",
         "👍",
         "Ａ",
+        "%40",
+        "%2e",
+        "%",
+        "%4",
+        "&#64;",
+        "&#x40;",
+        "&commat;",
+        "&shy;",
+        "&#8203;",
+        "&",
+        "&#",
+        ";",
     ]);
     prop::collection::vec(pieces, 0..40).prop_map(|p| p.concat())
 }
