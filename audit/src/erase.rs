@@ -39,6 +39,8 @@ pub struct EraseReport {
     pub vault_rows_deleted: Option<u64>,
     /// Vault files that held the subject's rows, removed from the table (subject erasure).
     pub vault_files_removed: usize,
+    /// Vault files written again with the other rows of the removed ones (subject erasure).
+    pub vault_files_rewritten: usize,
     /// Files vacuumed (subject erasure).
     pub files_deleted: usize,
     /// Keys removed (tenant erasure).
@@ -46,7 +48,8 @@ pub struct EraseReport {
     /// The adapter versions in the lake's registry that learned from the erased data
     /// (`lineage`); `None` when they could not be looked up (the error is in the outcome
     /// event). They keep serving until they are retired (`atdp-serve retire`): erasure does
-    /// not reach weights.
+    /// not reach weights; `atdp-loop` retires them, and [`crate::issue_receipt`] says when
+    /// every one is.
     pub trained_adapters: Option<Vec<TrainedAdapter>>,
     /// The audit event that recorded it.
     pub event_id: String,
@@ -98,6 +101,7 @@ pub async fn erase(
         scope,
         vault_rows_deleted: Some(0),
         vault_files_removed: 0,
+        vault_files_rewritten: 0,
         files_deleted: 0,
         keys_erased: false,
         trained_adapters: None,
@@ -109,6 +113,7 @@ pub async fn erase(
             .map(|deleted| {
                 report.vault_rows_deleted = deleted.rows;
                 report.vault_files_removed = deleted.files_removed;
+                report.vault_files_rewritten = deleted.files_rewritten;
                 report.files_deleted = deleted.files_deleted;
             }),
         None => file
@@ -131,6 +136,7 @@ pub async fn erase(
             "ok": done.is_ok(),
             "vault_rows_deleted": report.vault_rows_deleted,
             "vault_files_removed": report.vault_files_removed,
+            "vault_files_rewritten": report.vault_files_rewritten,
             "files_deleted": report.files_deleted,
             "keys_erased": report.keys_erased,
             "trained_adapters": report.trained_adapters,
@@ -176,7 +182,11 @@ pub(crate) async fn allowed_deletion(
     Ok(record)
 }
 
-fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> atdp_policies::Verdict {
+pub(crate) fn decide(
+    policy: &AccessPolicy,
+    auditor: &Auditor,
+    tenant: &str,
+) -> atdp_policies::Verdict {
     policy.decide(
         ("Auditor", &auditor.id),
         "erase",
@@ -188,6 +198,7 @@ fn decide(policy: &AccessPolicy, auditor: &Auditor, tenant: &str) -> atdp_polici
 struct Deleted {
     rows: Option<u64>,
     files_removed: usize,
+    files_rewritten: usize,
     files_deleted: usize,
 }
 
@@ -195,6 +206,7 @@ async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Resu
     let mut deleted = Deleted {
         rows: Some(0),
         files_removed: 0,
+        files_rewritten: 0,
         files_deleted: 0,
     };
     let Some(table) = lake.open_table(Table::PiiVault).await? else {
@@ -210,6 +222,7 @@ async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Resu
         .map_err(Error::query)?;
     deleted.rows = metrics.num_deleted_rows.and_then(|n| u64::try_from(n).ok());
     deleted.files_removed = metrics.num_removed_files;
+    deleted.files_rewritten = metrics.num_added_files;
     if deleted.files_removed == 0 {
         return Ok(deleted);
     }

@@ -35,6 +35,7 @@ mod export;
 mod keys;
 mod lineage;
 mod reason;
+mod receipt;
 mod retention;
 mod reveal;
 mod search;
@@ -53,6 +54,9 @@ pub use export::{Bundle, BundleRow, FORMAT, Subject, digest, row, seal, trajecto
 pub use keys::{RotateReport, rotate_key};
 pub use lineage::{TrainedAdapter, trained_on};
 pub use reason::{MAX_REASON, MIN_REASON_VISIBLE};
+pub use receipt::{
+    Cited, RECEIPT_KIND, Receipt, ReceiptAdapter, ReceiptCheck, check_receipt, issue_receipt,
+};
 pub use retention::{ExpireReport, RetentionCheck, Vacuum, check as check_retention, expire};
 pub use reveal::{RevealRequest, Revealed, reveal};
 pub use search::{

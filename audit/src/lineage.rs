@@ -6,7 +6,8 @@
 //! adapter version's `manifest.json` (`adapters/<policy>/v<N>/`, written by `atdp-train`)
 //! lists the trajectories its examples came from (`lineage.trajectories`, by tenant); a
 //! version learned from the subject when the two lists meet. A version without a lineage
-//! (trained before it was recorded) is listed as unknown, never as clean.
+//! (trained before it was recorded), or published without a manifest at all (trained by
+//! another stack, made by hand), is listed as unknown, never as clean.
 
 use std::collections::BTreeSet;
 
@@ -66,11 +67,11 @@ fn in_list_expr(
     expr.in_list(values.iter().map(|v| lit(v.clone())).collect(), false)
 }
 
-/// `<policy>/v<N>/manifest.json` → (policy, N).
-fn version_of(path: &str) -> Option<(String, u32)> {
+/// `<policy>/v<N>/<name>` → (policy, N).
+fn version_of(path: &str, name: &str) -> Option<(String, u32)> {
     let mut parts = path.split('/');
     let (policy, version, file) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() || file != "manifest.json" {
+    if parts.next().is_some() || file != name {
         return None;
     }
     Some((policy.to_owned(), version.strip_prefix('v')?.parse().ok()?))
@@ -97,9 +98,24 @@ pub async fn trained_on(
     let store =
         deltalake::logstore::store_for(&url, lake.options().clone()).map_err(Error::query)?;
     let listed: Vec<_> = store.list(None).try_collect().await.map_err(Error::query)?;
-    let mut found = Vec::new();
+    // A published version without a manifest (trained elsewhere, made by hand) has no
+    // lineage either: unknown, never presumed clean.
+    let manifests: BTreeSet<(String, u32)> = listed
+        .iter()
+        .filter_map(|meta| version_of(meta.location.as_ref(), "manifest.json"))
+        .collect();
+    let mut found: Vec<TrainedAdapter> = listed
+        .iter()
+        .filter_map(|meta| version_of(meta.location.as_ref(), "_published.json"))
+        .filter(|version| !manifests.contains(version))
+        .map(|(policy, version)| TrainedAdapter {
+            policy,
+            version,
+            trajectories: None,
+        })
+        .collect();
     for meta in listed {
-        let Some((policy, version)) = version_of(meta.location.as_ref()) else {
+        let Some((policy, version)) = version_of(meta.location.as_ref(), "manifest.json") else {
             continue;
         };
         let bytes = store
@@ -144,8 +160,12 @@ mod tests {
     #[test]
     fn only_a_versions_own_manifest_names_a_version() {
         assert_eq!(
-            version_of("support/v12/manifest.json"),
+            version_of("support/v12/manifest.json", "manifest.json"),
             Some(("support".into(), 12))
+        );
+        assert_eq!(
+            version_of("support/v3/_published.json", "_published.json"),
+            Some(("support".into(), 3))
         );
         for other in [
             "support/v12/adapter_config.json",
@@ -154,7 +174,7 @@ mod tests {
             "support/12/manifest.json",
             "support/vx/manifest.json",
         ] {
-            assert_eq!(version_of(other), None, "{other}");
+            assert_eq!(version_of(other, "manifest.json"), None, "{other}");
         }
     }
 }

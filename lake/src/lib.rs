@@ -8,7 +8,8 @@
 //!   each table's partitions, without a query engine.
 //! - `tables`: where the lake is (a directory or an object-store URL) and the idempotent Delta
 //!   commit of a segment's files.
-//! - `reader` and `catalog`: reading it back, filtered, or by SQL pinned to a version.
+//! - `reader` and `catalog`: reading it back, filtered, or by SQL pinned to a version;
+//!   `erasures`: what erasures reached, which training reads leave out.
 //! - `maintenance`: compaction, vacuum and statistics.
 //!
 //! Reading, querying and maintenance run on DataFusion and are the feature `query` (on by
@@ -46,6 +47,8 @@
 mod catalog;
 pub mod cli;
 mod config;
+#[cfg(feature = "query")]
+mod erasures;
 mod error;
 mod files;
 #[cfg(feature = "query")]
@@ -60,6 +63,8 @@ mod writer;
 #[cfg(feature = "query")]
 pub use catalog::{Catalog, rows};
 pub use config::WriterConfig;
+#[cfg(feature = "query")]
+pub use erasures::Erasures;
 pub use error::{Error, Result};
 #[cfg(feature = "query")]
 pub use reader::{

@@ -219,7 +219,11 @@ impl LakeReader {
     }
 
     /// The filtered frame of `table` and its version; `None` when the table does not exist.
-    async fn frame(&self, table: Table, filter: &Filter) -> Result<Option<(DataFrame, u64)>> {
+    pub(crate) async fn frame(
+        &self,
+        table: Table,
+        filter: &Filter,
+    ) -> Result<Option<(DataFrame, u64)>> {
         let query_error = |e: &dyn std::fmt::Display| Error::Query {
             table: table.name(),
             message: e.to_string(),
@@ -243,7 +247,7 @@ impl LakeReader {
     }
 
     /// `frame`'s rows in event-time order.
-    async fn sorted(table: Table, frame: DataFrame) -> Result<Vec<RecordBatch>> {
+    pub(crate) async fn sorted(table: Table, frame: DataFrame) -> Result<Vec<RecordBatch>> {
         let query_error = |e: &dyn std::fmt::Display| Error::Query {
             table: table.name(),
             message: e.to_string(),

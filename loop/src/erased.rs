@@ -177,13 +177,43 @@ mod tests {
         .await;
         writer.shutdown(Duration::from_secs(10)).await.unwrap();
 
-        let kept = retire_erased(&lake, &registry, "atdp-loop", None, true)
+        let trail = AdapterEvents::open(
+            &url,
+            Default::default(),
+            &dir.path().join("wal-loop"),
+            "acme",
+        )
+        .await
+        .unwrap();
+        let kept = retire_erased(&lake, &registry, "atdp-loop", Some(&trail), true)
             .await
             .unwrap();
+        trail.close().await.unwrap();
         assert_eq!(kept.iter().map(|e| e.version).collect::<Vec<_>>(), [3]);
         assert_eq!(kept[0].action, Action::Retire);
         assert!(kept[0].reason.contains("erase-1"), "{}", kept[0].reason);
         assert_eq!(registry.state().await.unwrap().serving, Some(2));
+        // The retirement is an audit event naming the erasure, as an erasure receipt
+        // (`atdp-audit receipt`) reads it.
+        let events = LakeReader::new(lake.clone())
+            .audit(&Filter::default())
+            .await
+            .unwrap();
+        let retired: Vec<serde_json::Value> = events
+            .rows
+            .iter()
+            .filter(|e| e.kind == "adapter_retire")
+            .map(|e| serde_json::from_str(e.detail_json.as_deref().unwrap()).unwrap())
+            .collect();
+        assert_eq!(retired.len(), 1, "{retired:?}");
+        assert_eq!(
+            (
+                &retired[0]["policy"],
+                &retired[0]["version"],
+                &retired[0]["detail"]["erasure"]
+            ),
+            (&json!("support"), &json!(3), &json!("erase-1"))
+        );
 
         let unknown = retire_erased(&lake, &registry, "atdp-loop", None, false)
             .await

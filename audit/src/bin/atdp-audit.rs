@@ -125,6 +125,23 @@ enum Command {
         #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
         auditor_key: String,
     },
+    /// Issue the receipt of an erasure: what it deleted, rewrote and vacuumed, the adapter
+    /// versions that learned from the data and whether each is retired; recorded in the audit
+    /// trail as an `erase_receipt` event. Exits 1 while the erasure is not complete.
+    Receipt {
+        /// The erasure: the event id `erase` printed (`event_id`).
+        #[arg(long)]
+        erasure: String,
+        /// The auditor key of who asks (Cedar decides, as for `erase`).
+        #[arg(long, env = "ATDP_AUDITOR_KEY", hide_env_values = true)]
+        auditor_key: String,
+    },
+    /// Check a recorded erasure receipt against the audit trail: the trail is intact and every
+    /// event the receipt cites is unchanged; exits 1 when not.
+    CheckReceipt {
+        /// The receipt's audit event id (`receipt_event` of `receipt`).
+        receipt_event: String,
+    },
     /// Delete a tenant's steps whose retention ended (`retention_until`), with their rewards
     /// and the vault entries only they used; run it on a schedule (cron, a systemd timer).
     Expire {
@@ -584,6 +601,43 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             .await;
             trail.close().await?;
             println!("{}", serde_json::to_string_pretty(&report?)?);
+        }
+        Command::Receipt {
+            erasure,
+            auditor_key,
+        } => {
+            let auditor = env.auditor(&auditor_key)?;
+            let trail = env.trail().await?;
+            let issued =
+                atdp_audit::issue_receipt(&env.lake, env.policy()?, &trail, &auditor, &erasure)
+                    .await;
+            trail.close().await?;
+            let (receipt, receipt_event) = issued?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "receipt_event": receipt_event,
+                    "receipt": receipt,
+                }))?
+            );
+            if !receipt.complete {
+                eprintln!(
+                    "atdp-audit: the erasure is not complete: {}",
+                    receipt.pending.join("; ")
+                );
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::CheckReceipt { receipt_event } => {
+            let check = atdp_audit::check_receipt(&env.lake, &receipt_event).await?;
+            println!("{}", serde_json::to_string_pretty(&check)?);
+            if !check.ok() {
+                eprintln!(
+                    "atdp-audit: the receipt does not hold: {}",
+                    check.problems.join("; ")
+                );
+                return Ok(ExitCode::from(1));
+            }
         }
         Command::Expire {
             tenant,

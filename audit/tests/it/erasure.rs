@@ -132,6 +132,10 @@ async fn reveal_then_erase_then_reveal_fails() {
         Some(serde_json::json!({"trajectories": {"demo": ["a", "b"]}})),
     );
     manifest("support", "v3", None);
+    // v4 was published without a manifest (trained by another stack): unknown too.
+    let v4 = f.lake_root().join("adapters/support/v4");
+    std::fs::create_dir_all(&v4).unwrap();
+    std::fs::write(v4.join("_published.json"), b"{}").unwrap();
     manifest(
         "triage",
         "v1",
@@ -160,7 +164,11 @@ async fn reveal_then_erase_then_reveal_fails() {
         .collect();
     assert_eq!(
         trained,
-        vec![("support".into(), 1, Some(1)), ("support".into(), 3, None)],
+        vec![
+            ("support".into(), 1, Some(1)),
+            ("support".into(), 3, None),
+            ("support".into(), 4, None)
+        ],
         "{report:?}"
     );
     assert!(report.vault_files_removed >= 1, "{report:?}");
@@ -174,6 +182,54 @@ async fn reveal_then_erase_then_reveal_fails() {
         files_containing(&vault_dir, &ciphertext),
         Vec::<std::path::PathBuf>::new()
     );
+    assert!(report.vault_files_rewritten >= 1, "{report:?}");
+
+    // The receipt: the deletion is done, but the versions that learned from the subject
+    // still serve, so it is not complete; an analyst may not ask for it.
+    let erasure = report.event_id.clone();
+    assert!(matches!(
+        atdp_audit::issue_receipt(&f.lake, &f.policy, &trail, &analyst, &erasure).await,
+        Err(Error::Denied(_))
+    ));
+    let (receipt, _) = atdp_audit::issue_receipt(&f.lake, &f.policy, &trail, &officer, &erasure)
+        .await
+        .unwrap();
+    assert!(!receipt.complete);
+    assert_eq!(receipt.deleted, Some(true));
+    assert_eq!(receipt.files_vacuumed, report.files_deleted);
+    assert_eq!(
+        receipt.pending,
+        [
+            "support@v1 learned from the data and is not retired",
+            "support@v3 learned from the data and is not retired",
+            "support@v4 learned from the data and is not retired"
+        ]
+    );
+    // `atdp-loop` retires them, each an `adapter_retire` event naming the erasure.
+    for version in [1, 3, 4] {
+        let mut retire = atdp_audit::event("adapter_retire", "atdp-loop", "demo");
+        retire.subject = Some(format!("support@v{version}"));
+        retire.decision = Some("retire".into());
+        retire.detail_json = Some(
+            serde_json::json!({"policy": "support", "version": version, "previous": null,
+                "registry_log_seq": version, "detail": {"erasure": erasure}})
+            .to_string(),
+        );
+        trail.record_committed(retire).await.unwrap();
+    }
+    let (receipt, receipt_event) =
+        atdp_audit::issue_receipt(&f.lake, &f.policy, &trail, &officer, &erasure)
+            .await
+            .unwrap();
+    assert!(receipt.complete, "{:?}", receipt.pending);
+    assert_eq!(receipt.cites.len(), 5);
+    assert!(!serde_json::to_string(&receipt).unwrap().contains(EMAIL));
+    let check = atdp_audit::check_receipt(&f.lake, &receipt_event)
+        .await
+        .unwrap();
+    assert!(check.ok(), "{:?}", check.problems);
+    assert_eq!(check.receipt, receipt);
+
     // Other values of the tenant are still revealable.
     assert_eq!(
         reveal(card.clone(), "chargeback").await.unwrap().value,

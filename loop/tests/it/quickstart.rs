@@ -1,5 +1,5 @@
-//! `atdp-quickstart` in a reduced form, then the guessing game and automatic rollback on the
-//! servers it leaves running.
+//! `atdp-quickstart` in a reduced form, then the guessing game, automatic rollback, a PyTorch
+//! adapter and a tenant erasure on the servers it leaves running.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -126,7 +126,8 @@ async fn live_when(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_loop_learns_swaps_under_load_rolls_back_and_gates_a_pytorch_adapter() {
+async fn the_loop_learns_swaps_under_load_rolls_back_gates_a_pytorch_adapter_and_retires_what_an_erasure_reached()
+ {
     let work = tempfile::tempdir().unwrap();
     let mut config = QuickstartConfig::new(work.path().join("qs"));
     config.collect = 320;
@@ -326,6 +327,15 @@ async fn the_loop_learns_swaps_under_load_rolls_back_and_gates_a_pytorch_adapter
         work.path(),
         &lake,
         &registry,
+        &report.serve_url,
+    )
+    .await;
+
+    crate::erasure::a_tenant_erasure_retires_what_learned_from_it_under_load(
+        work.path(),
+        &lake,
+        &registry,
+        &report.proxy_url,
         &report.serve_url,
     )
     .await;

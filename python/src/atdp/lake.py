@@ -215,6 +215,16 @@ def _exclusions(table: Any, where: str, marked: bool, now: int, unmarked: str) -
     return {row["reason"]: int(row["n"]) for row in data.to_pylist() if row["n"]}
 
 
+@dataclass
+class Erasures:
+    """What the allowed erasures of one tenant reached (``atdp-audit erase``, read from its
+    ``erase`` audit events): the erased subjects' tokens, and when the tenant's keys were
+    last erased (µs since the epoch), if ever."""
+
+    tokens: set[str] = field(default_factory=set)
+    tenant_erased_at: int | None = None
+
+
 class Lake:
     """An ATDP lake: a directory or an ``s3://``, ``gs://``, ``az://`` URL, with the object
     store's options (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ... as delta-rs takes them)."""
@@ -234,6 +244,56 @@ class Lake:
             version=version,
             storage_options=self.storage_options or None,
         )
+
+    def _erased(self, tenant: str) -> Erasures:
+        """The allowed erasures of ``tenant`` in the ``audit`` table (none without the table).
+        An ``erase`` event whose detail cannot be read raises: what it erased is unknown."""
+        deltalake, _ = _modules()
+        try:
+            audit = self.table("audit")
+        except deltalake.exceptions.TableNotFoundError:
+            return Erasures()
+        erasures = Erasures()
+        where = f"tenant_id = {_literal(tenant)} AND kind = 'erase' AND decision = 'allow'"
+        for event in _rows(audit, where):
+            try:
+                detail = json.loads(event["detail_json"])
+                scope, tokens = detail["scope"], detail.get("tokens") or []
+            except (TypeError, ValueError, KeyError) as e:
+                raise ValueError(
+                    f"erasure {event['event_id']} has no readable scope and tokens, so what it erased is unknown"
+                ) from e
+            if scope == "tenant":
+                at = int(event["occurred_at"])
+                erasures.tenant_erased_at = max(at, erasures.tenant_erased_at or at)
+            else:
+                erasures.tokens.update(tokens)
+        return erasures
+
+    def _erased_trajectories(self, tenant: str, steps_table: Any) -> set[str]:
+        """The trajectories of ``tenant`` its allowed erasures reached, among all its steps in
+        ``steps_table`` (not only those a read selects): those with a step that carries an
+        erased subject's token, and those with a step that started before the tenant's keys
+        were erased. Training leaves them out, whole, as the Rust trainer does."""
+        erasures = self._erased(tenant)
+        reached: set[str] = set()
+        tenant_is = f"tenant_id = {_literal(tenant)}"
+        if erasures.tenant_erased_at is not None:
+            data = _query(
+                steps_table,
+                f"SELECT DISTINCT trajectory_id FROM lake_table WHERE {tenant_is}"
+                f" AND arrow_cast(started_at, 'Int64') < {int(erasures.tenant_erased_at)}",
+            )
+            reached.update(data.column("trajectory_id").to_pylist())
+        if erasures.tokens:
+            tokens = ", ".join(_literal(t) for t in sorted(erasures.tokens))
+            data = _query(
+                steps_table,
+                "SELECT DISTINCT trajectory_id FROM (SELECT trajectory_id, unnest(pii) AS span"
+                f" FROM lake_table WHERE {tenant_is}) WHERE span['token'] IN ({tokens})",
+            )
+            reached.update(data.column("trajectory_id").to_pylist())
+        return reached
 
     def versions(self) -> dict[str, int]:
         """The latest version of the steps and rewards tables."""
@@ -260,7 +320,8 @@ class Lake:
         than the time of the call, which is the default), and the rewards of their trajectories with the names of
         ``weights`` (each pinned to a function version by ``reward_versions``), as the Rust
         trainer selects them, with their returns. Steps left out are counted by reason in
-        :attr:`LakeData.excluded`; unmarked steps are read only with ``unmarked="eligible"``.
+        :attr:`LakeData.excluded`; unmarked steps are read only with ``unmarked="eligible"``,
+        and a trajectory an erasure reached is left out whole (counted as ``erased``).
         With ``placeholders="surrogate"`` (the default) the placeholders of the steps'
         messages and tool descriptions are rendered as surrogate values
         (:func:`atdp.surrogates.render_step`); ``"keep"`` leaves them."""
@@ -292,6 +353,11 @@ class Lake:
             if s["tenant_id"] == tenant
         ]
         steps.sort(key=lambda s: s["started_at"])
+        reached = self._erased_trajectories(tenant, steps_table)
+        if reached:
+            kept = [s for s in steps if s["trajectory_id"] not in reached]
+            excluded["erased"] = excluded.get("erased", 0) + len(steps) - len(kept)
+            steps = kept
         if placeholders == "surrogate":
             for s in steps:
                 render_step(s)
@@ -327,7 +393,7 @@ class Lake:
 class LakeData:
     """What :meth:`Lake.read` selected: rows as dicts, returns by (tenant, trajectory, step),
     the table versions read, and the steps left out because they may not be trained on, by
-    reason (``not_eligible``, ``unmarked``, ``retention_expired``)."""
+    reason (``not_eligible``, ``unmarked``, ``retention_expired``, ``erased``)."""
 
     tenant: str
     steps: list[dict[str, Any]]

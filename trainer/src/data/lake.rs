@@ -4,7 +4,10 @@
 //! Only steps that may be trained on are read ([`LakeReader::trainable_steps`]): a step marked
 //! ineligible (`training_eligible` false), past its `retention_until`, or unmarked (unless
 //! [`Selection::unmarked`] says otherwise) never leaves the lake; the manifest counts them by
-//! reason ([`TableRead::excluded`]). Rewards are kept only on trajectories of steps read.
+//! reason ([`TableRead::excluded`]). Nor is a trajectory an erasure reached
+//! ([`LakeReader::erased_trajectories`]: a subject's tokens in one of its steps, or a step of
+//! the tenant from before its keys were erased), counted as `erased`. Rewards are kept only
+//! on trajectories of steps read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -54,7 +57,8 @@ pub struct TableRead {
     /// Rows kept after the trainer's own selection (reward names, trajectories read).
     pub rows_kept: usize,
     /// `steps` the filter matched that were not read because they may not be trained on, by
-    /// reason: `not_eligible`, `unmarked`, `retention_expired` (empty for `rewards`).
+    /// reason: `not_eligible`, `unmarked`, `retention_expired`, `erased` (empty for
+    /// `rewards`).
     #[serde(default)]
     pub excluded: BTreeMap<String, usize>,
 }
@@ -154,7 +158,20 @@ async fn read(reader: &LakeReader, selection: &Selection, marks: Marks) -> Resul
                 for (reason, count) in trainable.excluded {
                     *excluded.entry(reason).or_insert(0) += count;
                 }
-                trainable.steps
+                let mut steps = trainable.steps;
+                // At the version just read (every tenant's read shares it).
+                let reached = reader
+                    .erased_trajectories(tenant, steps_version.or(steps.version))
+                    .await?;
+                if !reached.is_empty() {
+                    let before = steps.rows.len();
+                    steps.rows.retain(|s| !reached.contains(&s.trajectory_id));
+                    let erased = before - steps.rows.len();
+                    if erased > 0 {
+                        *excluded.entry("erased".to_owned()).or_insert(0) += erased;
+                    }
+                }
+                steps
             }
             Marks::Ignored => reader.steps(&steps_filter).await?,
         };

@@ -2,8 +2,8 @@
 //! same lake into the same returns: trees with retries and abandoned branches, step and
 //! trajectory rewards, duplicates resolved to the latest, unknown names, a step reward naming
 //! another trajectory's step, a second tenant using the same trajectory ids, and steps that
-//! may not be trained on (marked ineligible, unmarked, past their retention), which neither
-//! reads and both count alike. And the Python reader exits cleanly after reading, however late
+//! may not be trained on (marked ineligible, unmarked, past their retention, or in a
+//! trajectory an erasure reached), which neither reads and both count alike. And the Python reader exits cleanly after reading, however late
 //! the machine runs its threads.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,13 +12,32 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use atdp_schema::{Message, Record, Reward, Step};
+use atdp_schema::{AuditEvent, Message, PiiSpan, Record, Reward, Step};
 use atdp_trainer::{RewardSpec, Rng, Selection, read_lake, step_returns};
 use serde_json::{Value, json};
 
 use crate::learning::write_lake;
 
 const BASE: i64 = 1_795_910_400_000_000; // 2026-11-29
+
+/// The token of a subject whose erasure reaches trajectories 20 and 21 of both tenants.
+const ERASED: &str = "<EMAIL_ADDRESS_0000e1>";
+
+/// The masked spans of step `i` of trajectory `t`: the erased subject in the first step of
+/// trajectories 20 and 21, a subject never erased in trajectory 22.
+fn subject(t: usize, i: usize) -> Vec<PiiSpan> {
+    let token = match (t, i) {
+        (20 | 21, 0) => ERASED,
+        (22, _) => "<EMAIL_ADDRESS_0000aa>",
+        _ => return Vec::new(),
+    };
+    vec![PiiSpan {
+        field: "request_messages[0].content".into(),
+        entity: "EMAIL_ADDRESS".into(),
+        token: token.into(),
+        action: "tokenize".into(),
+    }]
+}
 
 /// A seeded lake: for each tenant the same trajectory ids, different trees and rewards.
 fn records() -> Vec<Record> {
@@ -69,6 +88,7 @@ fn records() -> Vec<Record> {
                     completion_logprobs: logprobs,
                     training_eligible,
                     retention_until,
+                    pii: subject(t, i),
                     ..Step::default()
                 })));
                 ids.push(id);
@@ -111,6 +131,18 @@ fn records() -> Vec<Record> {
                 reward(Some(format!("traj-{}-s0", t - 1)), "rating", 1.0);
             }
         }
+    }
+    // An erasure of each tenant: acme's reaches traj-20 and traj-21 (every step of both),
+    // globex's another token; a refused one reaches nothing.
+    for (tenant, decision, token) in [
+        ("acme", "allow", ERASED),
+        ("globex", "allow", "<EMAIL_ADDRESS_0000ff>"),
+        ("acme", "deny", "<EMAIL_ADDRESS_0000aa>"),
+    ] {
+        let mut event = AuditEvent::new("erase", "auditor:dpo", tenant);
+        event.decision = Some(decision.into());
+        event.detail_json = Some(json!({"scope": "subject", "tokens": [token]}).to_string());
+        records.push(Record::Audit(event));
     }
     // Two duplicates at the same time: the greater reward_id wins on both sides, whatever the
     // order the rows are read in.
@@ -234,7 +266,7 @@ fn compare(lake: &Path, since: Option<i64>) {
     }
     // Steps that may not be trained on: neither side reads them, both count them alike.
     let excluded = &data.reads[0].excluded;
-    for reason in ["not_eligible", "unmarked", "retention_expired"] {
+    for reason in ["not_eligible", "unmarked", "retention_expired", "erased"] {
         assert!(
             excluded.get(reason).is_some_and(|&n| n > 0),
             "{reason}: {excluded:?}"
@@ -246,6 +278,12 @@ fn compare(lake: &Path, since: Option<i64>) {
             .iter()
             .all(|s| s.training_eligible == Some(true) && s.retention_until == Some(i64::MAX)),
         "a step that may not be trained on was read"
+    );
+    assert!(
+        data.steps
+            .iter()
+            .all(|s| !["traj-20", "traj-21"].contains(&s.trajectory_id.as_str())),
+        "a trajectory an erasure reached was read"
     );
     let in_metadata: Value =
         serde_json::from_str(python["metadata"]["atdp.excluded"].as_str().unwrap()).unwrap();

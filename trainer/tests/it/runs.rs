@@ -469,3 +469,128 @@ fn steps_that_may_not_be_trained_on_are_never_read_and_the_manifest_counts_them(
         ])
     );
 }
+
+#[test]
+fn trajectories_an_erasure_reached_are_never_read_and_the_manifest_counts_them() {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use atdp_schema::{AuditEvent, PiiSpan, Record};
+    use atdp_trainer::{Selection, read_lake};
+
+    let setup = Setup::new();
+    let at = 1_795_910_400_000_000 + 100_000_000;
+    let token = |n: usize| format!("<EMAIL_ADDRESS_{n:06x}>");
+    let mut records: Vec<Record> = Vec::new();
+    let mut trajectories = Vec::new();
+    // Six rewarded episodes; episode i mentions subject i. Episode 0 has a second step
+    // without the subject: the whole trajectory goes with it.
+    for i in 0..6 {
+        let (mut step, reward) = episode(GOOD, 1.0, Some("v1"), at + i as i64 * 1_000_000);
+        step.pii.push(PiiSpan {
+            field: "request_messages[0].content".into(),
+            entity: "EMAIL_ADDRESS".into(),
+            token: token(i),
+            action: "tokenize".into(),
+        });
+        trajectories.push(step.trajectory_id.clone());
+        if i == 0 {
+            let mut next = step.clone();
+            next.step_id = atdp_schema::new_id();
+            next.turn_index = 1;
+            next.pii.clear();
+            next.started_at += 500_000;
+            records.push(next.into());
+        }
+        records.push(step.into());
+        records.push(reward.into());
+    }
+    let erase = |tenant: &str, decision: &str, detail: serde_json::Value| {
+        let mut e = AuditEvent::new("erase", "auditor:dpo", tenant);
+        e.decision = Some(decision.into());
+        e.subject = Some(format!("tenant:{tenant}"));
+        e.detail_json = Some(detail.to_string());
+        e
+    };
+    // Subject 0 erased; the erasure of subject 1 was refused; subject 2 was erased in another
+    // tenant.
+    for (tenant, decision, subject) in [
+        ("acme", "allow", 0),
+        ("acme", "deny", 1),
+        ("globex", "allow", 2),
+    ] {
+        let tokens = serde_json::json!([token(subject), "<PERSON_0000aa>"]);
+        records.push(
+            erase(
+                tenant,
+                decision,
+                serde_json::json!({"scope": "subject", "tokens": tokens}),
+            )
+            .into(),
+        );
+    }
+    write_lake(&setup.lake(), records);
+
+    let selection = Selection {
+        tenants: BTreeSet::from(["acme".to_owned()]),
+        reward_names: BTreeSet::from(["ok".to_owned()]),
+        ..Selection::default()
+    };
+    let location = setup.lake().display().to_string();
+    let data = read_lake(&location, Default::default(), &selection).unwrap();
+    let read: BTreeSet<&str> = data
+        .steps
+        .iter()
+        .map(|s| s.trajectory_id.as_str())
+        .collect();
+    assert_eq!(data.steps.len(), 5);
+    assert!(!read.contains(trajectories[0].as_str()));
+    assert_eq!(
+        data.reads[0].excluded,
+        BTreeMap::from([("erased".to_owned(), 2)])
+    );
+    assert!(
+        data.rewards
+            .iter()
+            .all(|r| r.trajectory_id != trajectories[0])
+    );
+
+    // The training run reads the same and its manifest says why two steps were left out.
+    let config = setup.config("erased", SMALL);
+    atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(setup.out("erased").join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["tables"][0]["excluded"],
+        serde_json::json!({"erased": 2})
+    );
+    let lineage: BTreeSet<String> =
+        serde_json::from_value(manifest["lineage"]["trajectories"]["acme"].clone()).unwrap();
+    assert!(!lineage.contains(&trajectories[0]));
+
+    // A tenant erasure leaves out every step from before it; steps after it are read.
+    write_lake(
+        &setup.lake(),
+        vec![Record::from(AuditEvent {
+            occurred_at: at + 3_000_000,
+            ..erase(
+                "acme",
+                "allow",
+                serde_json::json!({"scope": "tenant", "tokens": []}),
+            )
+        })],
+    );
+    let data = read_lake(&location, Default::default(), &selection).unwrap();
+    assert_eq!(
+        data.steps
+            .iter()
+            .map(|s| s.trajectory_id.as_str())
+            .collect::<Vec<_>>(),
+        [trajectories[3].as_str(), &trajectories[4], &trajectories[5]]
+    );
+    assert_eq!(
+        data.reads[0].excluded,
+        BTreeMap::from([("erased".to_owned(), 4)])
+    );
+}
