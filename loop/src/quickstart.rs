@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::adapter_events::AdapterEvents;
 use crate::client::Agent;
-use crate::cycle::{record_decision, rewarded_trajectories, train_and_publish};
+use crate::cycle::{Trained, record_decision, rewarded_trajectories, train_and_publish};
 use crate::env::{Env, Episode};
 use crate::error::blocking;
 use crate::eval::{EvalPlan, EvalReport, evaluate};
@@ -339,13 +339,7 @@ pub async fn run(
     };
 
     let model = dir.join("model");
-    let mut spec = InitSpec::tiny(Arch::Qwen2);
-    // At the default 0.02 the random network attends almost uniformly and its last position
-    // hardly sees the ticket: trained on the same episodes, it learned one letter preference
-    // for all tickets (measured). At 0.2 its random features tell the tickets apart.
-    spec.init_std = 0.2;
-    atdp_trainer::init_model(&model, &spec)?;
-    let base = BaseModel::open(&model)?;
+    let base = tiny_model(&model)?;
     let lake = dir.join("lake").display().to_string();
     let registry = Registry::open(&lake, Default::default(), POLICY)?;
     let cache = dir.join("serve-cache");
@@ -362,7 +356,79 @@ pub async fn run(
         Some(DEMO_KEY.to_owned()),
         "local/support-router",
     );
-    let plan = |label: &str, first_seed, episodes, post_rewards| EvalPlan {
+    let heldout = config.gate.heldout_seed;
+    let before = evaluate(&agent, &plan(config, "before", heldout, config.eval, false)).await;
+    say(&rate_line(&before));
+    lap("eval_before", &mut seconds);
+
+    let (collected, collect_start) = collect(config, &agent, &lake, say).await?;
+    lap("collect", &mut seconds);
+
+    let trained = train(config, &model, &lake, &dir, &registry, collect_start, say).await?;
+    lap("train", &mut seconds);
+
+    let trail =
+        AdapterEvents::open(&lake, Default::default(), &dir.join("loop-wal"), "demo").await?;
+    let report = run_gate(config, &registry, &base, &dir, trained.version, say).await?;
+    lap("gate", &mut seconds);
+
+    let swap = promote_or_record(
+        config,
+        &agent,
+        &serving,
+        &registry,
+        &report,
+        trained.version,
+        &trail,
+        say,
+    )
+    .await?;
+    trail.close().await?;
+    lap("swap", &mut seconds);
+
+    let after = evaluate(&agent, &plan(config, "after", heldout, config.eval, false)).await;
+    say(&rate_line(&after));
+    lap("eval_after", &mut seconds);
+
+    let report = QuickstartReport {
+        config: config.clone(),
+        before,
+        after,
+        collected,
+        promoted: report.promote,
+        gate: report,
+        swap,
+        trained_examples: trained.examples,
+        seconds,
+        proxy_url: format!("http://{proxy_addr}/v1"),
+        serve_url: format!("http://{serve_addr}"),
+    };
+    write_report(&dir, &report)?;
+    Ok(report)
+}
+
+/// Writes the tiny random Qwen2 model the loop trains into `model` and opens it as the
+/// serving base.
+fn tiny_model(model: &Path) -> Result<BaseModel> {
+    let mut spec = InitSpec::tiny(Arch::Qwen2);
+    // At the default 0.02 the random network attends almost uniformly and its last position
+    // hardly sees the ticket: trained on the same episodes, it learned one letter preference
+    // for all tickets (measured). At 0.2 its random features tell the tickets apart.
+    spec.init_std = 0.2;
+    atdp_trainer::init_model(model, &spec)?;
+    Ok(BaseModel::open(model)?)
+}
+
+/// The evaluation plan of one phase: `episodes` episodes of the configured environment from
+/// `first_seed`, at temperature 1.
+fn plan(
+    config: &QuickstartConfig,
+    label: &str,
+    first_seed: u64,
+    episodes: u64,
+    post_rewards: bool,
+) -> EvalPlan {
+    EvalPlan {
         label: label.to_owned(),
         env: config.env.into(),
         first_seed,
@@ -370,16 +436,30 @@ pub async fn run(
         temperature: 1.0,
         concurrency: config.concurrency,
         post_rewards,
-    };
-    let heldout = config.gate.heldout_seed;
-    let before = evaluate(&agent, &plan("before", heldout, config.eval, false)).await;
-    say(&rate_line(&before));
-    lap("eval_before", &mut seconds);
+    }
+}
 
+/// Plays the training episodes through the proxy with their rewards posted, and waits until the
+/// lake holds every one of them with its reward. Returns the episodes' report and when the
+/// collection began (the training run selects steps from then on). More than a tenth of the
+/// episodes failing is an error; fewer are reported through `say` and leave enough to train on
+/// (a model server that restarts its engine loses the calls in flight).
+async fn collect(
+    config: &QuickstartConfig,
+    agent: &Agent,
+    lake: &str,
+    say: &(dyn Fn(&str) + Sync),
+) -> Result<(EvalReport, chrono::DateTime<chrono::Utc>)> {
     let collect_start = chrono::Utc::now();
     let collected = evaluate(
-        &agent,
-        &plan("collected", config.gate.train_seed, config.collect, true),
+        agent,
+        &plan(
+            config,
+            "collected",
+            config.gate.train_seed,
+            config.collect,
+            true,
+        ),
     )
     .await;
     say(&format!(
@@ -389,8 +469,6 @@ pub async fn run(
         collected.failed,
         collected.success_rate * 100.0
     ));
-    // A few failed episodes (a model server that restarts its engine loses the calls in
-    // flight) leave enough to train on, and are reported; more mean something is broken.
     if collected.failed > 0 {
         let reasons: std::collections::BTreeSet<&String> = collected.failures.iter().collect();
         say(&format!(
@@ -411,34 +489,55 @@ pub async fn run(
         ..Selection::default()
     };
     wait_for_lake(
-        &lake,
+        lake,
         &selection,
         config.env.reward_name(),
         collected.episodes,
     )
     .await?;
-    lap("collect", &mut seconds);
+    Ok((collected, collect_start))
+}
 
-    let train_toml = train_toml(config, &model, &lake, &dir, collect_start);
+/// Writes the training run's configuration into the work directory, trains on the steps
+/// collected since `collect_start` and publishes the adapter in the registry.
+async fn train(
+    config: &QuickstartConfig,
+    model: &Path,
+    lake: &str,
+    dir: &Path,
+    registry: &Registry,
+    collect_start: chrono::DateTime<chrono::Utc>,
+    say: &(dyn Fn(&str) + Sync),
+) -> Result<Trained> {
+    let train_toml = train_toml(config, model, lake, dir, collect_start);
     let train_path = dir.join("train.toml");
     write(&train_path, train_toml.as_bytes())?;
     let train = RawRunConfig::from_toml_str(&train_toml, &train_path)?.validate(&train_path)?;
-    let trained = train_and_publish(&registry, train, "atdp-quickstart").await?;
+    let trained = train_and_publish(registry, train, "atdp-quickstart").await?;
     say(&format!(
         "trained on {} examples in {:.1} s; published as {POLICY}@v{}",
         trained.examples, trained.train_s, trained.version
     ));
-    lap("train", &mut seconds);
+    Ok(trained)
+}
 
-    let trail =
-        AdapterEvents::open(&lake, Default::default(), &dir.join("loop-wal"), "demo").await?;
+/// Gates the candidate `version` on held-out episodes of the configured environment, each
+/// check reported through `say`.
+async fn run_gate(
+    config: &QuickstartConfig,
+    registry: &Registry,
+    base: &BaseModel,
+    dir: &Path,
+    version: u32,
+    say: &(dyn Fn(&str) + Sync),
+) -> Result<GateReport> {
     let setup = GateSetup {
         registry: registry.clone(),
         base: base.clone(),
         cache: dir.join("gate-cache"),
         options: EngineOptions::default(),
     };
-    let report = gate(&setup, trained.version, &config.env.into(), &config.gate).await?;
+    let report = gate(&setup, version, &config.env.into(), &config.gate).await?;
     for check in &report.checks {
         say(&format!(
             "  gate {} {}: {}",
@@ -447,18 +546,27 @@ pub async fn run(
             check.detail
         ));
     }
-    lap("gate", &mut seconds);
+    Ok(report)
+}
 
-    let swap = if report.promote {
-        let promote = record_decision(
-            &registry,
-            &report,
-            trained.version,
-            "atdp-quickstart",
-            Some(&trail),
-        );
-        let want = format!("{POLICY}@v{}", trained.version);
-        let measured = swap_under_load(config, &agent, &serving, promote, &want).await?;
+/// Acts on the gate's decision: a promotion is recorded while clients keep calling and the swap
+/// is measured (`Some`); a refusal is recorded and reported (`None`). Either way the decision
+/// is an adapter event in the lake's audit trail.
+#[allow(clippy::too_many_arguments)]
+async fn promote_or_record(
+    config: &QuickstartConfig,
+    agent: &Agent,
+    serving: &Serving,
+    registry: &Registry,
+    report: &GateReport,
+    version: u32,
+    trail: &AdapterEvents,
+    say: &(dyn Fn(&str) + Sync),
+) -> Result<Option<SwapUnderLoad>> {
+    Ok(if report.promote {
+        let promote = record_decision(registry, report, version, "atdp-quickstart", Some(trail));
+        let want = format!("{POLICY}@v{}", version);
+        let measured = swap_under_load(config, agent, serving, promote, &want).await?;
         say(&format!(
             "promoted {want}: all traffic on it {} ms after the promotion (fetch, checks, load and trial token {} ms, old engine drained {} ms); {} requests during the swap, {} failed",
             measured.promotion_to_serving_ms,
@@ -469,45 +577,22 @@ pub async fn run(
         ));
         Some(measured)
     } else {
-        record_decision(
-            &registry,
-            &report,
-            trained.version,
-            "atdp-quickstart",
-            Some(&trail),
-        )
-        .await?;
+        record_decision(registry, report, version, "atdp-quickstart", Some(trail)).await?;
         say(&format!("not promoted: {}", report.reason()));
         None
-    };
-    trail.close().await?;
-    lap("swap", &mut seconds);
+    })
+}
 
-    let after = evaluate(&agent, &plan("after", heldout, config.eval, false)).await;
-    say(&rate_line(&after));
-    lap("eval_after", &mut seconds);
-
-    let report = QuickstartReport {
-        config: config.clone(),
-        before,
-        after,
-        collected,
-        promoted: report.promote,
-        gate: report,
-        swap,
-        trained_examples: trained.examples,
-        seconds,
-        proxy_url: format!("http://{proxy_addr}/v1"),
-        serve_url: format!("http://{serve_addr}"),
-    };
-    let json = serde_json::to_vec_pretty(&report)
+/// Writes the report as `quickstart.json` and the before/after comparison as
+/// `before-after.html` into the work directory.
+fn write_report(dir: &Path, report: &QuickstartReport) -> Result<()> {
+    let json = serde_json::to_vec_pretty(report)
         .map_err(|e| Error::Loop(format!("the report does not serialize: {e}")))?;
     write(&dir.join("quickstart.json"), &json)?;
     write(
         &dir.join("before-after.html"),
         crate::eval::compare_html(&report.before, &report.after).as_bytes(),
-    )?;
-    Ok(report)
+    )
 }
 
 /// Makes `dir` the quickstart's own, empty directory and returns its canonical path. Only a
