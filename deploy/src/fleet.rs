@@ -164,6 +164,7 @@ fn withdrawn(log: &[Event]) -> BTreeSet<u32> {
             Action::Promote => {
                 out.remove(&event.version);
             }
+            Action::Canary => {}
         }
     }
     out.extend(retired);
@@ -330,13 +331,11 @@ impl Fleet {
             (None, Some(_)) => return Err(unknown(model)),
         };
         let serving = member.serving.clone();
-        let current = serving.current();
         let Some(pin) = pin else {
-            return Ok(Route {
-                serving,
-                engine: current,
-            });
+            let engine = serving.pick();
+            return Ok(Route { serving, engine });
         };
+        let current = serving.current();
         let number = parse_pin(pin).ok_or_else(|| {
             ApiError::invalid(
                 format!(
@@ -526,6 +525,7 @@ mod tests {
             by: String::new(),
             reason: String::new(),
             report: None,
+            share: None,
         }
     }
 

@@ -46,7 +46,9 @@ pub use engine::{Adapter, BaseModel, Engine, EngineOptions, Shared, Version};
 pub use error::{Error, Result};
 pub use fleet::{Fleet, FleetStatus};
 pub use openai::DEFAULT_MAX_TOKENS;
-pub use registry::{ADAPTER_FILES, Action, Event, Published, Registry, State, check_policy_name};
+pub use registry::{
+    ADAPTER_FILES, Action, Canary, Event, Published, Registry, State, check_policy_name,
+};
 pub use server::{VERSION_HEADER, router};
 pub use serving::{Serving, Status, SwapReport};
 pub use watch::Watcher;

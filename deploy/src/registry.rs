@@ -9,7 +9,7 @@
 //! adapters/<policy>/v<N>/manifest.json          (the trainer's, when present)
 //! adapters/<policy>/v<N>/_claim.json            (written first, create-only: the number is taken)
 //! adapters/<policy>/v<N>/_published.json        (written last: sizes and sha256 of the files)
-//! adapters/<policy>/log/<seq, 20 digits>.json   (promote, rollback, reject events)
+//! adapters/<policy>/log/<seq, 20 digits>.json   (promote, rollback, reject, retire, canary)
 //! ```
 //!
 //! Both `_published.json` and log entries are written create-only (`If-None-Match: *` on
@@ -69,6 +69,11 @@ pub enum Action {
     /// the last earlier version that is not retired is served instead (the base model when
     /// there is none).
     Retire,
+    /// `version` answers a share of the policy's requests (`share`) beside the served
+    /// version, as a canary: its live reward is compared with the served version's before it
+    /// is promoted. A promotion (of it or of another version), a rollback, or its rejection
+    /// or retirement ends it; a later canary replaces it.
+    Canary,
 }
 
 /// One entry of a policy's log.
@@ -91,6 +96,9 @@ pub struct Event {
     /// The gate's or the monitor's numbers, when there are any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<serde_json::Value>,
+    /// The share of requests a canary takes (0 < share < 1; canary entries only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
 }
 
 /// A policy's adapters and log on object storage.
@@ -393,6 +401,7 @@ impl Registry {
             by: by.to_owned(),
             reason: reason.to_owned(),
             report,
+            share: None,
         };
         self.append(event, log.last().map_or(0, |e| e.seq)).await
     }
@@ -452,6 +461,49 @@ impl Registry {
         .await
     }
 
+    /// Starts `version` as a canary taking `share` of the policy's requests (0 < share < 1)
+    /// beside the served version. It must be published, not retired and not the served one.
+    pub async fn canary(
+        &self,
+        version: u32,
+        share: f64,
+        by: &str,
+        reason: &str,
+        report: Option<serde_json::Value>,
+    ) -> Result<Event> {
+        if !(share > 0.0 && share < 1.0) {
+            return Err(Error::Config(format!(
+                "a canary's share is between 0 and 1 (exclusive), not {share}"
+            )));
+        }
+        self.published(version).await?;
+        let policy = self.policy.clone();
+        let log = self.log().await?;
+        let state = State::from_log(&log);
+        if state.retired.contains(&version) {
+            return Err(Error::Registry(format!(
+                "{policy}: v{version} is retired and never serves again"
+            )));
+        }
+        if state.serving == Some(version) {
+            return Err(Error::Registry(format!(
+                "{policy}: v{version} is the served version already"
+            )));
+        }
+        let event = Event {
+            seq: 0,
+            action: Action::Canary,
+            version,
+            previous: state.serving,
+            at: now(),
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+            report,
+            share: Some(share),
+        };
+        self.append(event, log.last().map_or(0, |e| e.seq)).await
+    }
+
     /// Records that the gate refused `version`.
     pub async fn reject(
         &self,
@@ -489,11 +541,22 @@ impl Registry {
     }
 }
 
+/// A canary: a version that takes a share of the requests beside the served one.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Canary {
+    /// The version.
+    pub version: u32,
+    /// The share of the policy's requests it takes (0 < share < 1).
+    pub share: f64,
+}
+
 /// What the log says is served.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct State {
     /// The version to serve (none: the base model alone).
     pub serving: Option<u32>,
+    /// The canary beside it, if one runs.
+    pub canary: Option<Canary>,
     /// The versions served before, oldest first; a rollback returns to the last one.
     pub earlier: Vec<u32>,
     /// The versions retired for good.
@@ -505,12 +568,35 @@ pub struct State {
 impl State {
     /// Folds the log: a promotion pushes, a rollback pops, a retirement takes its version out
     /// (and, when it was served, returns to the last earlier version). A promotion of a
-    /// retired version, which the registry refuses to write, is ignored.
+    /// retired version, which the registry refuses to write, is ignored. A canary runs from
+    /// its entry until a promotion, a rollback, or the rejection or retirement of its version.
     pub fn from_log(log: &[Event]) -> State {
         let mut state = State::default();
         for event in log {
             state.seq = event.seq;
+            let ends_canary = match event.action {
+                Action::Promote | Action::Rollback => true,
+                Action::Reject | Action::Retire => {
+                    state.canary.is_some_and(|c| c.version == event.version)
+                }
+                Action::Canary => false,
+            };
+            if ends_canary {
+                state.canary = None;
+            }
             match event.action {
+                Action::Canary => {
+                    let share = event.share.filter(|s| *s > 0.0 && *s < 1.0);
+                    if let Some(share) = share
+                        && !state.retired.contains(&event.version)
+                        && state.serving != Some(event.version)
+                    {
+                        state.canary = Some(Canary {
+                            version: event.version,
+                            share,
+                        });
+                    }
+                }
                 Action::Promote if state.retired.contains(&event.version) => {}
                 Action::Retire => {
                     state.retired.insert(event.version);
@@ -550,6 +636,53 @@ mod tests {
             by: String::new(),
             reason: String::new(),
             report: None,
+            share: (action == Action::Canary).then_some(0.25),
+        }
+    }
+
+    #[test]
+    fn a_canary_runs_until_a_promotion_a_rollback_or_its_rejection_or_retirement() {
+        let canary = |version| {
+            Some(Canary {
+                version,
+                share: 0.25,
+            })
+        };
+        let base = [event(Action::Promote, 1), event(Action::Canary, 2)];
+        let state = State::from_log(&base);
+        assert_eq!((state.serving, state.canary), (Some(1), canary(2)));
+        // Promoted: served, no canary. Rejected or retired: gone, v1 still served.
+        for (end, serving) in [
+            (event(Action::Promote, 2), Some(2)),
+            (event(Action::Reject, 2), Some(1)),
+            (event(Action::Retire, 2), Some(1)),
+            (event(Action::Promote, 3), Some(3)),
+        ] {
+            let log = [base[0].clone(), base[1].clone(), end];
+            let state = State::from_log(&log);
+            assert_eq!((state.serving, state.canary), (serving, None), "{log:?}");
+        }
+        // A rejection of another version leaves it; a later canary replaces it.
+        let log = [
+            base[0].clone(),
+            base[1].clone(),
+            event(Action::Reject, 3),
+            event(Action::Canary, 4),
+        ];
+        assert_eq!(State::from_log(&log).canary, canary(4));
+        // The served version, a retired one, or a share out of range is no canary.
+        let mut bad_share = event(Action::Canary, 2);
+        bad_share.share = Some(1.0);
+        for log in [
+            vec![event(Action::Promote, 1), event(Action::Canary, 1)],
+            vec![
+                event(Action::Promote, 1),
+                event(Action::Retire, 2),
+                event(Action::Canary, 2),
+            ],
+            vec![event(Action::Promote, 1), bad_share],
+        ] {
+            assert_eq!(State::from_log(&log).canary, None, "{log:?}");
         }
     }
 

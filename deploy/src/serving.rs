@@ -1,8 +1,9 @@
 //! A policy's served engine: the swap to a new version (requests keep the engine they took;
 //! the old one stops when its last request finishes), the repair of a dead engine and the
-//! wait of the requests it failed, and the counts `/atdp/status` reports.
+//! wait of the requests it failed, a canary beside it that takes a share of the requests,
+//! and the counts `/atdp/status` reports.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -47,15 +48,34 @@ pub struct Status {
     /// Engines found dead (failing requests and the trial request) and replaced by a fresh
     /// load of the same version, since start.
     pub repairs: u64,
+    /// The canary beside the served version, if one runs (`support@v8`).
+    pub canary: Option<String>,
+    /// The share of requests the canary takes.
+    pub canary_share: Option<f64>,
+    /// Requests the canary answered since it started.
+    pub canary_requests: u64,
+}
+
+/// A canary's engine and its share of the requests.
+#[derive(Debug)]
+struct CanaryEngine {
+    engine: Shared,
+    share: f64,
 }
 
 /// The engine served now and what happened to it.
 #[derive(Debug)]
 pub struct Serving {
     current: RwLock<Shared>,
+    canary: RwLock<Option<CanaryEngine>>,
+    /// Requests routed since start: the canary takes the `n`-th when `⌊n·share⌋` steps up,
+    /// so exactly its share of any run of requests, spread evenly.
+    routed: AtomicU64,
     status: Mutex<Status>,
     /// A watcher replaces this policy's engine when it dies.
     repaired: AtomicBool,
+    /// The version last refused as the canary.
+    canary_refused: Mutex<Option<u32>>,
 }
 
 /// How long a request that a dead engine failed waits for the watcher to load the version
@@ -76,8 +96,11 @@ impl Serving {
         };
         Arc::new(Serving {
             current: RwLock::new(Arc::new(engine)),
+            canary: RwLock::new(None),
+            routed: AtomicU64::new(0),
             status: Mutex::new(status),
             repaired: AtomicBool::new(false),
+            canary_refused: Mutex::new(None),
         })
     }
 
@@ -87,6 +110,104 @@ impl Serving {
             Ok(engine) => Arc::clone(&engine),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         }
+    }
+
+    /// The engine a new request of the policy gets: the canary's for its share of the
+    /// requests while one runs, else the served one.
+    pub fn pick(&self) -> Shared {
+        let canary = match self.canary.read() {
+            Ok(c) => c.as_ref().map(|c| (Arc::clone(&c.engine), c.share)),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .as_ref()
+                .map(|c| (Arc::clone(&c.engine), c.share)),
+        };
+        if let Some((engine, share)) = canary {
+            let n = self.routed.fetch_add(1, Ordering::Relaxed);
+            if ((n + 1) as f64 * share).floor() > (n as f64 * share).floor() {
+                return engine;
+            }
+        }
+        self.current()
+    }
+
+    /// The canary's version number and share, if one runs.
+    pub fn canary(&self) -> Option<(Option<u32>, f64)> {
+        match self.canary.read() {
+            Ok(c) => c.as_ref().map(|c| (c.engine.version.number, c.share)),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .as_ref()
+                .map(|c| (c.engine.version.number, c.share)),
+        }
+    }
+
+    /// Starts `engine` as the canary with `share` of the requests (none: stops the canary).
+    /// Requests it has keep it until they finish.
+    pub fn set_canary(&self, engine: Option<Engine>, share: f64) {
+        let canary = engine.map(|engine| CanaryEngine {
+            engine: Arc::new(engine),
+            share,
+        });
+        let name = canary.as_ref().map(|c| c.engine.version.to_string());
+        self.replace_canary(canary);
+        self.update(|s| {
+            s.canary = name;
+            s.canary_share = s.canary.is_some().then_some(share);
+            s.canary_requests = 0;
+        });
+    }
+
+    /// The version last refused as the canary, if any.
+    pub(crate) fn canary_refused(&self) -> Option<u32> {
+        *self
+            .canary_refused
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records that `version` could not be loaded as the canary.
+    pub(crate) fn refuse_canary(&self, version: u32, message: String) {
+        *self
+            .canary_refused
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(version);
+        self.refused(message);
+    }
+
+    /// Changes the running canary's share.
+    pub fn set_canary_share(&self, share: f64) {
+        let mut canary = match self.canary.write() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(c) = canary.as_mut() {
+            c.share = share;
+            self.update(|s| s.canary_share = Some(share));
+        }
+    }
+
+    fn replace_canary(&self, canary: Option<CanaryEngine>) -> Option<CanaryEngine> {
+        let mut slot = match self.canary.write() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        std::mem::replace(&mut *slot, canary)
+    }
+
+    /// Promotes the canary when it is version `number`: its engine, loaded and tried
+    /// already, becomes the served one (a swap with no load), and the canary stops. None
+    /// when the canary is not that version.
+    pub async fn promote_canary(&self, number: Option<u32>, drain: Duration) -> Option<SwapReport> {
+        if self.canary().is_none_or(|(v, _)| v != number) {
+            return None;
+        }
+        let canary = self.replace_canary(None)?;
+        self.update(|s| {
+            s.canary = None;
+            s.canary_share = None;
+        });
+        Some(self.install(canary.engine, 0, drain, false).await)
     }
 
     /// Marks this policy's engine as one a watcher repairs (see [`Serving::replacement`]).
@@ -137,11 +258,18 @@ impl Serving {
     /// with `ticket` ([`Engine::ticket`]). A request run again counts once per run.
     pub(crate) fn count(&self, engine: &Engine, ticket: u64, failed: bool) {
         engine.note(ticket, failed);
+        let on_canary = self
+            .canary()
+            .is_some_and(|(v, _)| v == engine.version.number)
+            && engine.version.number != self.current().version.number;
         self.update(|s| {
             if failed {
                 s.failures += 1;
             } else {
                 s.requests += 1;
+                if on_canary {
+                    s.canary_requests += 1;
+                }
             }
         });
     }
@@ -170,9 +298,18 @@ impl Serving {
         drain: Duration,
         repair: bool,
     ) -> SwapReport {
-        let to = engine.version.to_string();
-        let number = engine.version.number;
-        let fresh = Arc::new(engine);
+        self.install(Arc::new(engine), load_ms, drain, repair).await
+    }
+
+    async fn install(
+        &self,
+        fresh: Shared,
+        load_ms: u64,
+        drain: Duration,
+        repair: bool,
+    ) -> SwapReport {
+        let to = fresh.version.to_string();
+        let number = fresh.version.number;
         let old = {
             let mut current = match self.current.write() {
                 Ok(c) => c,
@@ -325,5 +462,76 @@ mod tests {
             .swap(load(dir.path(), Some(1)).await, 0, Duration::ZERO)
             .await;
         assert!(ended(task).await.is_none(), "a swap is not a repair");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_canary_takes_its_share_of_the_requests_and_its_promotion_needs_no_load() {
+        let dir = tempfile::tempdir().unwrap();
+        init_model(dir.path(), &InitSpec::tiny(Arch::Qwen2)).unwrap();
+        let serving = Serving::new(load(dir.path(), Some(1)).await);
+        let served = serving.current();
+        let picked = |n: usize| -> Vec<Option<u32>> {
+            (0..n).map(|_| serving.pick().version.number).collect()
+        };
+        assert!(picked(10).iter().all(|v| *v == Some(1)));
+
+        serving.set_canary(Some(load(dir.path(), Some(2)).await), 0.25);
+        assert_eq!(serving.canary(), Some((Some(2), 0.25)));
+        // Exactly a quarter of any run of requests, spread evenly.
+        let run = picked(100);
+        assert_eq!(run.iter().filter(|v| **v == Some(2)).count(), 25);
+        assert!(
+            run.windows(4)
+                .all(|w| w.iter().filter(|v| **v == Some(2)).count() == 1)
+        );
+        let canary = serving.pick();
+        let canary = if canary.version.number == Some(2) {
+            canary
+        } else {
+            (0..3)
+                .map(|_| serving.pick())
+                .find(|e| e.version.number == Some(2))
+                .unwrap()
+        };
+        serving.count(&canary, canary.ticket(), false);
+        let status = serving.status();
+        assert_eq!(
+            (
+                status.canary.as_deref(),
+                status.canary_share,
+                status.canary_requests
+            ),
+            (Some("support@v2"), Some(0.25), 1)
+        );
+        serving.set_canary_share(0.5);
+        assert_eq!(picked(10).iter().filter(|v| **v == Some(2)).count(), 5);
+
+        // Promoting another version than the canary's does nothing here.
+        assert!(
+            serving
+                .promote_canary(Some(3), Duration::ZERO)
+                .await
+                .is_none()
+        );
+        // Promoting the canary: its own engine serves, with no load.
+        let report = serving
+            .promote_canary(Some(2), Duration::from_millis(100))
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.from.as_str(), report.to.as_str(), report.load_ms),
+            ("support@v1", "support@v2", 0)
+        );
+        assert!(Arc::ptr_eq(&serving.current(), &canary));
+        assert_eq!(serving.canary(), None);
+        assert!(picked(10).iter().all(|v| *v == Some(2)));
+        drop(served);
+
+        // Stopping a canary sends every request to the served engine again.
+        serving.set_canary(Some(load(dir.path(), Some(3)).await), 0.5);
+        assert!(picked(10).contains(&Some(3)));
+        serving.set_canary(None, 0.0);
+        assert!(picked(10).iter().all(|v| *v == Some(2)));
+        assert_eq!(serving.status().canary, None);
     }
 }

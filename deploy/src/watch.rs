@@ -6,6 +6,13 @@
 //! Keeping the served engine alive: an engine that failed a request is tried with one
 //! request at the next poll; when that fails too (mistral.rs's engine thread panicked and
 //! every request now fails), a fresh load of the same version replaces it.
+//!
+//! A canary the log names is fetched, checked, loaded and tried the same way and then takes
+//! its share of the requests beside the served engine; when the log ends it, it stops taking
+//! requests (those it has finish on it), and when the log promotes it, its engine becomes the
+//! served one without a second load. A canary that cannot be loaded is not tried again until
+//! the log names another; a canary engine that dies is not repaired (its failures are the
+//! candidate's, and the live comparison sees them).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +22,7 @@ use crate::engine::{Adapter, BaseModel, Engine, EngineOptions, Shared, Version};
 use crate::error::{Error, Result};
 use crate::generate;
 use crate::openai;
-use crate::registry::Registry;
+use crate::registry::{Canary, Registry};
 use crate::serving::{Serving, SwapReport};
 
 /// How long the trial request of an engine that failed requests may take.
@@ -59,7 +66,7 @@ impl Watcher {
             None => None,
         };
         let engine = Engine::load(&self.base, adapter.as_ref(), version, &self.options).await?;
-        canary(&engine).await?;
+        trial(&engine).await?;
         Ok(engine)
     }
 
@@ -81,8 +88,18 @@ impl Watcher {
         } else {
             drop(engine);
         }
-        let want = self.registry.state().await?.serving;
+        let state = self.registry.state().await?;
+        let want = state.serving;
         let current = serving.current().version.number;
+        if want != current
+            && let Some(report) = serving.promote_canary(want, self.drain).await
+        {
+            *refused = None;
+            tracing::info!(from = %report.from, to = %report.to, drain_ms = report.drain_ms,
+                "Promoted the canary.");
+            return Ok(Some(report));
+        }
+        self.follow_canary(serving, state.canary).await;
         if want == current || *refused == Some(want) {
             return Ok(None);
         }
@@ -107,12 +124,53 @@ impl Watcher {
         }
     }
 
+    /// Starts, changes or stops the canary as the log says. A version that could not be
+    /// loaded as the canary is remembered in the status and not tried again while the log
+    /// names it.
+    async fn follow_canary(&self, serving: &Serving, wanted: Option<Canary>) {
+        let loaded = serving.canary();
+        let Some(wanted) = wanted else {
+            if loaded.is_some() {
+                serving.set_canary(None, 0.0);
+                tracing::info!("Stopped the canary.");
+            }
+            return;
+        };
+        match loaded {
+            Some((Some(v), share)) if v == wanted.version => {
+                if share != wanted.share {
+                    serving.set_canary_share(wanted.share);
+                }
+                return;
+            }
+            Some(_) => serving.set_canary(None, 0.0),
+            None => {}
+        }
+        if serving.canary_refused() == Some(wanted.version) {
+            return;
+        }
+        match self.prepare(Some(wanted.version)).await {
+            Ok(engine) => {
+                tracing::info!(
+                    version = wanted.version,
+                    share = wanted.share,
+                    "Started the canary."
+                );
+                serving.set_canary(Some(engine), wanted.share);
+            }
+            Err(e) => {
+                tracing::error!(version = wanted.version, error = %e, "Refused the canary; the served version takes every request.");
+                serving.refuse_canary(wanted.version, format!("canary v{}: {e}", wanted.version));
+            }
+        }
+    }
+
     /// Tries `engine`, which failed requests, with one request; when that fails too, loads
     /// its version afresh and puts the new engine in its place.
     async fn repair_if_dead(&self, serving: &Serving, engine: Shared) -> Option<SwapReport> {
         let ticket = engine.ticket();
         let alive = matches!(
-            tokio::time::timeout(TRIAL_TIMEOUT, canary(&engine)).await,
+            tokio::time::timeout(TRIAL_TIMEOUT, trial(&engine)).await,
             Ok(Ok(()))
         );
         if alive {
@@ -171,7 +229,7 @@ impl Watcher {
 
 /// One greedy token on a new engine before it takes traffic: it must answer, with a finite
 /// log-probability (a merged adapter full of huge values gives NaN logits).
-async fn canary(engine: &Engine) -> Result<()> {
+async fn trial(engine: &Engine) -> Result<()> {
     let refused = |e: crate::error::ApiError| {
         Error::Engine(format!(
             "{}: the first request failed: {}",

@@ -52,6 +52,7 @@ impl AdapterEvents {
             Action::Reject => ("adapter_reject", "reject"),
             Action::Rollback => ("adapter_rollback", "rollback"),
             Action::Retire => ("adapter_retire", "retire"),
+            Action::Canary => ("adapter_canary", "canary"),
         };
         let record = AuditEvent {
             subject: Some(format!("{policy}@v{}", event.version)),
@@ -63,6 +64,7 @@ impl AdapterEvents {
                     "version": event.version,
                     "previous": event.previous,
                     "registry_log_seq": event.seq,
+                    "share": event.share,
                     "detail": detail,
                 })
                 .to_string(),

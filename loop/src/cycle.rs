@@ -154,7 +154,12 @@ pub async fn record_decision(
     let reason = report.reason();
     let json = serde_json::to_value(&summary)
         .map_err(|e| Error::Loop(format!("the gate report does not serialize: {e}")))?;
-    let event = if report.promote {
+    let share = report.config.canary_share;
+    let event = if report.promote && share > 0.0 {
+        registry
+            .canary(version, share, by, &reason, Some(json))
+            .await?
+    } else if report.promote {
         registry.promote(version, by, &reason, Some(json)).await?
     } else {
         registry.reject(version, by, &reason, Some(json)).await?

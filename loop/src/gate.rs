@@ -47,6 +47,10 @@ pub struct GateConfig {
     pub temperature: f64,
     /// Episodes in flight.
     pub concurrency: usize,
+    /// A candidate that passes goes first to this share of the policy's requests as a
+    /// canary, beside the served version, and is promoted (or rejected) when its live reward
+    /// is compared (`check_canary`); 0 promotes it to every request at once.
+    pub canary_share: f64,
 }
 
 impl Default for GateConfig {
@@ -63,6 +67,7 @@ impl Default for GateConfig {
             train_seed: 0,
             temperature: 1.0,
             concurrency: 8,
+            canary_share: 0.0,
         }
     }
 }

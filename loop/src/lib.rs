@@ -9,7 +9,8 @@
 //! - [`evaluate`], [`EvalReport`], [`compare_html`]: `atdp-eval`.
 //! - [`gate()`]: the promotion gate (held-out reward margin, KL to the base, reply length,
 //!   invalid replies, reward hacking), each refusal explained in a [`GateReport`].
-//! - [`live_rewards`], [`check_rollback`]: automatic rollback on live reward.
+//! - [`live_rewards`], [`check_rollback`], [`check_canary`]: automatic rollback and the
+//!   canary's verdict on live reward.
 //! - [`AdapterEvents`]: every decision also in the lake's tamper-evident `audit` table.
 //! - [`cycle`]: one train → publish → gate → promote or reject cycle; `atdp-loop run`
 //!   repeats it on a schedule.
@@ -45,4 +46,4 @@ pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
 pub use gate::{
     Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids, request_ids,
 };
-pub use live::{RollbackConfig, VersionReward, check_rollback, live_rewards};
+pub use live::{RollbackConfig, VersionReward, check_canary, check_rollback, live_rewards};

@@ -1,5 +1,6 @@
-//! Live reward per serving version, from the lake, and automatic rollback when a newly
-//! promoted version earns less than the one before it.
+//! Live reward per serving version, from the lake; automatic rollback when a newly promoted
+//! version earns less than the one before it; and the verdict on a canary, promoted when it
+//! earns as much as the served version, rejected (out of service at once) when it earns less.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -136,6 +137,65 @@ pub async fn check_rollback(
     Ok(Some(event))
 }
 
+/// Decides the policy's canary once it and the served version each have a full window of
+/// live reward: promoted when its mean is not below the served version's by more than the
+/// margin, rejected otherwise (the rejection ends the canary: every request goes to the served
+/// version again). The decision goes into the audit `trail` too when given. Returns it.
+pub async fn check_canary(
+    registry: &Registry,
+    live: &BTreeMap<String, VersionReward>,
+    config: &RollbackConfig,
+    by: &str,
+    trail: Option<&AdapterEvents>,
+) -> Result<Option<Event>> {
+    let state = registry.state().await?;
+    let Some(canary) = state.canary else {
+        return Ok(None);
+    };
+    let policy = registry.policy();
+    let candidate_name = format!("{policy}@v{}", canary.version);
+    let served_name = match state.serving {
+        Some(n) => format!("{policy}@v{n}"),
+        None => format!("{policy}@base"),
+    };
+    let (Some(candidate), Some(served)) = (live.get(&candidate_name), live.get(&served_name))
+    else {
+        return Ok(None);
+    };
+    if candidate.trajectories < config.window || served.trajectories < config.window {
+        return Ok(None);
+    }
+    let report = serde_json::json!({
+        "canary": {
+            "candidate": {"version": candidate_name, "mean": candidate.mean, "trajectories": candidate.trajectories},
+            "served": {"version": served_name, "mean": served.mean, "trajectories": served.trajectories},
+            "share": canary.share,
+            "config": config,
+        }
+    });
+    let event = if candidate.mean < served.mean - config.margin {
+        let reason = format!(
+            "canary's live reward {:.3} is below {served_name}'s {:.3} by more than {:.3} over the last {} trajectories each",
+            candidate.mean, served.mean, config.margin, config.window
+        );
+        registry
+            .reject(canary.version, by, &reason, Some(report.clone()))
+            .await?
+    } else {
+        let reason = format!(
+            "canary's live reward {:.3} held against {served_name}'s {:.3} (margin {:.3}) over the last {} trajectories each",
+            candidate.mean, served.mean, config.margin, config.window
+        );
+        registry
+            .promote(canary.version, by, &reason, Some(report.clone()))
+            .await?
+    };
+    if let Some(trail) = trail {
+        trail.record(policy, &event, report).await?;
+    }
+    Ok(Some(event))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
@@ -143,6 +203,7 @@ pub(crate) mod tests {
     use std::path::Path;
     use std::time::Duration;
 
+    use atdp_deploy::Action;
     use atdp_lake::{LakeWriter, WriterConfig};
 
     use atdp_schema::{Reward, Step, new_id};
@@ -223,5 +284,87 @@ pub(crate) mod tests {
             .map(|(v, r)| (v.as_str(), r.trajectories, r.mean))
             .collect();
         assert_eq!(got, [("policy@v1", 1, 1.0), ("policy@v2", 1, 0.0)]);
+    }
+
+    #[tokio::test]
+    async fn a_worse_canary_is_rejected_and_one_that_holds_is_promoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = dir.path().join("lake").display().to_string();
+        let registry = Registry::open(&url, Default::default(), "support").unwrap();
+        let adapter = dir.path().join("adapter");
+        std::fs::create_dir_all(&adapter).unwrap();
+        std::fs::write(adapter.join("adapter_config.json"), br#"{"r": 4}"#).unwrap();
+        std::fs::write(adapter.join("adapter_model.safetensors"), b"weights").unwrap();
+        for _ in 0..3 {
+            registry.publish(&adapter, "test").await.unwrap();
+        }
+        registry.promote(1, "test", "first", None).await.unwrap();
+        let config = RollbackConfig {
+            window: 50,
+            margin: 0.05,
+        };
+        let live = |entries: &[(&str, usize, f64)]| -> BTreeMap<String, VersionReward> {
+            entries
+                .iter()
+                .map(|(v, trajectories, mean)| {
+                    (
+                        (*v).to_owned(),
+                        VersionReward {
+                            trajectories: *trajectories,
+                            mean: *mean,
+                        },
+                    )
+                })
+                .collect()
+        };
+        // No canary: nothing to decide.
+        let decided = check_canary(&registry, &live(&[]), &config, "test", None).await;
+        assert!(decided.unwrap().is_none());
+
+        registry
+            .canary(2, 0.2, "test", "gate passed", None)
+            .await
+            .unwrap();
+        // Not a full window of the canary yet.
+        let early = live(&[("support@v1", 200, 0.8), ("support@v2", 20, 0.1)]);
+        let decided = check_canary(&registry, &early, &config, "test", None).await;
+        assert!(decided.unwrap().is_none());
+        // Worse by more than the margin: rejected, the canary ends, v1 still served.
+        let worse = live(&[("support@v1", 200, 0.8), ("support@v2", 50, 0.7)]);
+        let event = check_canary(&registry, &worse, &config, "atdp-loop", None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((event.action, event.version), (Action::Reject, 2));
+        assert!(event.reason.contains("below"), "{}", event.reason);
+        let state = registry.state().await.unwrap();
+        assert_eq!((state.serving, state.canary), (Some(1), None));
+
+        registry
+            .canary(3, 0.5, "test", "gate passed", None)
+            .await
+            .unwrap();
+        // Within the margin: promoted.
+        let holds = live(&[("support@v1", 200, 0.8), ("support@v3", 60, 0.77)]);
+        let event = check_canary(&registry, &holds, &config, "atdp-loop", None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((event.action, event.version), (Action::Promote, 3));
+        let state = registry.state().await.unwrap();
+        assert_eq!((state.serving, state.canary), (Some(3), None));
+        // The registry refuses a canary of the served version, of a share out of range.
+        assert!(
+            registry
+                .canary(3, 0.5, "test", "again", None)
+                .await
+                .is_err()
+        );
+        assert!(
+            registry
+                .canary(2, 1.5, "test", "too much", None)
+                .await
+                .is_err()
+        );
     }
 }

@@ -109,6 +109,27 @@ enum Command {
         #[arg(long)]
         reason: String,
     },
+    /// Start a version as a canary: it answers `--share` of the policy's requests beside the
+    /// served version until it is promoted, rejected or retired (`atdp-loop run` decides on
+    /// live reward).
+    Canary {
+        /// The version number.
+        version: u32,
+        /// The share of requests it takes (between 0 and 1, exclusive).
+        #[arg(long)]
+        share: f64,
+        /// Why, for the log.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Refuse a version: it is not served (a running canary of it stops).
+    Reject {
+        /// The version number.
+        version: u32,
+        /// Why, for the log.
+        #[arg(long)]
+        reason: String,
+    },
     /// The published versions, the served one, and the log.
     Status {
         /// Also ask a running server what it serves.
@@ -229,6 +250,32 @@ async fn serve(cli: Cli) -> Result<()> {
                 serving.map_or_else(|| "the base model".into(), |v| format!("v{v}"))
             );
         }
+        Command::Canary {
+            version,
+            share,
+            reason,
+        } => {
+            let event = registry
+                .canary(version, share, &c.by, &reason, None)
+                .await?;
+            println!(
+                "{}@v{} takes {:.1}% of the requests beside {} (log #{})",
+                c.policy,
+                event.version,
+                share * 100.0,
+                event
+                    .previous
+                    .map_or_else(|| "the base model".into(), |v| format!("v{v}")),
+                event.seq
+            );
+        }
+        Command::Reject { version, reason } => {
+            let event = registry.reject(version, &c.by, &reason, None).await?;
+            println!(
+                "rejected {}@v{} (log #{})",
+                c.policy, event.version, event.seq
+            );
+        }
         Command::Status { server } => {
             let versions = registry.versions().await?;
             let log = registry.log().await?;
@@ -248,6 +295,13 @@ async fn serve(cli: Cli) -> Result<()> {
                     .serving
                     .map_or_else(|| "none (the base model)".into(), |v| format!("v{v}"))
             );
+            if let Some(canary) = state.canary {
+                println!(
+                    "canary    v{} ({:.1}% of the requests)",
+                    canary.version,
+                    canary.share * 100.0
+                );
+            }
             if !state.retired.is_empty() {
                 let retired: Vec<String> = state.retired.iter().map(|v| format!("v{v}")).collect();
                 println!("retired   {}", retired.join(" "));

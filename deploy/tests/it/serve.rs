@@ -524,3 +524,97 @@ async fn completions_are_held_inside_the_context() {
     }
     assert_eq!(server.serving.status().failures, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_canary_takes_its_share_and_is_rejected_or_promoted_without_a_failed_request() {
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for n in 1..=3 {
+        let dir = work.path().join(format!("a{n}"));
+        random_adapter(base.path(), &dir, 0.3, n);
+        registry.publish(&dir, "test").await.unwrap();
+    }
+    registry.promote(1, "test", "first", None).await.unwrap();
+    let server = start(registry.clone(), base.path()).await;
+    let client = reqwest::Client::new();
+    let body = request(PROMPT, false, 2);
+    // Versions of `n` requests in a row (nothing else is in flight).
+    let versions = async |n: usize| -> Vec<String> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(chat(&client, server.addr, &body).await.header);
+        }
+        out
+    };
+
+    registry
+        .canary(2, 0.25, "test", "gate passed", None)
+        .await
+        .unwrap();
+    let status = wait_for(&server.serving, |s| s.canary.is_some()).await;
+    assert_eq!(
+        (status.canary.as_deref(), status.canary_share),
+        (Some("agent@v2"), Some(0.25))
+    );
+    let run = versions(40).await;
+    assert_eq!(
+        run.iter().filter(|v| *v == "agent@v2").count(),
+        10,
+        "{run:?}"
+    );
+    assert_eq!(
+        run.iter().filter(|v| *v == "agent@v1").count(),
+        30,
+        "{run:?}"
+    );
+    assert_eq!(server.serving.status().canary_requests, 10);
+
+    // Clients keep calling while the canary is rejected, a second one starts and is
+    // promoted: every request is answered.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        let (client, stop, addr) = (client.clone(), stop.clone(), server.addr);
+        let body = request(PROMPT, i % 2 == 1, 2);
+        clients.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                seen.push(chat(&client, addr, &body).await.header);
+            }
+            seen
+        }));
+    }
+    registry
+        .reject(2, "test", "live reward below v1's", None)
+        .await
+        .unwrap();
+    wait_for(&server.serving, |s| s.canary.is_none()).await;
+    registry
+        .canary(3, 0.5, "test", "gate passed", None)
+        .await
+        .unwrap();
+    wait_for(&server.serving, |s| s.canary.as_deref() == Some("agent@v3")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    registry
+        .promote(3, "test", "live reward held", None)
+        .await
+        .unwrap();
+    let status = wait_for(&server.serving, |s| s.serving == "agent@v3").await;
+    // The canary's engine was promoted as it was: no second load.
+    let swap = status.last_swap.unwrap();
+    assert_eq!((swap.from.as_str(), swap.load_ms), ("agent@v1", 0));
+    assert_eq!(status.canary, None);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut seen = std::collections::BTreeSet::new();
+    for task in clients {
+        seen.extend(task.await.unwrap());
+    }
+    assert!(seen.contains("agent@v3"), "{seen:?}");
+    assert_eq!(server.serving.status().failures, 0);
+    assert!(versions(8).await.iter().all(|v| v == "agent@v3"));
+}

@@ -11,8 +11,8 @@ use atdp_deploy::{BaseModel, EngineOptions, Registry};
 use atdp_lake::cli::{LakeArgs, init_logging, run_async};
 use atdp_loop::{
     AdapterEvents, EnvArgs, Environment, GateConfig, GateSetup, RollbackConfig, blocking,
-    check_rollback, cycle, data_since, gate, live_rewards, record_decision, retire_erased,
-    rewarded_trajectories,
+    check_canary, check_rollback, cycle, data_since, gate, live_rewards, record_decision,
+    retire_erased, rewarded_trajectories,
 };
 use atdp_trainer::{RawRunConfig, RunConfig};
 use clap::{Parser, Subcommand};
@@ -208,6 +208,20 @@ impl Watch<'_> {
                 println!(
                     "{}",
                     serde_json::json!({"rolled_back_to": event.version, "reason": event.reason})
+                );
+            }
+            if let Some(event) = check_canary(
+                self.registry,
+                &live,
+                self.rollback,
+                self.by,
+                Some(self.trail),
+            )
+            .await?
+            {
+                println!(
+                    "{}",
+                    serde_json::json!({"canary": event.version, "action": event.action, "reason": event.reason})
                 );
             }
         }
