@@ -80,11 +80,19 @@ pub async fn erase(
     let mut record = allowed_deletion(policy, trail, auditor, tenant, "erase", reason).await?;
     let file = KeyFile::new(keys_path);
     let keys = file.load()?;
+    // Every spelling of the value has the canonical spelling's token; values recorded
+    // before tokens were canonical have the token of their exact spelling.
     let tokens = match subject {
-        Some(value) => entity_types(&policy.masking)
-            .iter()
-            .map(|entity| keys.token(tenant, entity, value))
-            .collect::<atdp_policies::Result<Vec<String>>>()?,
+        Some(value) => {
+            let mut tokens = Vec::new();
+            for entity in entity_types(&policy.masking) {
+                tokens.push(keys.token(tenant, &entity, value)?);
+                tokens.push(keys.token_of_spelling(tenant, &entity, value)?);
+            }
+            tokens.sort();
+            tokens.dedup();
+            tokens
+        }
         None => Vec::new(),
     };
     // Recorded (and committed) before anything is erased: an erasure that cannot be

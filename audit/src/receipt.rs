@@ -62,7 +62,8 @@ pub struct ReceiptAdapter {
     /// How many of the erased data's trajectories it learned from; `None`: unknown (no
     /// lineage), which counts as learned.
     pub trajectories: Option<usize>,
-    /// The `adapter_retire` event that retired it, if one did.
+    /// The `adapter_retire` event that retired it, if one did: one naming this erasure when
+    /// there is one, else any (by hand, or for another erasure).
     pub retired_by: Option<String>,
 }
 
@@ -201,18 +202,22 @@ fn build(events: &[AuditEvent], erasure: &str) -> Result<Receipt> {
                 retired_by: None,
             });
     }
-    for retire in events.iter().filter(|e| e.kind == "adapter_retire") {
-        let Some(r) = detail::<Retirement>(retire) else {
-            continue;
-        };
-        if r.detail.erasure.as_deref() != Some(erasure) {
-            continue;
-        }
-        if let Some(adapter) = adapters.get_mut(&(r.policy, r.version))
-            && adapter.retired_by.is_none()
-        {
-            adapter.retired_by = Some(retire.event_id.clone());
-            cites.push(Cited::of(retire));
+    // A retired version never serves again, whoever retired it and why: a retirement for
+    // this erasure counts first, then one by hand or for another erasure.
+    for own in [true, false] {
+        for retire in events.iter().filter(|e| e.kind == "adapter_retire") {
+            let Some(r) = detail::<Retirement>(retire) else {
+                continue;
+            };
+            if own != (r.detail.erasure.as_deref() == Some(erasure)) {
+                continue;
+            }
+            if let Some(adapter) = adapters.get_mut(&(r.policy, r.version))
+                && adapter.retired_by.is_none()
+            {
+                adapter.retired_by = Some(retire.event_id.clone());
+                cites.push(Cited::of(retire));
+            }
         }
     }
 
@@ -350,6 +355,23 @@ fn check(events: &[AuditEvent], receipt_event: &str) -> Result<ReceiptCheck> {
     if receipt.erasure != recorded.subject.clone().unwrap_or_default() {
         problems.push("the receipt names another erasure than its event".to_owned());
     }
+    // What the receipt says must follow from the events it cites: a receipt recorded with
+    // real citations but another account (a deletion it did not see, a version it calls
+    // retired) does not hold.
+    if problems.is_empty() {
+        let cited: Vec<AuditEvent> = events
+            .iter()
+            .filter(|e| receipt.cites.iter().any(|c| c.event_id == e.event_id))
+            .cloned()
+            .collect();
+        match build(&cited, &receipt.erasure) {
+            Ok(rebuilt) if rebuilt == receipt => {}
+            Ok(_) => {
+                problems.push("the receipt does not follow from the events it cites".to_owned())
+            }
+            Err(e) => problems.push(format!("the cited events make no receipt: {e}")),
+        }
+    }
     Ok(ReceiptCheck {
         recorded_as: Cited::of(recorded),
         receipt,
@@ -416,27 +438,22 @@ mod tests {
             ),
             (Some(3), 1, 1)
         );
-        // A retirement for another erasure, or of another policy, does not count.
-        events.push(retire(3, "support", 1, "another-erasure"));
-        events.push(retire(4, "billing", 3, &id));
+        // A retirement of another policy does not count; one for another erasure (or by
+        // hand) does, and this erasure's own is cited before it.
+        events.push(retire(3, "billing", 3, &id));
         assert!(!build(&events, &id).unwrap().complete);
-        events.push(retire(5, "support", 1, &id));
+        events.push(retire(4, "support", 1, "another-erasure"));
         let receipt = build(&events, &id).unwrap();
         assert_eq!(
             receipt.pending,
             ["support@v3 learned from the data and is not retired"]
         );
-        events.push(retire(6, "support", 3, &id));
+        events.push(retire(5, "support", 3, &id));
+        events.push(retire(6, "support", 1, &id));
         let receipt = build(&events, &id).unwrap();
         assert!(receipt.complete, "{:?}", receipt.pending);
-        assert_eq!(
-            receipt
-                .cites
-                .iter()
-                .map(|c| c.chain_seq)
-                .collect::<Vec<_>>(),
-            [1, 2, 5, 6]
-        );
+        let cited: Vec<i64> = receipt.cites.iter().map(|c| c.chain_seq).collect();
+        assert_eq!(cited, [1, 2, 5, 6]);
         // v2 learned nothing from the data: listed, not retired, not pending.
         assert_eq!(receipt.adapters[1].retired_by, None);
     }
@@ -477,6 +494,17 @@ mod tests {
         events.push(recorded);
         let held = check(&events, "receipt-1").unwrap();
         assert!(held.ok(), "{:?}", held.problems);
+
+        // Real citations, another account: it does not hold.
+        let mut forged = receipt.clone();
+        forged.vault_rows_deleted = Some(30);
+        let mut claims = events.clone();
+        let last = claims.len() - 1;
+        claims[last].detail_json = Some(serde_json::to_string(&forged).unwrap());
+        assert_eq!(
+            check(&claims, "receipt-1").unwrap().problems,
+            ["the receipt does not follow from the events it cites"]
+        );
 
         let mut changed = events.clone();
         changed[2].hash = "other".into();

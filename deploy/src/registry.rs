@@ -334,6 +334,17 @@ impl Registry {
         Ok(dir)
     }
 
+    /// The trainer's manifest of `version`, when it was published with one.
+    pub async fn manifest(&self, version: u32) -> Result<Option<serde_json::Value>> {
+        let name = format!("v{version}/manifest.json");
+        let Some(bytes) = self.read(&name).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::json(name, e))
+    }
+
     /// Every log entry, in order.
     pub async fn log(&self) -> Result<Vec<Event>> {
         let prefix = deltalake::Path::from("log");
@@ -617,6 +628,10 @@ impl State {
                 }
                 Action::Reject => {}
             }
+            // A retirement can make the canary's version the served one again.
+            if state.canary.is_some_and(|c| Some(c.version) == state.serving) {
+                state.canary = None;
+            }
         }
         state
     }
@@ -681,6 +696,13 @@ mod tests {
                 event(Action::Canary, 2),
             ],
             vec![event(Action::Promote, 1), bad_share],
+            // Served again once the version above it is retired.
+            vec![
+                event(Action::Promote, 1),
+                event(Action::Promote, 2),
+                event(Action::Canary, 1),
+                event(Action::Retire, 2),
+            ],
         ] {
             assert_eq!(State::from_log(&log).canary, None, "{log:?}");
         }

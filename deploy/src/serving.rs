@@ -131,6 +131,17 @@ impl Serving {
         self.current()
     }
 
+    /// The canary's engine, if one runs.
+    pub(crate) fn canary_engine(&self) -> Option<Shared> {
+        match self.canary.read() {
+            Ok(c) => c.as_ref().map(|c| Arc::clone(&c.engine)),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .as_ref()
+                .map(|c| Arc::clone(&c.engine)),
+        }
+    }
+
     /// The canary's version number and share, if one runs.
     pub fn canary(&self) -> Option<(Option<u32>, f64)> {
         match self.canary.read() {

@@ -12,7 +12,7 @@
 //! requests (those it has finish on it), and when the log promotes it, its engine becomes the
 //! served one without a second load. A canary that cannot be loaded is not tried again until
 //! the log names another; a canary engine that dies is not repaired (its failures are the
-//! candidate's, and the live comparison sees them).
+//! candidate's): it stops taking requests and is not loaded again while the log names it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -128,6 +128,30 @@ impl Watcher {
     /// loaded as the canary is remembered in the status and not tried again while the log
     /// names it.
     async fn follow_canary(&self, serving: &Serving, wanted: Option<Canary>) {
+        // A canary that failed requests is tried with one; a dead one stops taking requests
+        // and is not loaded again while the log names it.
+        if let Some(engine) = serving.canary_engine()
+            && engine.failing() > 0
+        {
+            let ticket = engine.ticket();
+            let alive = matches!(
+                tokio::time::timeout(TRIAL_TIMEOUT, trial(&engine)).await,
+                Ok(Ok(()))
+            );
+            if alive {
+                engine.note(ticket, false);
+            } else if let Some(number) = engine.version.number {
+                let version = engine.version.to_string();
+                drop(engine);
+                tracing::error!(%version, "The canary fails every request; it stops taking requests.");
+                serving.set_canary(None, 0.0);
+                serving.refuse_canary(
+                    number,
+                    format!("canary {version}: its engine fails every request"),
+                );
+                return;
+            }
+        }
         let loaded = serving.canary();
         let Some(wanted) = wanted else {
             if loaded.is_some() {

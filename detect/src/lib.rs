@@ -13,6 +13,7 @@
 //! words, and overlapping spans resolved in favour of the higher score, then the longer span.
 
 mod cache;
+mod canonical;
 mod error;
 mod names;
 mod normal;
@@ -26,6 +27,7 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Serialize;
 
+pub use canonical::canonical;
 pub use error::{Error, Result};
 
 #[doc(hidden)]
@@ -334,23 +336,15 @@ impl Scanner {
         // on text as it is written, and its features (capitals, the lists' words with their
         // accents) are read from it.
         let view = normal::Normalized::new(text);
-        let mut candidates = Vec::new();
-        for (set, members) in &self.sets {
-            for index in set.matches(view.as_str()).iter() {
-                if let Some(detector) = members.get(index).and_then(|i| self.detectors.get(*i)) {
-                    self.candidates(detector, &view, &mut candidates);
-                }
-            }
-        }
-        for detector in &self.detectors {
-            if matches!(detector.matcher, Matcher::Words(_)) {
-                self.candidates(detector, &view, &mut candidates);
-            }
-        }
-        if !view.is_identity() {
-            for span in &mut candidates {
-                (span.start, span.end) = view.original(span.start, span.end);
-            }
+        let mut candidates = self.shaped(&view);
+        // Where escapes were decoded, the text read with its escapes as written comes first:
+        // a value whose escapes are part of it (a password with `%2F` in a URL) is found whole
+        // there, and what the decoded view adds (`jane%40example.com`) joins it.
+        if view.decoded_escapes() {
+            let written = normal::Normalized::without_escapes(text);
+            let decoded = resolve_overlaps(candidates);
+            candidates = resolve_overlaps(self.shaped(&written));
+            join_decoded(&mut candidates, decoded);
         }
         if let Some(detector) = self.name_detector {
             let mut found = Vec::new();
@@ -378,6 +372,29 @@ impl Scanner {
             return resolve_overlaps(kept);
         }
         resolve_overlaps(candidates)
+    }
+
+    /// The shaped detectors' candidates in `view`, mapped back to the text.
+    fn shaped(&self, view: &normal::Normalized<'_>) -> Vec<Span> {
+        let mut candidates = Vec::new();
+        for (set, members) in &self.sets {
+            for index in set.matches(view.as_str()).iter() {
+                if let Some(detector) = members.get(index).and_then(|i| self.detectors.get(*i)) {
+                    self.candidates(detector, view, &mut candidates);
+                }
+            }
+        }
+        for detector in &self.detectors {
+            if matches!(detector.matcher, Matcher::Words(_)) {
+                self.candidates(detector, view, &mut candidates);
+            }
+        }
+        if !view.is_identity() {
+            for span in &mut candidates {
+                (span.start, span.end) = view.original(span.start, span.end);
+            }
+        }
+        candidates
     }
 
     /// The spans one detector finds in `text`, `(value, whole match)` for each.
@@ -656,6 +673,42 @@ fn outside(text: &str, name: Span, shaped: &[Span]) -> Vec<Span> {
 }
 
 /// Keeps the best of overlapping spans: higher score, then longer, then earlier.
+/// Adds to `kept` (the spans found in the text as written, without overlaps) the spans found
+/// in the text with its escapes decoded: one that overlaps nothing is added; one inside a kept
+/// span adds nothing; one that overlaps kept spans otherwise replaces them with one span
+/// covering all of them, of the type of the longest, so that nothing either reading found is
+/// left partly unmasked.
+fn join_decoded(kept: &mut Vec<Span>, decoded: Vec<Span>) {
+    for span in decoded {
+        let overlapping: Vec<usize> = (0..kept.len())
+            .filter(|&i| kept[i].start < span.end && span.start < kept[i].end)
+            .collect();
+        if overlapping
+            .iter()
+            .any(|&i| kept[i].start <= span.start && span.end <= kept[i].end)
+        {
+            continue;
+        }
+        let mut longest = span.end - span.start;
+        let mut joined = span;
+        for &i in &overlapping {
+            let other = &kept[i];
+            if other.end - other.start > longest {
+                longest = other.end - other.start;
+                joined.entity = other.entity;
+            }
+            joined.score = joined.score.max(other.score);
+            joined.start = joined.start.min(other.start);
+            joined.end = joined.end.max(other.end);
+        }
+        for &i in overlapping.iter().rev() {
+            kept.remove(i);
+        }
+        kept.push(joined);
+    }
+    kept.sort_by_key(|s| s.start);
+}
+
 fn resolve_overlaps(mut candidates: Vec<Span>) -> Vec<Span> {
     candidates.sort_by(|a, b| {
         b.score

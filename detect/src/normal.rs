@@ -24,7 +24,7 @@
 //!   character it names when that is printable ASCII, and is folded or removed as that
 //!   character would be otherwise (`&#65312;` is `＠`, so `@`; `&#8203;` is removed).
 //!
-//! Escapes are decoded once: `%2540` is `%40` in the view. Every other character is kept as
+//! An escape of an escape (`%2540`, `&amp;#64;`) is decoded twice; deeper nesting is not. Every other character is kept as
 //! it is. Each original character, or escape, becomes at most one character of the view, so
 //! the view is never longer than the original. The tables are
 //! those of the `regex` crate's Unicode data (a test checks them against it), so that what
@@ -50,6 +50,8 @@ pub struct Normalized<'a> {
     view: Cow<'a, str>,
     /// One entry per folded or removed character, in text order.
     edits: Vec<Edit>,
+    /// Whether an escape (`%40`, `&#64;`) was decoded.
+    escapes: bool,
 }
 
 /// One folded (`view_end == view + 1`) or removed (`view_end == view`) character or escape.
@@ -66,14 +68,32 @@ struct Edit {
 impl<'a> Normalized<'a> {
     /// The view of `text`.
     pub fn new(text: &'a str) -> Normalized<'a> {
-        let plain = text.is_ascii() && !text.bytes().any(|b| b == b'%' || b == b'&');
-        let next = if plain { None } else { next_fold(text, 0) };
+        Normalized::with(text, true)
+    }
+
+    /// The view of `text` with escapes left as written: what the shaped detectors read beside
+    /// [`Normalized::new`]'s view when that one decoded escapes, so that a value whose
+    /// escapes are part of it (a password with `%2F` in a URL) is still found whole.
+    pub fn without_escapes(text: &'a str) -> Normalized<'a> {
+        Normalized::with(text, false)
+    }
+
+    fn with(text: &'a str, escapes: bool) -> Normalized<'a> {
+        let plain =
+            text.is_ascii() && (!escapes || memchr::memchr2(b'%', b'&', text.as_bytes()).is_none());
+        let next = if plain {
+            None
+        } else {
+            next_fold(text, 0, escapes)
+        };
         let Some(mut next) = next else {
             return Normalized {
                 view: Cow::Borrowed(text),
                 edits: Vec::new(),
+                escapes: false,
             };
         };
+        let mut decoded = false;
         let mut view = String::with_capacity(text.len());
         let mut edits = Vec::new();
         let mut from = 0;
@@ -81,6 +101,7 @@ impl<'a> Normalized<'a> {
             let (at, len, folded) = next;
             view.push_str(text.get(from..at).unwrap_or_default());
             let original_end = at + len;
+            decoded |= matches!(text.as_bytes()[at], b'%' | b'&');
             match folded {
                 Folded::Removed => edits.push(Edit {
                     view: view.len(),
@@ -98,7 +119,7 @@ impl<'a> Normalized<'a> {
                 }
             }
             from = original_end;
-            match next_fold(text, from) {
+            match next_fold(text, from, escapes) {
                 Some(found) => next = found,
                 None => break,
             }
@@ -107,7 +128,14 @@ impl<'a> Normalized<'a> {
         Normalized {
             view: Cow::Owned(view),
             edits,
+            escapes: decoded,
         }
+    }
+
+    /// Whether an escape was decoded: the text then also has a view without escapes
+    /// ([`Normalized::without_escapes`]) that reads differently.
+    pub fn decoded_escapes(&self) -> bool {
+        self.escapes
     }
 
     /// The view.
@@ -186,22 +214,24 @@ fn holds(word: u64, byte: u8) -> bool {
     x.wrapping_sub(ONES) & !x & (ONES << 7) != 0
 }
 
-/// The first character or escape at or after `from` (a character boundary) that the view
-/// folds or removes: its offset, its length in bytes and what it becomes.
-fn next_fold(text: &str, from: usize) -> Option<(usize, usize, Folded)> {
+/// The first character or escape (when `escapes`) at or after `from` (a character boundary)
+/// that the view folds or removes: its offset, its length in bytes and what it becomes.
+fn next_fold(text: &str, from: usize, escapes: bool) -> Option<(usize, usize, Folded)> {
     let bytes = text.as_bytes();
     let mut at = from;
     while at < bytes.len() {
         // ASCII without an escape's start, eight bytes at a time.
         if let Some(Ok(chunk)) = bytes.get(at..at + 8).map(<[u8; 8]>::try_from) {
             let word = u64::from_le_bytes(chunk);
-            if word & 0x8080_8080_8080_8080 == 0 && !holds(word, b'%') && !holds(word, b'&') {
+            if word & 0x8080_8080_8080_8080 == 0
+                && (!escapes || (!holds(word, b'%') && !holds(word, b'&')))
+            {
                 at += 8;
                 continue;
             }
         }
         match bytes[at] {
-            b'%' | b'&' => {
+            b'%' | b'&' if escapes => {
                 if let Some((len, folded)) = escape(bytes, at) {
                     return Some((at, len, folded));
                 }
@@ -232,56 +262,143 @@ const NAMED: &[(&[u8], char)] = &[
     (b"comma", ','),
     (b"commat", '@'),
     (b"dash", '\u{2010}'),
+    (b"emsp", '\u{2003}'),
+    (b"ensp", '\u{2002}'),
+    (b"hairsp", '\u{200A}'),
+    (b"horbar", '\u{2015}'),
     (b"gt", '>'),
     (b"hyphen", '\u{2010}'),
     (b"lowbar", '_'),
     (b"lpar", '('),
+    (b"lrm", '\u{200E}'),
     (b"lt", '<'),
     (b"mdash", '\u{2014}'),
     (b"minus", '\u{2212}'),
     (b"nbsp", '\u{A0}'),
+    (b"NoBreak", '\u{2060}'),
+    (b"NonBreakingSpace", '\u{A0}'),
     (b"ndash", '\u{2013}'),
     (b"num", '#'),
     (b"period", '.'),
     (b"plus", '+'),
     (b"quot", '"'),
+    (b"rlm", '\u{200F}'),
     (b"rpar", ')'),
     (b"shy", '\u{AD}'),
     (b"sol", '/'),
+    (b"thinsp", '\u{2009}'),
     (b"zwj", '\u{200D}'),
     (b"zwnj", '\u{200C}'),
     (b"ZeroWidthSpace", '\u{200B}'),
 ];
 
 /// The escape at `at` (`%` or `&`) and what it becomes: its length and the fold.
+///
+/// - `%XX`: the byte, when it is printable ASCII; `%25XX` (an escaped `%` before two hex
+///   digits: escaped twice) as the character `%XX` names; a run of `%XX` that spells one UTF-8 character, as that
+///   character folds (`%EF%BC%A0` is `＠`, so `@`).
+/// - `&name;`, `&#N;`, `&#xH;` (leading zeros allowed); `&amp;` before another reference as
+///   that reference (escaped twice). A numeric reference without its `;` (which browsers
+///   read) is not decoded: whether it is one would depend on what follows it, and a span of
+///   the view must read the same when its own text is normalised again.
 fn escape(bytes: &[u8], at: usize) -> Option<(usize, Folded)> {
-    let hex = |b: u8| char::from(b).to_digit(16);
-    if bytes[at] == b'%' {
-        let high = hex(*bytes.get(at + 1)?)?;
-        let low = hex(*bytes.get(at + 2)?)?;
-        let byte = u8::try_from(high * 16 + low).ok()?;
-        return (0x20..0x7F).contains(&byte).then_some((3, Folded::Ascii(byte)));
-    }
-    // `&…;`: the name or number ends within 16 bytes.
-    let rest = bytes.get(at + 1..)?;
-    let end = rest.iter().take(16).position(|&b| b == b';')?;
-    let name = &rest[..end];
-    let c = match name {
-        [b'#', b'x' | b'X', digits @ ..] if !digits.is_empty() => {
-            let digits = std::str::from_utf8(digits).ok()?;
-            char::from_u32(u32::from_str_radix(digits, 16).ok()?)?
+    let (len, c) = if bytes[at] == b'%' {
+        percent(bytes, at)?
+    } else {
+        let (len, c) = reference(bytes.get(at + 1..)?)?;
+        let twice = (c == '&')
+            .then(|| reference(&bytes[at + 1 + len..]))
+            .flatten()
+            .filter(|(_, inner)| folds(*inner));
+        match twice {
+            Some((more, inner)) => (1 + len + more, inner),
+            None => (1 + len, c),
         }
-        [b'#', digits @ ..] if !digits.is_empty() => {
-            let digits = std::str::from_utf8(digits).ok()?;
-            char::from_u32(digits.parse().ok()?)?
-        }
-        _ => NAMED.iter().find(|(n, _)| *n == name)?.1,
     };
     let folded = match u8::try_from(c) {
         Ok(byte) if (0x20..0x7F).contains(&byte) => Folded::Ascii(byte),
         _ => fold(c)?,
     };
-    Some((end + 2, folded))
+    Some((len, folded))
+}
+
+/// Whether an escape of `c` is decoded: printable ASCII, or a character the view folds.
+fn folds(c: char) -> bool {
+    u8::try_from(c).is_ok_and(|b| (0x20..0x7F).contains(&b)) || fold(c).is_some()
+}
+
+/// The byte of the `%XX` at `at`.
+fn percent_byte(bytes: &[u8], at: usize) -> Option<u8> {
+    let hex = |b: &u8| char::from(*b).to_digit(16);
+    if bytes.get(at) != Some(&b'%') {
+        return None;
+    }
+    let high = hex(bytes.get(at + 1)?)?;
+    let low = hex(bytes.get(at + 2)?)?;
+    u8::try_from(high * 16 + low).ok()
+}
+
+/// The percent escape at `at`: its length and the character it spells.
+fn percent(bytes: &[u8], at: usize) -> Option<(usize, char)> {
+    let first = percent_byte(bytes, at)?;
+    if first == b'%'
+        && let Some(Some(byte)) = bytes.get(at + 3..at + 5).map(|h| {
+            std::str::from_utf8(h)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        && byte < 0x80
+        && folds(char::from(byte))
+    {
+        return Some((5, char::from(byte)));
+    }
+    let width = match first {
+        0x00..0x80 => return Some((3, char::from(first))),
+        0xC2..0xE0 => 2,
+        0xE0..0xF0 => 3,
+        0xF0..0xF5 => 4,
+        _ => return None,
+    };
+    let mut utf8 = [first, 0, 0, 0];
+    for (i, slot) in utf8.iter_mut().enumerate().take(width).skip(1) {
+        *slot = percent_byte(bytes, at + 3 * i)?;
+    }
+    let c = std::str::from_utf8(&utf8[..width]).ok()?.chars().next()?;
+    Some((3 * width, c))
+}
+
+/// The character reference after an `&` (`rest` starts after it): its length and the
+/// character it names.
+fn reference(rest: &[u8]) -> Option<(usize, char)> {
+    if let Some(number) = rest.strip_prefix(b"#") {
+        let (digits, radix, skip) = match number.first() {
+            Some(b'x' | b'X') => (&number[1..], 16, 2),
+            _ => (number, 10, 1),
+        };
+        let count = digits
+            .iter()
+            .take(32)
+            .take_while(|b| char::from(**b).is_digit(radix))
+            .count();
+        if count == 0 {
+            return None;
+        }
+        let text = std::str::from_utf8(&digits[..count]).ok()?;
+        let trimmed = text.trim_start_matches('0');
+        let value = if trimmed.is_empty() {
+            0
+        } else {
+            u32::from_str_radix(trimmed, radix).ok()?
+        };
+        if digits.get(count) != Some(&b';') {
+            return None;
+        }
+        return Some((skip + count + 1, char::from_u32(value)?));
+    }
+    let end = rest.iter().take(24).position(|&b| b == b';')?;
+    let name = &rest[..end];
+    let c = NAMED.iter().find(|(n, _)| *n == name)?.1;
+    Some((end + 1, c))
 }
 
 fn fold(c: char) -> Option<Folded> {

@@ -104,16 +104,15 @@ const EMAIL: &str = concat!(
 /// address must end in a common top-level domain (so that `reach me at jane dot doe at gmail
 /// dot com` is read from `jane`, not from `me`).
 const EMAIL_SPELLED: &str = concat!(
-    r"(?i)\b[a-z0-9][a-z0-9_%+-]*",
-    r"(?:(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+|\.)[a-z0-9][a-z0-9_%+-]*)*",
-    r"(?:\s*[\[({<]\s*at\s*[\])}>]\s*[a-z0-9-]+",
-    r"(?:(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+|\.)[a-z0-9-]+)*",
-    r"(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+|\.)[a-z]{2,24}",
-    r"|\s+at\s+[a-z0-9-]+(?:(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+)[a-z0-9-]+)*",
-    r"(?:\s*[\[({<]\s*dot\s*[\])}>]\s*|\s+dot\s+)",
+    r"(?i)(?-u:\b)[a-z0-9][a-z0-9_%+-]*",
+    r"(?:(?:\s*[\[({<]\s*(?:dot|\.)\s*[\])}>]\s*|\s+dot\s+|\.)[a-z0-9][a-z0-9_%+-]*)*",
+    r"(?:\s*[\[({<]\s*(?:at|@)\s*[\])}>]\s*[a-z0-9-]+",
+    r"(?:(?:\s*[\[({<]\s*(?:dot|\.)\s*[\])}>]\s*|\s+dot\s+|\.)[a-z0-9-]+)*",
+    r"(?:\s*[\[({<]\s*(?:dot|\.)\s*[\])}>]\s*|\s+dot\s+|\.)(?-i:[a-z]{2,24}|[A-Z]{2,24})",
+    r"|\s+at\s+(?:[a-z0-9-]+(?:\s*[\[({<]\s*(?:dot|\.)\s*[\])}>]\s*|\s+dot\s+))+",
     r"(?:com|org|net|edu|gov|mil|int|info|biz|io|co|ai|app|dev|me|us|uk|de|fr|es|it|nl|be|ch|at",
     r"|se|no|dk|fi|pl|cz|pt|ie|ru|ua|tr|gr|ro|hu|jp|cn|kr|in|sg|hk|tw|au|nz|ca|mx|br|ar|cl|za|il)",
-    r")\b",
+    r")(?-u:\b)",
 );
 
 pub(crate) const BUILTIN: &[PatternSpec] = &[
@@ -131,11 +130,13 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         entity: "EMAIL_ADDRESS",
         pattern: EMAIL_SPELLED,
         score: 0.85,
-        validate: None,
+        validate: Some(validate::spelled_email),
         context: &[],
         cue: &[],
         group: 0,
-        trigger: Some(r"(?i)[\[({<]\s*at\s*[\])}>]|\sat\s+[a-z0-9-]+\s*(?:[\[({<]\s*)?dot\b"),
+        trigger: Some(
+            r"(?i)[\[({<]\s*(?:at|@)\s*[\])}>]|\sat\s+[a-z0-9-]+\s*(?:[\[({<]\s*)?(?:dot|\.)",
+        ),
     },
     // International: `+`, a country code, an optional `(0)` and area code in parentheses,
     // then runs of digits, each run taken whole (the validator counts the digits).

@@ -156,30 +156,152 @@ fn format_characters_inside_values_are_covered() {
 #[test]
 fn percent_escaped_and_html_escaped_values_are_found_whole() {
     for (entity, text, value) in [
-        ("EMAIL_ADDRESS", "GET /users?email=jane%40example.com&page=2", "jane%40example.com"),
-        ("EMAIL_ADDRESS", "body: to=jane.doe%40example%2Eorg", "jane.doe%40example%2Eorg"),
-        ("EMAIL_ADDRESS", "<p>Mail jane&#64;example.com</p>", "jane&#64;example.com"),
-        ("EMAIL_ADDRESS", "<p>jane&#x40;example&period;com</p>", "jane&#x40;example&period;com"),
-        ("EMAIL_ADDRESS", "contact: jane&commat;example.com.", "jane&commat;example.com"),
-        ("EMAIL_ADDRESS", "&#106;&#97;&#110;&#101;&#64;x.io", "&#106;&#97;&#110;&#101;&#64;x.io"),
-        ("PHONE_NUMBER", "tel=%2B44%2020%207946%200958", "%2B44%2020%207946%200958"),
-        ("CREDIT_CARD", "card=4111%201111%201111%201111&cvc", "4111%201111%201111%201111"),
-        ("US_SSN", "ssn: 536&#8209;22&#8209;1234", "536&#8209;22&#8209;1234"),
+        (
+            "EMAIL_ADDRESS",
+            "GET /users?email=jane%40example.com&page=2",
+            "jane%40example.com",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "body: to=jane.doe%40example%2Eorg",
+            "jane.doe%40example%2Eorg",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "<p>Mail jane&#64;example.com</p>",
+            "jane&#64;example.com",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "<p>jane&#x40;example&period;com</p>",
+            "jane&#x40;example&period;com",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "contact: jane&commat;example.com.",
+            "jane&commat;example.com",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "&#106;&#97;&#110;&#101;&#64;x.io",
+            "&#106;&#97;&#110;&#101;&#64;x.io",
+        ),
+        (
+            "PHONE_NUMBER",
+            "tel=%2B44%2020%207946%200958",
+            "%2B44%2020%207946%200958",
+        ),
+        (
+            "CREDIT_CARD",
+            "card=4111%201111%201111%201111&cvc",
+            "4111%201111%201111%201111",
+        ),
+        (
+            "US_SSN",
+            "ssn: 536&#8209;22&#8209;1234",
+            "536&#8209;22&#8209;1234",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "jane%2540example.com",
+            "jane%2540example.com",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "jane&amp;#64;example.com",
+            "jane&amp;#64;example.com",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "jane%EF%BC%A0example.com",
+            "jane%EF%BC%A0example.com",
+        ),
+        (
+            "CREDIT_CARD",
+            "card 4111&ensp;1111&ensp;1111&ensp;1111",
+            "4111&ensp;1111&ensp;1111&ensp;1111",
+        ),
     ] {
         assert_finds(entity, text, value);
+    }
+}
+
+/// Escapes that are part of a value (a password in a URL, a secret) keep the value whole:
+/// what the text shows as written is found first, and what its decoded reading adds joins it.
+#[test]
+fn values_whose_escapes_are_part_of_them_stay_whole() {
+    for (entity, text, value) in [
+        (
+            "URL",
+            "db: postgres://admin:Xy9%2FQz7Wv3Lp@db.internal:5432/app ok",
+            "postgres://admin:Xy9%2FQz7Wv3Lp@db.internal:5432/app",
+        ),
+        (
+            "URL",
+            "see https://user:pa%20ss@host.example.com/x now",
+            "https://user:pa%20ss@host.example.com/x",
+        ),
+        (
+            "CREDIT_CARD",
+            "card 4111111111111111%41 ok",
+            "4111111111111111",
+        ),
+        (
+            "CREDIT_CARD",
+            "card 4111111111111111&#65; ok",
+            "4111111111111111",
+        ),
+    ] {
+        assert_finds(entity, text, value);
+    }
+    // Whatever types win, no byte of the credentials is left out of a span.
+    for (text, secret) in [
+        (
+            "smtp://jane%40example.com:Secr3tPassw0rd@smtp.gmail.com:587",
+            "Secr3tPassw0rd",
+        ),
+        (
+            "body: password=Tr0ub4dor%263%3Bhorse9x",
+            "Tr0ub4dor%263%3Bhorse9x",
+        ),
+        (
+            "db: postgres://admin:Xy9%2FQz7Wv3Lp@db.internal:5432/app",
+            "admin:Xy9%2FQz7Wv3Lp",
+        ),
+    ] {
+        let at = text.find(secret).unwrap();
+        let spans = ALL.scan(text);
+        assert!(
+            (at..at + secret.len()).all(|i| spans.iter().any(|s| s.start <= i && i < s.end)),
+            "{secret:?} not wholly masked in {text:?}: {spans:?}"
+        );
     }
 }
 
 #[test]
 fn email_addresses_spelled_out_are_found() {
     for (text, value) in [
-        ("write to jane [at] example [dot] com please", "jane [at] example [dot] com"),
+        (
+            "write to jane [at] example [dot] com please",
+            "jane [at] example [dot] com",
+        ),
         ("jane(at)example.com", "jane(at)example.com"),
-        ("Mail: j.doe{at}mail.example.co.uk.", "j.doe{at}mail.example.co.uk"),
-        ("my email is jane dot doe at gmail dot com", "jane dot doe at gmail dot com"),
-        ("reach me at jane dot doe at gmail dot com", "jane dot doe at gmail dot com"),
+        (
+            "Mail: j.doe{at}mail.example.co.uk.",
+            "j.doe{at}mail.example.co.uk",
+        ),
+        (
+            "my email is jane dot doe at gmail dot com",
+            "jane dot doe at gmail dot com",
+        ),
+        (
+            "reach me at jane dot doe at gmail dot com",
+            "jane dot doe at gmail dot com",
+        ),
         ("JANE AT EXAMPLE DOT ORG", "JANE AT EXAMPLE DOT ORG"),
         ("ops <at> corp (dot) io", "ops <at> corp (dot) io"),
+        ("jane[at]example[.]com", "jane[at]example[.]com"),
+        ("jane(@)example(.)com", "jane(@)example(.)com"),
     ] {
         assert_finds("EMAIL_ADDRESS", text, value);
     }
@@ -187,6 +309,9 @@ fn email_addresses_spelled_out_are_found() {
         "the docs are at docs.python.org and at example.com",
         "look at the end dot",
         "we met at noon, dot the i's",
+        "He got rich at the dot com boom.",
+        "we met at noon dot me",
+        "Meet me (at) home.Then we go",
         "rated 50% at 40%40 scale",
         "R&D at ACME & Co; 100% done",
     ] {

@@ -221,6 +221,30 @@ fn plausible_number(digits: &[u32]) -> bool {
     digits.iter().any(|d| *d != digits[0]) && !digits.ends_with(&[0; 6])
 }
 
+/// Words that are never a domain's label in prose: `rich at the dot com boom`, `we met at
+/// noon dot me` are not addresses.
+const NOT_LABELS: &[&str] = &[
+    "a", "an", "the", "this", "that", "my", "your", "our", "his", "her", "their", "its", "home",
+    "noon", "work", "night", "least", "all", "once", "first", "last", "some", "any", "which",
+];
+
+/// An address spelled out (`jane [at] example [dot] com`): no label after the `at` is a word
+/// of prose ([`NOT_LABELS`]).
+pub(crate) fn spelled_email(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '@'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let Some(at) = words.iter().position(|w| *w == "at" || *w == "@") else {
+        return true;
+    };
+    words[at + 1..]
+        .iter()
+        .filter(|w| **w != "dot")
+        .all(|w| !NOT_LABELS.contains(w))
+}
+
 /// Shannon entropy in bits per character.
 pub(crate) fn entropy(text: &str) -> f64 {
     let mut counts = [0u32; 256];

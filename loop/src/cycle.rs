@@ -154,6 +154,7 @@ pub async fn record_decision(
     let reason = report.reason();
     let json = serde_json::to_value(&summary)
         .map_err(|e| Error::Loop(format!("the gate report does not serialize: {e}")))?;
+    report.config.check()?;
     let share = report.config.canary_share;
     let event = if report.promote && share > 0.0 {
         registry
@@ -196,9 +197,13 @@ pub async fn cycle(
     by: &str,
     trail: Option<&AdapterEvents>,
 ) -> Result<CycleOutcome> {
+    let lake = atdp_lake::Lake::new(&train.lake, train.lake_options.clone())
+        .map_err(|e| Error::Loop(format!("the lake: {e}")))?;
     let trained = train_and_publish(&setup.registry, train, by).await?;
     let started = Instant::now();
-    let gate_report = gate(setup, trained.version, env, gate_config).await?;
+    let mut gate_report = gate(setup, trained.version, env, gate_config).await?;
+    crate::erased::refuse_if_erased(&lake, &setup.registry, trained.version, &mut gate_report)
+        .await?;
     let gate_s = started.elapsed().as_secs_f64();
     let event = record_decision(&setup.registry, &gate_report, trained.version, by, trail).await?;
     Ok(CycleOutcome {

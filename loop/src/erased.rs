@@ -66,6 +66,63 @@ async fn listed(lake: &Lake, policy: &str, keep_unknown: bool) -> Result<Vec<(u3
     Ok(out)
 }
 
+/// How many of the trajectories `version` learned from (its manifest's lineage) an allowed
+/// erasure of their tenant has reached since: an adapter trained while an erasure ran read
+/// them before they were left out, and the erasure's own list (made when it ran) does not
+/// name a version published after it. 0 for a version without a lineage.
+pub async fn erased_since_training(
+    lake: &Lake,
+    registry: &Registry,
+    version: u32,
+) -> Result<usize> {
+    let Some(manifest) = registry.manifest(version).await? else {
+        return Ok(0);
+    };
+    let Some(by_tenant) = manifest["lineage"]["trajectories"].as_object() else {
+        return Ok(0);
+    };
+    let reader = LakeReader::new(lake.clone());
+    let mut met = 0;
+    for (tenant, ids) in by_tenant {
+        let erased = reader
+            .erased_trajectories(tenant, None)
+            .await
+            .map_err(|e| Error::Loop(format!("cannot read what erasures reached: {e}")))?;
+        met += ids
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|id| id.as_str())
+            .filter(|id| erased.contains(*id))
+            .count();
+    }
+    Ok(met)
+}
+
+/// Refuses, in the gate's report, a candidate that learned from data erased since its
+/// training read it ([`erased_since_training`]): a failed `erased_data` check.
+pub async fn refuse_if_erased(
+    lake: &Lake,
+    registry: &Registry,
+    version: u32,
+    report: &mut crate::GateReport,
+) -> Result<()> {
+    let met = erased_since_training(lake, registry, version).await?;
+    if met > 0 {
+        report.promote = false;
+        report.checks.push(crate::Check {
+            name: "erased_data".into(),
+            passed: false,
+            value: met as f64,
+            bound: 0.0,
+            detail: format!(
+                "learned from {met} trajectories that an erasure reached after its training read them"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Retires every version of `registry`'s policy that a recorded erasure lists and that is
 /// not retired yet; returns the retirements written. `keep_unknown`: leave the versions whose
 /// lineage is unknown.
@@ -123,16 +180,7 @@ mod tests {
     #[tokio::test]
     async fn the_versions_an_erasure_lists_are_retired_once_and_the_served_one_steps_back() {
         let dir = tempfile::tempdir().unwrap();
-        let lake_path = dir.path().join("lake");
-        let url = lake_path.to_str().unwrap().to_owned();
-        let registry = Registry::open(&url, Default::default(), "support").unwrap();
-        let adapter = dir.path().join("adapter");
-        std::fs::create_dir_all(&adapter).unwrap();
-        std::fs::write(adapter.join("adapter_config.json"), br#"{"r": 4}"#).unwrap();
-        std::fs::write(adapter.join("adapter_model.safetensors"), b"weights").unwrap();
-        for _ in 0..4 {
-            registry.publish(&adapter, "test").await.unwrap();
-        }
+        let (registry, url) = crate::live::tests::published_registry(dir.path(), 4).await;
         for version in [1, 2, 3] {
             registry
                 .promote(version, "test", "better", None)
@@ -226,5 +274,67 @@ mod tests {
             .await
             .unwrap();
         assert!(again.is_empty(), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn a_candidate_that_learned_from_data_erased_since_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (registry, url) = crate::live::tests::published_registry(dir.path(), 0).await;
+        let adapter = dir.path().join("adapter");
+        std::fs::write(
+            adapter.join("manifest.json"),
+            json!({"lineage": {"trajectories": {"acme": ["t1", "t2"], "globex": ["t1"]}}})
+                .to_string(),
+        )
+        .unwrap();
+        registry.publish(&adapter, "test").await.unwrap();
+        let lake = Lake::new(&url, Default::default()).unwrap();
+        assert_eq!(erased_since_training(&lake, &registry, 1).await.unwrap(), 0);
+
+        // After the training read, acme erased the subject of its trajectory t1 (globex's t1
+        // is another trajectory).
+        let writer = LakeWriter::open(WriterConfig::new(url.clone(), dir.path().join("wal")))
+            .await
+            .unwrap();
+        let step = atdp_schema::Step {
+            step_id: "s1".into(),
+            trajectory_id: "t1".into(),
+            tenant_id: "acme".into(),
+            agent_id: "support".into(),
+            started_at: 1_795_910_400_000_000,
+            pii: vec![atdp_schema::PiiSpan {
+                token: "<EMAIL_ADDRESS_00aa11>".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        writer.append_record(&step.into()).unwrap();
+        let mut erase = AuditEvent::new("erase", "auditor:dpo", "acme");
+        erase.decision = Some("allow".into());
+        erase.detail_json =
+            Some(json!({"scope": "subject", "tokens": ["<EMAIL_ADDRESS_00aa11>"]}).to_string());
+        writer.append_audit(erase).unwrap();
+        writer.flush().await.unwrap();
+        writer.shutdown(Duration::from_secs(10)).await.unwrap();
+
+        assert_eq!(erased_since_training(&lake, &registry, 1).await.unwrap(), 1);
+        let mut report = crate::GateReport {
+            candidate: "support@v1".into(),
+            current: "support@base".into(),
+            promote: true,
+            checks: Vec::new(),
+            config: crate::GateConfig::default(),
+            candidate_heldout: crate::gate::tests::report(0.5, 3.0, 0.0),
+            current_heldout: crate::gate::tests::report(0.4, 3.0, 0.0),
+            candidate_train: None,
+            current_train: None,
+            kl_to_base: None,
+        };
+        refuse_if_erased(&lake, &registry, 1, &mut report)
+            .await
+            .unwrap();
+        assert!(!report.promote);
+        assert_eq!(report.checks[0].name, "erased_data");
+        assert!(report.reason().contains("erasure"), "{}", report.reason());
     }
 }

@@ -72,6 +72,21 @@ impl Default for GateConfig {
     }
 }
 
+impl GateConfig {
+    /// Refuses settings no gate can act on: a canary share that is not 0 (promote at once) or
+    /// strictly between 0 and 1.
+    pub fn check(&self) -> crate::Result<()> {
+        let share = self.canary_share;
+        if share == 0.0 || (share > 0.0 && share < 1.0) {
+            Ok(())
+        } else {
+            Err(crate::Error::Loop(format!(
+                "canary_share = {share}: use 0 (promote to every request at once) or a share between 0 and 1"
+            )))
+        }
+    }
+}
+
 /// One check of the gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
@@ -476,11 +491,11 @@ pub async fn gate(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::env::Episode;
 
-    fn report(mean_reward: f64, tokens: f64, invalid: f64) -> EvalReport {
+    pub(crate) fn report(mean_reward: f64, tokens: f64, invalid: f64) -> EvalReport {
         EvalReport {
             label: String::new(),
             env: "routing".to_owned(),

@@ -40,7 +40,7 @@ pub use cycle::{
 };
 pub use env::{Env, Episode, SeedRng};
 pub use environment::{EnvArgs, Environment};
-pub use erased::retire_erased;
+pub use erased::{erased_since_training, refuse_if_erased, retire_erased};
 pub use error::{Error, Result, blocking};
 pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
 pub use gate::{

@@ -286,18 +286,25 @@ pub(crate) mod tests {
         assert_eq!(got, [("policy@v1", 1, 1.0), ("policy@v2", 1, 0.0)]);
     }
 
-    #[tokio::test]
-    async fn a_worse_canary_is_rejected_and_one_that_holds_is_promoted() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = dir.path().join("lake").display().to_string();
+    /// The registry of policy `support` in the lake under `dir`, with `versions` published
+    /// versions (placeholder files: the registry does not read them), and the lake's location.
+    pub(crate) async fn published_registry(dir: &Path, versions: u32) -> (Registry, String) {
+        let url = dir.join("lake").display().to_string();
         let registry = Registry::open(&url, Default::default(), "support").unwrap();
-        let adapter = dir.path().join("adapter");
+        let adapter = dir.join("adapter");
         std::fs::create_dir_all(&adapter).unwrap();
         std::fs::write(adapter.join("adapter_config.json"), br#"{"r": 4}"#).unwrap();
         std::fs::write(adapter.join("adapter_model.safetensors"), b"weights").unwrap();
-        for _ in 0..3 {
+        for _ in 0..versions {
             registry.publish(&adapter, "test").await.unwrap();
         }
+        (registry, url)
+    }
+
+    #[tokio::test]
+    async fn a_worse_canary_is_rejected_and_one_that_holds_is_promoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (registry, _) = published_registry(dir.path(), 3).await;
         registry.promote(1, "test", "first", None).await.unwrap();
         let config = RollbackConfig {
             window: 50,

@@ -267,15 +267,25 @@ impl KeyRing {
         Ok(hex::encode(mac.finalize().into_bytes()))
     }
 
-    /// The deterministic placeholder of `value`: `<ENTITY_0123456789ab>`.
+    /// The deterministic placeholder of `value`: `<ENTITY_0123456789ab>`, computed from its
+    /// canonical spelling ([`atdp_detect::canonical`]), so that `jane%40example.com` and
+    /// `jane@example.com` have one token.
     pub fn token(&self, tenant: &str, entity: &str, value: &str) -> Result<String> {
+        self.token_of_spelling(tenant, entity, &atdp_detect::canonical(entity, value))
+    }
+
+    /// The placeholder of `value` spelled exactly as given, as tokens were computed before
+    /// they were computed from the canonical spelling: an erasure reaches those too.
+    pub fn token_of_spelling(&self, tenant: &str, entity: &str, value: &str) -> Result<String> {
         let digest = self.digest(tenant, b"token\0", entity, value)?;
         Ok(format!("<{entity}_{}>", &digest[..TOKEN_HEX_DIGITS]))
     }
 
-    /// A keyed, irreversible hash of `value` (the `hash` action): `<ENTITY#0123…>`.
+    /// A keyed, irreversible hash of `value` (the `hash` action): `<ENTITY#0123…>`, of its
+    /// canonical spelling.
     pub fn keyed_hash(&self, tenant: &str, entity: &str, value: &str) -> Result<String> {
-        let digest = self.digest(tenant, b"hash\0", entity, value)?;
+        let canonical = atdp_detect::canonical(entity, value);
+        let digest = self.digest(tenant, b"hash\0", entity, &canonical)?;
         Ok(format!("<{entity}#{}>", &digest[..16]))
     }
 

@@ -58,14 +58,24 @@ fn spellings_fold_onto_ascii() {
         ("𝟘𝟙𝟚 𝟿", "012 9"),
         ("ＡＢＣ ｄｅｆ　（１）", "ABC def (1)"),
         ("👍\u{FE0F} é\u{301}", "👍 é\u{301}"),
-        ("email=jane%40example%2ecom&x=1", "email=jane@example.com&x=1"),
+        (
+            "email=jane%40example%2ecom&x=1",
+            "email=jane@example.com&x=1",
+        ),
         ("%2B1%20(555)%20010-0199", "+1 (555) 010-0199"),
         (
             "jane&#64;example&period;com &#x40; &commat;",
             "jane@example.com @ @",
         ),
         ("ja&shy;ne&#8203;&#65312;x&nbsp;&#8211;", "jane@x -"),
-        ("%2540 %4 %zz %0A %7f &#10; &bogus; &#x; & ;", "%40 %4 %zz %0A %7f &#10; &bogus; &#x; & ;"),
+        (
+            "%2540 %4 %zz %0A %7f %25zz &#10; &bogus; &#x; & ; &#64 &amp;",
+            "@ %4 %zz %0A %7f %zz &#10; &bogus; &#x; & ; &#64 &",
+        ),
+        (
+            "jane&amp;#64;x%EF%BC%A0y &#0000000000000000064; 4111&ensp;1&thinsp;2&NoBreak;3",
+            "jane@x@y @ 4111 1 23",
+        ),
     ] {
         assert_eq!(Normalized::new(text).as_str(), folded, "{text:?}");
     }
@@ -193,6 +203,12 @@ fn spellings() -> impl Strategy<Value = String> {
         "&",
         "&#",
         ";",
+        "&amp;",
+        "%25",
+        "%EF%BC%A0",
+        "%C3%A9",
+        "6",
+        "0",
     ]);
     prop::collection::vec(pieces, 0..40).prop_map(|p| p.concat())
 }

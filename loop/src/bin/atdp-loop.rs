@@ -12,7 +12,7 @@ use atdp_lake::cli::{LakeArgs, init_logging, run_async};
 use atdp_loop::{
     AdapterEvents, EnvArgs, Environment, GateConfig, GateSetup, RollbackConfig, blocking,
     check_canary, check_rollback, cycle, data_since, gate, live_rewards, record_decision,
-    retire_erased, rewarded_trajectories,
+    refuse_if_erased, retire_erased, rewarded_trajectories,
 };
 use atdp_trainer::{RawRunConfig, RunConfig};
 use clap::{Parser, Subcommand};
@@ -239,6 +239,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| format!("{}", path.display()))?,
         None => GateConfig::default(),
     };
+    gate_config.check()?;
     let registry = Registry::open(&lake_url, options.clone(), &cli.policy)?;
     let trail = AdapterEvents::open(&lake_url, options.clone(), &cli.wal, &cli.tenant).await?;
     let setup = GateSetup {
@@ -249,7 +250,9 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Gate { version, record } => {
-            let report = gate(&setup, version, &env, &gate_config).await?;
+            let mut report = gate(&setup, version, &env, &gate_config).await?;
+            let lake = atdp_lake::Lake::new(&lake_url, options.clone())?;
+            refuse_if_erased(&lake, &registry, version, &mut report).await?;
             for check in &report.checks {
                 println!(
                     "{} {}: {}",
