@@ -135,7 +135,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         cue: &[],
         group: 0,
         trigger: Some(
-            r"(?i)[\[({<]\s*(?:at|@)\s*[\])}>]|\sat\s+[a-z0-9-]+\s*(?:[\[({<]\s*)?(?:dot|\.)",
+            r"(?i)[\[({<]\s*(?:at|@)\s*[\])}>]|\sat\s+[a-z0-9-]+\s*(?:[\[({<]\s*(?:dot|\.)|dot)",
         ),
     },
     // International: `+`, a country code, an optional `(0)` and area code in parentheses,
