@@ -132,25 +132,18 @@ impl Watcher {
         // and is not loaded again while the log names it.
         if let Some(engine) = serving.canary_engine()
             && engine.failing() > 0
+            && !answers(&engine).await
+            && let Some(number) = engine.version.number
         {
-            let ticket = engine.ticket();
-            let alive = matches!(
-                tokio::time::timeout(TRIAL_TIMEOUT, trial(&engine)).await,
-                Ok(Ok(()))
+            let version = engine.version.to_string();
+            drop(engine);
+            tracing::error!(%version, "The canary fails every request; it stops taking requests.");
+            serving.set_canary(None, 0.0);
+            serving.refuse_canary(
+                number,
+                format!("canary {version}: its engine fails every request"),
             );
-            if alive {
-                engine.note(ticket, false);
-            } else if let Some(number) = engine.version.number {
-                let version = engine.version.to_string();
-                drop(engine);
-                tracing::error!(%version, "The canary fails every request; it stops taking requests.");
-                serving.set_canary(None, 0.0);
-                serving.refuse_canary(
-                    number,
-                    format!("canary {version}: its engine fails every request"),
-                );
-                return;
-            }
+            return;
         }
         let loaded = serving.canary();
         let Some(wanted) = wanted else {
@@ -192,13 +185,7 @@ impl Watcher {
     /// Tries `engine`, which failed requests, with one request; when that fails too, loads
     /// its version afresh and puts the new engine in its place.
     async fn repair_if_dead(&self, serving: &Serving, engine: Shared) -> Option<SwapReport> {
-        let ticket = engine.ticket();
-        let alive = matches!(
-            tokio::time::timeout(TRIAL_TIMEOUT, trial(&engine)).await,
-            Ok(Ok(()))
-        );
-        if alive {
-            engine.note(ticket, false);
+        if answers(&engine).await {
             return None;
         }
         let number = engine.version.number;
@@ -249,6 +236,20 @@ impl Watcher {
             }
         }
     }
+}
+
+/// Tries `engine`, which failed requests, with one request ([`TRIAL_TIMEOUT`] at most); an
+/// answer clears its failures.
+async fn answers(engine: &Engine) -> bool {
+    let ticket = engine.ticket();
+    let alive = matches!(
+        tokio::time::timeout(TRIAL_TIMEOUT, trial(engine)).await,
+        Ok(Ok(()))
+    );
+    if alive {
+        engine.note(ticket, false);
+    }
+    alive
 }
 
 /// One greedy token on a new engine before it takes traffic: it must answer, with a finite
