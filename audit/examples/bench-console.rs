@@ -280,6 +280,7 @@ async fn main() {
             secure_cookie: false,
             page_size: 50,
             tls: None,
+            metrics_token: None,
         },
     )
     .await

@@ -41,6 +41,7 @@ mod reveal;
 mod search;
 mod segments;
 mod trail;
+pub mod training;
 mod trajectory;
 mod transcript;
 mod verify;

@@ -629,7 +629,10 @@ impl State {
                 Action::Reject => {}
             }
             // A retirement can make the canary's version the served one again.
-            if state.canary.is_some_and(|c| Some(c.version) == state.serving) {
+            if state
+                .canary
+                .is_some_and(|c| Some(c.version) == state.serving)
+            {
                 state.canary = None;
             }
         }

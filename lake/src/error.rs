@@ -52,6 +52,14 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// An object beside the tables (a training run's files) could not be read or written.
+    #[error("object storage error on {path}: {message}")]
+    Storage {
+        /// The object's path under the lake root.
+        path: String,
+        /// What failed.
+        message: String,
+    },
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

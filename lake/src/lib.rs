@@ -11,6 +11,8 @@
 //! - `reader` and `catalog`: reading it back, filtered, or by SQL pinned to a version;
 //!   `erasures`: what erasures reached, which training reads leave out.
 //! - `maintenance`: compaction, vacuum and statistics.
+//! - [`runs`]: training runs as they happen (their state, step metrics and reward
+//!   distributions), beside the tables, for the console's live view.
 //!
 //! Reading, querying and maintenance run on DataFusion and are the feature `query` (on by
 //! default). The write path needs no query engine: the proxy builds this crate without
@@ -55,6 +57,7 @@ mod files;
 pub mod maintenance;
 #[cfg(feature = "query")]
 mod reader;
+pub mod runs;
 pub mod synth;
 mod tables;
 mod wal;

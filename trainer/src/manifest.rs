@@ -168,6 +168,10 @@ pub struct Manifest {
     /// What the adapter learned from (absent from manifests of older runs).
     #[serde(default)]
     pub lineage: Lineage,
+    /// The run as published beside the lake's tables (`training/<run id>/`), which the
+    /// console links to this adapter's versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// The trajectories whose steps became the examples trained on, by tenant: an erasure finds
@@ -208,6 +212,7 @@ impl Manifest {
         steps: u64,
         final_metrics: Option<StepMetrics>,
         lineage: Lineage,
+        run_id: Option<String>,
     ) -> Result<Self> {
         let (sha256, files) = hash_weights(model.weight_files())?;
         let hyper_parameters = json!({
@@ -256,6 +261,7 @@ impl Manifest {
             steps,
             final_metrics,
             lineage,
+            run_id,
         })
     }
 

@@ -108,6 +108,10 @@ enum Command {
         /// PEM private key of --tls-cert.
         #[arg(long, env = "ATDP_AUDIT_TLS_KEY", requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// A file holding the bearer token (at least 32 characters) that Prometheus sends
+        /// to `GET /metrics` for the training runs' figures; without it, no `/metrics`.
+        #[arg(long, env = "ATDP_AUDIT_METRICS_TOKEN_FILE")]
+        metrics_token_file: Option<PathBuf>,
     },
     /// Crypto-shred a subject's values (or a whole tenant's keys) so they cannot be revealed.
     Erase {
@@ -548,7 +552,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             secure_cookie,
             tls_cert,
             tls_key,
+            metrics_token_file,
         } => {
+            let metrics_token = match metrics_token_file {
+                Some(path) => Some(
+                    std::fs::read_to_string(&path)
+                        .with_context(|| {
+                            format!("reading --metrics-token-file {}", path.display())
+                        })?
+                        .trim()
+                        .to_owned(),
+                ),
+                None => None,
+            };
             let tls = tls_cert
                 .zip(tls_key)
                 .map(|(cert, key)| atdp_audit::ConsoleTls { cert, key });
@@ -567,6 +583,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     secure_cookie,
                     page_size,
                     tls,
+                    metrics_token,
                 },
             )
             .await?;

@@ -1,7 +1,7 @@
 //! `atdp-audit serve`: the web console. Server-rendered HTML (askama templates compiled
 //! into the binary, no external assets, no JavaScript): log in with an auditor key, search,
 //! open a trajectory, reveal a value with a reason, read the audit trail and its chain
-//! status, export evidence.
+//! status, export evidence, watch training runs as they happen.
 //!
 //! The console assumes a hostile browser next door. Sessions are random 256-bit ids in an
 //! `HttpOnly`, `SameSite=Strict` cookie (`Secure` and `__Host-` named behind TLS), kept in
@@ -63,6 +63,9 @@ pub struct ConsoleConfig {
     /// Serve HTTPS with this certificate (cookies are then `Secure`, as with
     /// `secure_cookie`); `None`: plain HTTP, for loopback or behind a TLS-terminating proxy.
     pub tls: Option<tls::TlsFiles>,
+    /// The bearer token Prometheus sends to `GET /metrics` (training runs of every tenant);
+    /// `None`: the endpoint is not served.
+    pub metrics_token: Option<String>,
 }
 
 /// Login throttling state: one bucket table per client address, one per auditor.
@@ -275,6 +278,16 @@ impl Server {
 /// Starts the console on `config.listen`, writing its audit events through `trail`.
 pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Result<Server> {
     let policy = Policy::load(&config.policy_dir)?;
+    if config
+        .metrics_token
+        .as_ref()
+        .is_some_and(|t| t.len() < pages::metrics::MIN_TOKEN_CHARS)
+    {
+        return Err(crate::Error::Invalid(format!(
+            "the metrics token must have at least {} characters",
+            pages::metrics::MIN_TOKEN_CHARS
+        )));
+    }
     // A certificate that does not load stops the start.
     let acceptor = config.tls.as_ref().map(tls::acceptor).transpose()?;
     config.secure_cookie |= acceptor.is_some();
@@ -341,6 +354,8 @@ pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Resul
             get(pages::reveal::form).post(pages::reveal::reveal),
         )
         .route("/audit", get(pages::audit::audit))
+        .route("/training", get(pages::training::training))
+        .route("/metrics", get(pages::metrics::metrics))
         .layer(axum::middleware::map_response(headers::secure))
         .with_state(console.clone());
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();

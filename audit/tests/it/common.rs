@@ -14,6 +14,8 @@ use atdp_schema::{
 
 pub const DEMO_AUDITOR: &str = "sk-atdp-demo-auditor";
 pub const DEMO_ANALYST: &str = "sk-test-demo-analyst";
+/// The bearer token of the test console's `/metrics`.
+pub const METRICS_TOKEN: &str = "prometheus-scrape-token-0123456789abcdef";
 pub const EMAIL: &str = "jane.doe@example.com";
 pub const CARD: &str = "4111 1111 1111 1111";
 pub const OTHER_EMAIL: &str = "bob.stone@example.org";
@@ -439,6 +441,7 @@ impl Fixture {
                 secure_cookie: tls,
                 page_size: 20,
                 tls: None,
+                metrics_token: Some(METRICS_TOKEN.to_owned()),
             },
         )
         .await

@@ -1,6 +1,7 @@
 //! Integration tests of `atdp-audit`: a lake of masked trajectories written through the real
 //! writer and vault crypto, then searched, read, revealed, erased, exported and verified;
-//! the console over HTTP and in headless Chromium.
+//! the console over HTTP and in headless Chromium, its live view of training and its
+//! Prometheus endpoint.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -18,4 +19,5 @@ mod paging;
 mod retention;
 mod tenants;
 mod tls;
+mod training;
 mod verify;

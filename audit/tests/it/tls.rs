@@ -71,6 +71,7 @@ async fn the_console_serves_https_with_secure_cookies() {
             secure_cookie: false,
             page_size: 20,
             tls: Some(files.clone()),
+            metrics_token: None,
         },
     )
     .await
@@ -149,6 +150,7 @@ async fn the_console_serves_https_with_secure_cookies() {
             secure_cookie: false,
             page_size: 20,
             tls: Some(mismatched),
+            metrics_token: None,
         },
     )
     .await

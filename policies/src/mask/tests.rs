@@ -158,9 +158,20 @@ fn spellings_of_one_value_share_a_placeholder_and_restore_to_the_first() {
     let scanner = Scanner::new(None).unwrap();
     let text = "card 4111 1111 1111 1111, again 4111111111111111; mail jane%40example.com or jane@example.com";
     let spans = scanner.scan(text);
-    let masked = mask(text, &spans, &MaskPolicy::all(Action::Tokenize), "acme", &keys).unwrap();
-    let card = keys.token("acme", "CREDIT_CARD", "4111111111111111").unwrap();
-    let mail = keys.token("acme", "EMAIL_ADDRESS", "jane@example.com").unwrap();
+    let masked = mask(
+        text,
+        &spans,
+        &MaskPolicy::all(Action::Tokenize),
+        "acme",
+        &keys,
+    )
+    .unwrap();
+    let card = keys
+        .token("acme", "CREDIT_CARD", "4111111111111111")
+        .unwrap();
+    let mail = keys
+        .token("acme", "EMAIL_ADDRESS", "jane@example.com")
+        .unwrap();
     assert_eq!(
         masked.text,
         format!("card {card}, again {card}; mail {mail} or {mail}")

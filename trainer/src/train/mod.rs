@@ -4,6 +4,7 @@
 //! exact resume, and finally the PEFT adapter with its manifest.
 
 mod checkpoint;
+mod live;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -26,6 +27,7 @@ use crate::rng::Rng;
 use crate::run_config::{Length, RunConfig};
 use crate::{Error, Lora, Result};
 pub use checkpoint::CHECKPOINT_DIR;
+use live::Live;
 
 /// Above this estimate of a micro-batch's activations, layers are recomputed in the
 /// backward pass unless `train.recompute_activations` says otherwise.
@@ -64,15 +66,37 @@ pub struct RunReport {
     pub unmatched_step_rewards: usize,
     /// The last step's metrics.
     pub final_metrics: Option<StepMetrics>,
+    /// The run as published beside the lake's tables (`atdp_lake::runs`); `None` when it
+    /// could not be published.
+    pub run_id: Option<String>,
 }
 
 /// Runs the training `config` describes, calling `progress` after every optimizer step.
 /// Resumes from the checkpoint in the output directory when there is one. Blocking: call
 /// it from a plain thread, not from async code.
+///
+/// The run is published beside the lake's tables as it happens (`atdp_lake::runs`, read by
+/// the console's live view), best effort.
 pub fn run(
     config: &RunConfig,
     options: &TrainOptions,
     progress: &mut dyn FnMut(&StepMetrics),
+) -> Result<RunReport> {
+    let mut live = Live::none();
+    let outcome = train(config, options, progress, &mut live);
+    live.finish(
+        outcome
+            .as_ref()
+            .map(|report| report.steps_done >= report.total_steps),
+    );
+    outcome
+}
+
+fn train(
+    config: &RunConfig,
+    options: &TrainOptions,
+    progress: &mut dyn FnMut(&StepMetrics),
+    live: &mut Live,
 ) -> Result<RunReport> {
     let model = Model::load(&config.model_dir, &options.load)?;
     let chat = ChatFormat::load(&config.model_dir)?;
@@ -140,6 +164,7 @@ pub fn run(
     }
     let metrics_path = config.out_dir.join(METRICS_FILE);
     let mut metrics_file = open_metrics(&metrics_path, start)?;
+    *live = Live::start(config, &data.rewards, examples.len(), start, total_steps);
 
     let mut order = Order::new(config.seed, examples.len());
     let mut last = None;
@@ -200,6 +225,7 @@ pub fn run(
         let line = serde_json::to_string(&metrics).map_err(|e| Error::json(&metrics_path, e))?;
         writeln!(metrics_file, "{line}").map_err(|e| Error::io(&metrics_path, e))?;
         progress(&metrics);
+        live.step(&metrics);
         last = Some(metrics);
         let state = checkpoint::LoopState {
             step,
@@ -225,6 +251,7 @@ pub fn run(
         rewarded_examples: examples.len(),
         unmatched_step_rewards: credited.unmatched_step_rewards,
         final_metrics: last,
+        run_id: live.run_id(),
     };
     if step < total_steps {
         return Ok(report);
@@ -258,6 +285,7 @@ pub fn run(
         step,
         final_metrics,
         manifest::Lineage::of(&examples),
+        live.run_id(),
     )?;
     manifest.write(&config.out_dir)?;
     let all_metrics: Vec<StepMetrics> = std::fs::read_to_string(&metrics_path)

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use atdp_lake::runs::{self, RunInfo, RunState};
 use atdp_trainer::{Error, TrainOptions};
 use candle_core::Device;
 
@@ -96,6 +97,57 @@ fn a_resumed_run_ends_where_an_uninterrupted_one_does() {
         })
         .collect();
     assert_eq!(steps, [1, 2, 3, 4]);
+
+    // Each invocation published its run beside the lake's tables, as the console reads them.
+    let published = published_runs(&setup.lake());
+    let states: Vec<(RunState, u64, usize)> = published
+        .iter()
+        .map(|(info, metrics)| (info.state, info.steps_done, metrics.len()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (RunState::Finished, 4, 4),
+            (RunState::Stopped, 3, 3),
+            (RunState::Finished, 4, 2)
+        ]
+    );
+    let (straight_run, metrics) = &published[0];
+    assert_eq!(straight_run.run_id, report.run_id.clone().unwrap());
+    assert_eq!(straight_run.tenants, ["acme"]);
+    assert_eq!(metrics[3]["step"], 4);
+    assert_eq!(
+        metrics[3]["loss"].as_f64().unwrap(),
+        report.final_metrics.as_ref().unwrap().loss
+    );
+    // The reward's distribution over the trajectories trained on: good ones 1, bad ones -1.
+    let ok = &straight_run.rewards["ok"];
+    assert_eq!(
+        (ok.min, ok.max, ok.histogram.iter().sum::<u64>()),
+        (-1.0, 1.0, ok.count as u64)
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(setup.out("straight").join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["run_id"], straight_run.run_id.as_str());
+}
+
+/// The runs published under `lake`, in the order they started, with their metrics.
+fn published_runs(lake: &Path) -> Vec<(RunInfo, Vec<serde_json::Value>)> {
+    let lake = atdp_lake::Lake::new(lake.to_str().unwrap(), Default::default()).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut found = Vec::new();
+        for info in runs::runs(&lake).await.unwrap().into_iter().rev() {
+            let metrics = runs::run_metrics(&lake, &info.run_id).await.unwrap();
+            found.push((info, metrics));
+        }
+        found
+    })
 }
 
 #[test]

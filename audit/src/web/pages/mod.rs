@@ -4,9 +4,11 @@
 
 pub(crate) mod audit;
 pub(crate) mod login;
+pub(crate) mod metrics;
 pub(crate) mod reveal;
 pub(crate) mod search;
 pub(crate) mod text;
+pub(crate) mod training;
 pub(crate) mod trajectory;
 
 use std::net::IpAddr;

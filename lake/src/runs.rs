@@ -1,0 +1,544 @@
+//! Training runs as they happen, beside the tables on the lake's object storage
+//! (`docs/lake.md`, "Training runs"):
+//!
+//! ```text
+//! training/<run id>/run.json        what the run trains on, its state, its rewards' distributions
+//! training/<run id>/metrics.jsonl   one line per optimizer step (the trainer's step metrics)
+//! ```
+//!
+//! The trainer writes both through a [`RunLog`] while it runs (at most every
+//! [`PUBLISH_EVERY`], and at its end); the console and its Prometheus endpoint read them
+//! ([`runs`], [`run_metrics`]). Both hold figures about training (losses, means and
+//! histograms of rewards, tenant and agent names), never text of the data. A run that stops
+//! writing without an end (its process was killed) keeps the state `running`; readers call it
+//! silent once [`SILENT_AFTER`] has passed since its last write.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deltalake::logstore::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Lake, Result};
+
+/// How often a running training publishes its metrics at most.
+pub const PUBLISH_EVERY: Duration = Duration::from_secs(2);
+/// A run that has written nothing for this long while `running` is called silent.
+pub const SILENT_AFTER: Duration = Duration::from_secs(600);
+/// Bins of a reward histogram.
+pub const HISTOGRAM_BINS: usize = 10;
+
+const RUN_FILE: &str = "run.json";
+const METRICS_FILE: &str = "metrics.jsonl";
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Training; steps are being added.
+    Running,
+    /// Every step done; the adapter was written.
+    Finished,
+    /// Stopped with an error (`RunInfo::error`).
+    Failed,
+    /// Stopped before its last step, as asked; a later invocation resumes it from its
+    /// checkpoint and publishes a run of its own.
+    Stopped,
+}
+
+/// The distribution of one reward's values over what a run trains on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Distribution {
+    /// Values.
+    pub count: usize,
+    /// Their mean.
+    pub mean: f64,
+    /// Their standard deviation.
+    pub std: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+    /// The share of values equal to the largest.
+    pub at_max: f64,
+    /// Counts in [`HISTOGRAM_BINS`] equal bins from `min` to `max` (all in the first when
+    /// every value is the same).
+    pub histogram: Vec<u64>,
+}
+
+impl Distribution {
+    /// The distribution of `values` (non-finite values are left out); `None` when none is
+    /// left.
+    pub fn of(values: &[f64]) -> Option<Distribution> {
+        let values: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        if values.is_empty() {
+            return None;
+        }
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mut histogram = vec![0u64; HISTOGRAM_BINS];
+        let width = (max - min) / HISTOGRAM_BINS as f64;
+        for v in &values {
+            let bin = if width > 0.0 {
+                (((v - min) / width) as usize).min(HISTOGRAM_BINS - 1)
+            } else {
+                0
+            };
+            histogram[bin] += 1;
+        }
+        Some(Distribution {
+            count: values.len(),
+            mean,
+            std,
+            min,
+            max,
+            at_max: values.iter().filter(|v| **v == max).count() as f64 / n,
+            histogram,
+        })
+    }
+}
+
+/// An odd shape of a reward's distribution, worth a look before its adapter is trusted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alert {
+    /// The reward's name.
+    pub reward: String,
+    /// `piled_at_max`, `variance_collapsed` or `jumped`.
+    pub kind: &'static str,
+    /// What was seen, in words.
+    pub detail: String,
+}
+
+/// Fewer values than this raise no alert: the shape of a handful means little.
+const ALERT_MIN_COUNT: usize = 20;
+/// Share of values at the maximum from which they pile there.
+const PILED_SHARE: f64 = 0.9;
+/// A standard deviation below this share of the previous run's has collapsed.
+const COLLAPSED_RATIO: f64 = 0.1;
+/// A mean further than this many of the previous run's standard deviations has jumped.
+const JUMP_STDS: f64 = 3.0;
+
+/// The alerts of a reward's distribution in a run, given the same reward's distribution in
+/// the run before it (same tenants and agent): mass piling at the maximum (a reward that is
+/// saturated or gamed), variance collapsing (every answer scored alike), a sudden jump of
+/// the mean between runs.
+pub fn alerts(reward: &str, now: &Distribution, before: Option<&Distribution>) -> Vec<Alert> {
+    let mut found = Vec::new();
+    if now.count < ALERT_MIN_COUNT {
+        return found;
+    }
+    let alert = |kind, detail| Alert {
+        reward: reward.to_owned(),
+        kind,
+        detail,
+    };
+    if now.at_max >= PILED_SHARE && now.max > now.min {
+        found.push(alert(
+            "piled_at_max",
+            format!(
+                "{:.0}% of values are the maximum {}",
+                now.at_max * 100.0,
+                now.max
+            ),
+        ));
+    }
+    if now.max == now.min {
+        found.push(alert(
+            "variance_collapsed",
+            format!("all {} values are {}", now.count, now.mean),
+        ));
+    }
+    if let Some(before) = before.filter(|b| b.count >= ALERT_MIN_COUNT) {
+        if now.std > 0.0 && before.std > 0.0 && now.std < COLLAPSED_RATIO * before.std {
+            found.push(alert(
+                "variance_collapsed",
+                format!(
+                    "standard deviation {:.4}, was {:.4} in the run before",
+                    now.std, before.std
+                ),
+            ));
+        }
+        let spread = before.std.max(f64::EPSILON);
+        if (now.mean - before.mean).abs() > JUMP_STDS * spread {
+            found.push(alert(
+                "jumped",
+                format!(
+                    "mean {:.4}, was {:.4} ± {:.4} in the run before",
+                    now.mean, before.mean, before.std
+                ),
+            ));
+        }
+    }
+    found
+}
+
+/// What `run.json` says of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The run's id (letters, digits and `-`).
+    pub run_id: String,
+    /// The tenants whose data it trains on.
+    pub tenants: Vec<String>,
+    /// The agent it trains, when the selection names one.
+    pub agent_id: Option<String>,
+    /// When it started (RFC 3339, UTC).
+    pub started_at: String,
+    /// When it last wrote (RFC 3339, UTC).
+    pub updated_at: String,
+    /// Where it stands.
+    pub state: RunState,
+    /// Optimizer steps it will take.
+    pub total_steps: u64,
+    /// Optimizer steps done.
+    pub steps_done: u64,
+    /// Examples with a return (those it trains on).
+    pub examples: usize,
+    /// Each reward's distribution over the trajectories it trains on, by name.
+    pub rewards: BTreeMap<String, Distribution>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl RunInfo {
+    /// Whether the run says it is running but has written nothing for [`SILENT_AFTER`].
+    pub fn silent(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        self.state == RunState::Running
+            && chrono::DateTime::parse_from_rfc3339(&self.updated_at).is_ok_and(|at| {
+                (now - at.with_timezone(&chrono::Utc))
+                    .to_std()
+                    .is_ok_and(|d| d > SILENT_AFTER)
+            })
+    }
+}
+
+/// A new run id: the start time and 8 random hex digits (`20261206T231500Z-1a2b3c4d`).
+pub fn new_run_id() -> String {
+    format!(
+        "{}-{:08x}",
+        chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+        rand::random::<u32>()
+    )
+}
+
+/// Whether `id` can name a run (and so a folder): 1 to 64 ASCII letters, digits and `-`.
+pub fn valid_run_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+fn store(lake: &Lake) -> Result<Arc<dyn ObjectStore>> {
+    let url = lake.root().join("training/").map_err(|e| Error::Location {
+        url: lake.root().to_string(),
+        message: e.to_string(),
+    })?;
+    deltalake::logstore::store_for(&url, lake.options().clone()).map_err(|e| Error::Location {
+        url: url.to_string(),
+        message: e.to_string(),
+    })
+}
+
+fn storage(path: &str, e: impl std::fmt::Display) -> Error {
+    Error::Storage {
+        path: format!("training/{path}"),
+        message: e.to_string(),
+    }
+}
+
+/// What a training publishes while it runs.
+pub struct RunLog {
+    store: Arc<dyn ObjectStore>,
+    info: RunInfo,
+    lines: String,
+    published: Option<Instant>,
+}
+
+impl std::fmt::Debug for RunLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunLog")
+            .field("run_id", &self.info.run_id)
+            .finish()
+    }
+}
+
+impl RunLog {
+    /// Starts publishing `info` (its state `running`) under the lake's `training/`.
+    pub async fn start(lake: &Lake, mut info: RunInfo) -> Result<RunLog> {
+        if !valid_run_id(&info.run_id) {
+            return Err(Error::Config(format!("invalid run id {:?}", info.run_id)));
+        }
+        info.state = RunState::Running;
+        let mut log = RunLog {
+            store: store(lake)?,
+            info,
+            lines: String::new(),
+            published: None,
+        };
+        log.publish().await?;
+        Ok(log)
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.info.run_id
+    }
+
+    /// Adds a step's metrics (one JSON object); published when [`PUBLISH_EVERY`] has passed
+    /// since the last publication.
+    pub async fn step(&mut self, steps_done: u64, metrics: &serde_json::Value) -> Result<()> {
+        self.lines.push_str(&metrics.to_string());
+        self.lines.push('\n');
+        self.info.steps_done = steps_done;
+        if self
+            .published
+            .is_none_or(|at| at.elapsed() >= PUBLISH_EVERY)
+        {
+            self.publish().await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the run: `Finished`, or `Failed` with `error`; everything is published.
+    pub async fn finish(&mut self, state: RunState, error: Option<String>) -> Result<()> {
+        self.info.state = state;
+        self.info.error = error;
+        self.publish().await
+    }
+
+    async fn publish(&mut self) -> Result<()> {
+        self.info.updated_at =
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let id = self.info.run_id.clone();
+        let metrics = format!("{id}/{METRICS_FILE}");
+        self.store
+            .put(
+                &metrics.as_str().into(),
+                PutPayload::from(self.lines.clone().into_bytes()),
+            )
+            .await
+            .map_err(|e| storage(&metrics, e))?;
+        // run.json last: a reader that sees its step count finds those steps' lines.
+        let run = format!("{id}/{RUN_FILE}");
+        let bytes = serde_json::to_vec_pretty(&self.info).map_err(|e| storage(&run, e))?;
+        self.store
+            .put(&run.as_str().into(), PutPayload::from(bytes))
+            .await
+            .map_err(|e| storage(&run, e))?;
+        self.published = Some(Instant::now());
+        Ok(())
+    }
+}
+
+async fn read(store: &dyn ObjectStore, path: &str) -> Result<Option<Vec<u8>>> {
+    match store.get(&path.into()).await {
+        Ok(found) => Ok(Some(
+            found.bytes().await.map_err(|e| storage(path, e))?.to_vec(),
+        )),
+        Err(deltalake::ObjectStoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(storage(path, e)),
+    }
+}
+
+fn no_training_folder(lake: &Lake) -> bool {
+    lake.root()
+        .join("training/")
+        .ok()
+        .and_then(|url| url.to_file_path().ok())
+        .is_some_and(|path| !path.exists())
+}
+
+/// Every run under the lake's `training/`, newest first. A folder whose `run.json` is
+/// missing or does not parse is left out (a run that has only begun to write, or not ours).
+pub async fn runs(lake: &Lake) -> Result<Vec<RunInfo>> {
+    if no_training_folder(lake) {
+        return Ok(Vec::new());
+    }
+    let store = store(lake)?;
+    let listing = store
+        .list_with_delimiter(None)
+        .await
+        .map_err(|e| storage("", e))?;
+    let mut found = Vec::new();
+    for prefix in listing.common_prefixes {
+        let Some(id) = prefix.filename().filter(|id| valid_run_id(id)) else {
+            continue;
+        };
+        if let Some(info) = run_in(store.as_ref(), id).await? {
+            found.push(info);
+        }
+    }
+    found.sort_by(|a, b| {
+        b.started_at
+            .cmp(&a.started_at)
+            .then(b.run_id.cmp(&a.run_id))
+    });
+    Ok(found)
+}
+
+async fn run_in(store: &dyn ObjectStore, id: &str) -> Result<Option<RunInfo>> {
+    let Some(bytes) = read(store, &format!("{id}/{RUN_FILE}")).await? else {
+        return Ok(None);
+    };
+    Ok(serde_json::from_slice::<RunInfo>(&bytes)
+        .ok()
+        .filter(|info| info.run_id == id))
+}
+
+/// The run `id`, when there is one.
+pub async fn run(lake: &Lake, id: &str) -> Result<Option<RunInfo>> {
+    if !valid_run_id(id) || no_training_folder(lake) {
+        return Ok(None);
+    }
+    run_in(store(lake)?.as_ref(), id).await
+}
+
+/// The step metrics run `id` has published, in order (lines that do not parse are left out).
+pub async fn run_metrics(lake: &Lake, id: &str) -> Result<Vec<serde_json::Value>> {
+    if !valid_run_id(id) || no_training_folder(lake) {
+        return Ok(Vec::new());
+    }
+    let store = store(lake)?;
+    let Some(bytes) = read(store.as_ref(), &format!("{id}/{METRICS_FILE}")).await? else {
+        return Ok(Vec::new());
+    };
+    Ok(String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// Deletes run `id`'s files.
+pub async fn delete_run(lake: &Lake, id: &str) -> Result<()> {
+    if !valid_run_id(id) || no_training_folder(lake) {
+        return Ok(());
+    }
+    let store = store(lake)?;
+    let files: Vec<_> = store
+        .list(Some(&id.into()))
+        .try_collect()
+        .await
+        .map_err(|e| storage(id, e))?;
+    for file in files {
+        store
+            .delete(&file.location)
+            .await
+            .map_err(|e| storage(file.location.as_ref(), e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(id: &str) -> RunInfo {
+        RunInfo {
+            run_id: id.into(),
+            tenants: vec!["acme".into()],
+            agent_id: Some("support".into()),
+            started_at: "2026-12-06T23:00:00Z".into(),
+            updated_at: String::new(),
+            state: RunState::Failed,
+            total_steps: 3,
+            steps_done: 0,
+            examples: 12,
+            rewards: BTreeMap::from([(
+                "task_success".into(),
+                Distribution::of(&[0.0, 1.0, 1.0]).unwrap(),
+            )]),
+            error: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_run_is_read_back_as_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().to_str().unwrap(), Default::default()).unwrap();
+        assert!(runs(&lake).await.unwrap().is_empty());
+        let mut log = RunLog::start(&lake, info("r-1")).await.unwrap();
+        let seen = run(&lake, "r-1").await.unwrap().unwrap();
+        assert_eq!(seen.state, RunState::Running);
+        assert_eq!(seen.rewards["task_success"].count, 3);
+        // Steps within PUBLISH_EVERY of the last publication wait; the end publishes all.
+        log.step(1, &serde_json::json!({ "step": 1, "loss": 0.5 }))
+            .await
+            .unwrap();
+        log.step(2, &serde_json::json!({ "step": 2, "loss": 0.4 }))
+            .await
+            .unwrap();
+        assert_eq!(run_metrics(&lake, "r-1").await.unwrap().len(), 0);
+        assert_eq!(run(&lake, "r-1").await.unwrap().unwrap().steps_done, 0);
+        log.finish(RunState::Finished, None).await.unwrap();
+        let metrics = run_metrics(&lake, "r-1").await.unwrap();
+        assert_eq!(metrics.len(), 2);
+        assert_eq!(metrics[1]["loss"], 0.4);
+        let done = run(&lake, "r-1").await.unwrap().unwrap();
+        assert_eq!((done.state, done.steps_done), (RunState::Finished, 2));
+
+        let mut other = info("r-2");
+        other.started_at = "2026-12-06T23:10:00Z".into();
+        RunLog::start(&lake, other).await.unwrap();
+        let ids: Vec<String> = runs(&lake)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert_eq!(ids, ["r-2", "r-1"]);
+        delete_run(&lake, "r-2").await.unwrap();
+        assert_eq!(runs(&lake).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn ids_that_could_leave_the_folder_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().to_str().unwrap(), Default::default()).unwrap();
+        for id in ["../adapters", "a/b", "", "x.json", &"a".repeat(65)] {
+            assert!(!valid_run_id(id), "{id}");
+            assert!(RunLog::start(&lake, info(id)).await.is_err(), "{id}");
+            assert!(run(&lake, id).await.unwrap().is_none());
+        }
+        assert!(valid_run_id(&new_run_id()));
+    }
+
+    #[test]
+    fn a_distribution_and_its_odd_shapes() {
+        let d = Distribution::of(&[0.0, 0.5, 1.0, 1.0, f64::NAN]).unwrap();
+        assert_eq!((d.count, d.min, d.max, d.at_max), (4, 0.0, 1.0, 0.5));
+        assert_eq!(d.histogram.iter().sum::<u64>(), 4);
+        assert_eq!((d.histogram[0], d.histogram[5], d.histogram[9]), (1, 1, 2));
+        assert!(Distribution::of(&[f64::NAN]).is_none());
+
+        let spread: Vec<f64> = (0..40).map(|i| f64::from(i % 4) / 3.0).collect();
+        let before = Distribution::of(&spread).unwrap();
+        assert!(alerts("r", &before, None).is_empty());
+        assert!(alerts("r", &before, Some(&before)).is_empty());
+        // 95% at the maximum.
+        let mut piled = vec![1.0; 38];
+        piled.extend([0.0, 0.5]);
+        let kinds = |a: Vec<Alert>| a.into_iter().map(|a| a.kind).collect::<Vec<_>>();
+        let piled = Distribution::of(&piled).unwrap();
+        assert!(kinds(alerts("r", &piled, None)).contains(&"piled_at_max"));
+        // Every value alike.
+        let flat = Distribution::of(&[0.7; 30]).unwrap();
+        assert_eq!(kinds(alerts("r", &flat, None)), ["variance_collapsed"]);
+        // Spread shrunk to a twentieth, mean unchanged.
+        let narrow: Vec<f64> = spread.iter().map(|v| 0.5 + (v - 0.5) / 20.0).collect();
+        let narrow = Distribution::of(&narrow).unwrap();
+        assert_eq!(
+            kinds(alerts("r", &narrow, Some(&before))),
+            ["variance_collapsed"]
+        );
+        // The whole distribution moved up by far more than its spread.
+        let moved: Vec<f64> = spread.iter().map(|v| v + 5.0).collect();
+        let moved = Distribution::of(&moved).unwrap();
+        assert_eq!(kinds(alerts("r", &moved, Some(&before))), ["jumped"]);
+        // A handful of values raises nothing.
+        let few = Distribution::of(&[1.0; 5]).unwrap();
+        assert!(alerts("r", &few, Some(&before)).is_empty());
+    }
+}
