@@ -2,21 +2,24 @@
 //! (`docs/lake.md`, "Training runs"):
 //!
 //! ```text
-//! training/<run id>/run.json        what the run trains on, its state, its rewards' distributions
-//! training/<run id>/metrics.jsonl   one line per optimizer step (the trainer's step metrics)
+//! training/<run id>/run.json                     the run: what it trains on, its state, its rewards' distributions
+//! training/<run id>/metrics/<first step>.jsonl   one line per optimizer step, [`CHUNK_STEPS`] to a file
 //! ```
 //!
-//! The trainer writes both through a [`RunLog`] while it runs (at most every
-//! [`PUBLISH_EVERY`], and at its end); the console and its Prometheus endpoint read them
-//! ([`runs`], [`run_metrics`]). Both hold figures about training (losses, means and
-//! histograms of rewards, tenant and agent names), never text of the data. A run that stops
-//! writing without an end (its process was killed) keeps the state `running`; readers call it
-//! silent once [`SILENT_AFTER`] has passed since its last write.
+//! The trainer writes them through a [`RunLog`] while it runs (at most every
+//! [`PUBLISH_EVERY`], at least every [`HEARTBEAT`], and at its end); only the run file and the
+//! last, unfilled metrics file are ever rewritten, so a long run costs the same per
+//! publication as a short one. The console and its Prometheus endpoint read them ([`runs`],
+//! [`run_metrics`]). They hold figures about training (losses, means and histograms of
+//! rewards, tenant and agent names), never text of the data. A run that stops writing
+//! without an end (its process was killed) keeps the state `running`; readers call it silent
+//! once [`SILENT_AFTER`] has passed since its last write.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use deltalake::Path as ObjectPath;
 use deltalake::logstore::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
@@ -25,13 +28,31 @@ use crate::{Error, Lake, Result};
 
 /// How often a running training publishes its metrics at most.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(2);
+/// How often a running training rewrites its run file at least, new steps or not.
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
 /// A run that has written nothing for this long while `running` is called silent.
-pub const SILENT_AFTER: Duration = Duration::from_secs(600);
+pub const SILENT_AFTER: Duration = Duration::from_secs(180);
+/// Step lines per metrics file.
+pub const CHUNK_STEPS: usize = 1000;
 /// Bins of a reward histogram.
 pub const HISTOGRAM_BINS: usize = 10;
 
 const RUN_FILE: &str = "run.json";
-const METRICS_FILE: &str = "metrics.jsonl";
+const METRICS_DIR: &str = "metrics";
+
+/// A number that may not be finite: JSON has no NaN or infinity, so serde_json writes them
+/// as `null`, which is read back as NaN.
+mod lenient {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(*v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
+}
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +67,9 @@ pub enum RunState {
     /// Stopped before its last step, as asked; a later invocation resumes it from its
     /// checkpoint and publishes a run of its own.
     Stopped,
+    /// A state this reader does not know (written by a newer trainer).
+    #[serde(other)]
+    Unknown,
 }
 
 /// The distribution of one reward's values over what a run trains on.
@@ -54,14 +78,19 @@ pub struct Distribution {
     /// Values.
     pub count: usize,
     /// Their mean.
+    #[serde(with = "lenient")]
     pub mean: f64,
     /// Their standard deviation.
+    #[serde(with = "lenient")]
     pub std: f64,
     /// The smallest.
+    #[serde(with = "lenient")]
     pub min: f64,
     /// The largest.
+    #[serde(with = "lenient")]
     pub max: f64,
     /// The share of values equal to the largest.
+    #[serde(with = "lenient")]
     pub at_max: f64,
     /// Counts in [`HISTOGRAM_BINS`] equal bins from `min` to `max` (all in the first when
     /// every value is the same).
@@ -77,19 +106,34 @@ impl Distribution {
             return None;
         }
         let n = values.len() as f64;
-        let mean = values.iter().sum::<f64>() / n;
-        let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
         let min = values.iter().copied().fold(f64::INFINITY, f64::min);
         let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        // Computed on the values scaled into [-1, 1], so that huge values do not overflow
+        // the sums; every value alike has exactly its value as mean and no spread.
+        let (mean, std) = if min == max {
+            (min, 0.0)
+        } else {
+            let scale = min.abs().max(max.abs());
+            let mean = values.iter().map(|v| v / scale).sum::<f64>() / n;
+            let var = values
+                .iter()
+                .map(|v| (v / scale - mean).powi(2))
+                .sum::<f64>()
+                / n;
+            (mean * scale, var.sqrt() * scale)
+        };
+        // Positions in [0, 1] from the scaled values, so a range wider than f64's does not
+        // overflow either.
+        let bins = HISTOGRAM_BINS as f64;
+        let (lo, hi) = (min / bins, max / bins);
         let mut histogram = vec![0u64; HISTOGRAM_BINS];
-        let width = (max - min) / HISTOGRAM_BINS as f64;
         for v in &values {
-            let bin = if width > 0.0 {
-                (((v - min) / width) as usize).min(HISTOGRAM_BINS - 1)
+            let at = if hi > lo {
+                (v / bins - lo) / (hi - lo)
             } else {
-                0
+                0.0
             };
-            histogram[bin] += 1;
+            histogram[((at * bins) as usize).min(HISTOGRAM_BINS - 1)] += 1;
         }
         Some(Distribution {
             count: values.len(),
@@ -122,6 +166,8 @@ const PILED_SHARE: f64 = 0.9;
 const COLLAPSED_RATIO: f64 = 0.1;
 /// A mean further than this many of the previous run's standard deviations has jumped.
 const JUMP_STDS: f64 = 3.0;
+/// Differences below this share of a value are rounding.
+const RELATIVE_TOLERANCE: f64 = 1e-9;
 
 /// The alerts of a reward's distribution in a run, given the same reward's distribution in
 /// the run before it (same tenants and agent): mass piling at the maximum (a reward that is
@@ -153,7 +199,9 @@ pub fn alerts(reward: &str, now: &Distribution, before: Option<&Distribution>) -
             format!("all {} values are {}", now.count, now.mean),
         ));
     }
-    if let Some(before) = before.filter(|b| b.count >= ALERT_MIN_COUNT) {
+    let finite = |d: &Distribution| d.mean.is_finite() && d.std.is_finite();
+    if let Some(before) = before.filter(|b| b.count >= ALERT_MIN_COUNT && finite(b) && finite(now))
+    {
         if now.std > 0.0 && before.std > 0.0 && now.std < COLLAPSED_RATIO * before.std {
             found.push(alert(
                 "variance_collapsed",
@@ -163,7 +211,10 @@ pub fn alerts(reward: &str, now: &Distribution, before: Option<&Distribution>) -
                 ),
             ));
         }
-        let spread = before.std.max(f64::EPSILON);
+        // A spread of zero (every value alike before) still allows for rounding.
+        let spread = before
+            .std
+            .max(RELATIVE_TOLERANCE * before.mean.abs().max(1.0));
         if (now.mean - before.mean).abs() > JUMP_STDS * spread {
             found.push(alert(
                 "jumped",
@@ -253,7 +304,14 @@ fn storage(path: &str, e: impl std::fmt::Display) -> Error {
 pub struct RunLog {
     store: Arc<dyn ObjectStore>,
     info: RunInfo,
-    lines: String,
+    /// Step lines before the current metrics file.
+    before: usize,
+    /// Full metrics files not yet written: (lines before them, their text).
+    full: Vec<(usize, String)>,
+    /// The current metrics file's lines.
+    current: Vec<String>,
+    /// New lines since the last publication.
+    dirty: bool,
     published: Option<Instant>,
 }
 
@@ -263,6 +321,14 @@ impl std::fmt::Debug for RunLog {
             .field("run_id", &self.info.run_id)
             .finish()
     }
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn metrics_path(id: &str, before: usize) -> String {
+    format!("{id}/{METRICS_DIR}/{before:010}.jsonl")
 }
 
 impl RunLog {
@@ -275,7 +341,10 @@ impl RunLog {
         let mut log = RunLog {
             store: store(lake)?,
             info,
-            lines: String::new(),
+            before: 0,
+            full: Vec::new(),
+            current: Vec::new(),
+            dirty: false,
             published: None,
         };
         log.publish().await?;
@@ -287,59 +356,90 @@ impl RunLog {
         &self.info.run_id
     }
 
-    /// Adds a step's metrics (one JSON object); published when [`PUBLISH_EVERY`] has passed
-    /// since the last publication.
-    pub async fn step(&mut self, steps_done: u64, metrics: &serde_json::Value) -> Result<()> {
-        self.lines.push_str(&metrics.to_string());
-        self.lines.push('\n');
+    /// Adds a step's metrics (one JSON object), to be published by the next publication.
+    pub fn push(&mut self, steps_done: u64, metrics: &serde_json::Value) {
+        self.current.push(metrics.to_string());
         self.info.steps_done = steps_done;
-        if self
-            .published
-            .is_none_or(|at| at.elapsed() >= PUBLISH_EVERY)
-        {
-            self.publish().await?;
+        self.dirty = true;
+        if self.current.len() == CHUNK_STEPS {
+            let mut text = self.current.join("\n");
+            text.push('\n');
+            self.full.push((self.before, text));
+            self.before += CHUNK_STEPS;
+            self.current.clear();
         }
-        Ok(())
     }
 
-    /// Ends the run: `Finished`, or `Failed` with `error`; everything is published.
+    /// Publishes when there are new steps and [`PUBLISH_EVERY`] has passed since the last
+    /// publication, or when [`HEARTBEAT`] has.
+    pub async fn publish_if_due(&mut self) -> Result<()> {
+        let since = self.published.map(|at| at.elapsed());
+        let due = match since {
+            None => true,
+            Some(since) => (self.dirty && since >= PUBLISH_EVERY) || since >= HEARTBEAT,
+        };
+        if due { self.publish().await } else { Ok(()) }
+    }
+
+    /// Adds a step's metrics and publishes when due ([`RunLog::push`], then
+    /// [`RunLog::publish_if_due`]).
+    pub async fn step(&mut self, steps_done: u64, metrics: &serde_json::Value) -> Result<()> {
+        self.push(steps_done, metrics);
+        self.publish_if_due().await
+    }
+
+    /// Ends the run: `Finished`, `Stopped`, or `Failed` with `error`; everything is published.
     pub async fn finish(&mut self, state: RunState, error: Option<String>) -> Result<()> {
         self.info.state = state;
         self.info.error = error;
         self.publish().await
     }
 
+    /// Writes what is new: full metrics files (each once), the current one, then the run
+    /// file, so that a reader that sees a step count finds those steps' lines. A failure
+    /// leaves everything to the next publication.
     async fn publish(&mut self) -> Result<()> {
-        self.info.updated_at =
-            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let id = self.info.run_id.clone();
-        let metrics = format!("{id}/{METRICS_FILE}");
-        self.store
-            .put(
-                &metrics.as_str().into(),
-                PutPayload::from(self.lines.clone().into_bytes()),
-            )
-            .await
-            .map_err(|e| storage(&metrics, e))?;
-        // run.json last: a reader that sees its step count finds those steps' lines.
+        while let Some((before, text)) = self.full.first() {
+            let path = metrics_path(&id, *before);
+            self.put(&path, text.clone().into_bytes()).await?;
+            self.full.remove(0);
+        }
+        if self.dirty && !self.current.is_empty() {
+            let mut text = self.current.join("\n");
+            text.push('\n');
+            self.put(&metrics_path(&id, self.before), text.into_bytes())
+                .await?;
+        }
+        self.info.updated_at = now_rfc3339();
         let run = format!("{id}/{RUN_FILE}");
         let bytes = serde_json::to_vec_pretty(&self.info).map_err(|e| storage(&run, e))?;
-        self.store
-            .put(&run.as_str().into(), PutPayload::from(bytes))
-            .await
-            .map_err(|e| storage(&run, e))?;
+        self.put(&run, bytes).await?;
+        self.dirty = false;
         self.published = Some(Instant::now());
         Ok(())
     }
+
+    async fn put(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
+        self.store
+            .put(&path.into(), PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| storage(path, e))
+    }
 }
 
-async fn read(store: &dyn ObjectStore, path: &str) -> Result<Option<Vec<u8>>> {
-    match store.get(&path.into()).await {
+async fn read(store: &dyn ObjectStore, path: &ObjectPath) -> Result<Option<Vec<u8>>> {
+    match store.get(path).await {
         Ok(found) => Ok(Some(
-            found.bytes().await.map_err(|e| storage(path, e))?.to_vec(),
+            found
+                .bytes()
+                .await
+                .map_err(|e| storage(path.as_ref(), e))?
+                .to_vec(),
         )),
         Err(deltalake::ObjectStoreError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(storage(path, e)),
+        Err(e) => Err(storage(path.as_ref(), e)),
     }
 }
 
@@ -351,64 +451,146 @@ fn no_training_folder(lake: &Lake) -> bool {
         .is_some_and(|path| !path.exists())
 }
 
-/// Every run under the lake's `training/`, newest first. A folder whose `run.json` is
-/// missing or does not parse is left out (a run that has only begun to write, or not ours).
-pub async fn runs(lake: &Lake) -> Result<Vec<RunInfo>> {
+/// One stored file: where it is under `training/`, its size and when it was last written
+/// (together: whether it changed since it was last read).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FileStamp {
+    /// Its path under `training/`.
+    pub path: String,
+    /// Bytes.
+    pub size: u64,
+    /// Last written (ms since the epoch).
+    pub modified_ms: i64,
+}
+
+/// A run's files as listed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFiles {
+    /// `run.json`.
+    pub run: Option<FileStamp>,
+    /// The metrics files, in order.
+    pub metrics: Vec<FileStamp>,
+}
+
+/// Every run folder under the lake's `training/` and its files (one listing), by run id.
+/// Folders whose name is not a run id are left out.
+pub async fn listing(lake: &Lake) -> Result<BTreeMap<String, RunFiles>> {
+    let mut found: BTreeMap<String, RunFiles> = BTreeMap::new();
     if no_training_folder(lake) {
-        return Ok(Vec::new());
+        return Ok(found);
     }
     let store = store(lake)?;
-    let listing = store
-        .list_with_delimiter(None)
+    let listed: Vec<_> = store
+        .list(None)
+        .try_collect()
         .await
         .map_err(|e| storage("", e))?;
-    let mut found = Vec::new();
-    for prefix in listing.common_prefixes {
-        let Some(id) = prefix.filename().filter(|id| valid_run_id(id)) else {
-            continue;
+    for meta in listed {
+        let path = meta.location.as_ref().to_owned();
+        let parts: Vec<&str> = path.split('/').collect();
+        let stamp = FileStamp {
+            path: path.clone(),
+            size: meta.size,
+            modified_ms: meta.last_modified.timestamp_millis(),
         };
-        if let Some(info) = run_in(store.as_ref(), id).await? {
-            found.push(info);
+        match parts.as_slice() {
+            [id, RUN_FILE] if valid_run_id(id) => {
+                found.entry((*id).to_owned()).or_default().run = Some(stamp);
+            }
+            [id, METRICS_DIR, name]
+                if valid_run_id(id)
+                    && name.strip_suffix(".jsonl").is_some_and(|n| {
+                        n.len() == 10 && n.bytes().all(|b| b.is_ascii_digit())
+                    }) =>
+            {
+                found
+                    .entry((*id).to_owned())
+                    .or_default()
+                    .metrics
+                    .push(stamp);
+            }
+            _ => {}
         }
     }
-    found.sort_by(|a, b| {
-        b.started_at
-            .cmp(&a.started_at)
-            .then(b.run_id.cmp(&a.run_id))
-    });
+    for files in found.values_mut() {
+        files.metrics.sort_by(|a, b| a.path.cmp(&b.path));
+    }
     Ok(found)
 }
 
-async fn run_in(store: &dyn ObjectStore, id: &str) -> Result<Option<RunInfo>> {
-    let Some(bytes) = read(store, &format!("{id}/{RUN_FILE}")).await? else {
+/// What run file `stamp` of run `id` says; `None` when it is gone or is not a run file of
+/// that id (logged: a run file that does not parse hides its run).
+pub async fn read_run(lake: &Lake, id: &str, stamp: &FileStamp) -> Result<Option<RunInfo>> {
+    let Some(bytes) = read(store(lake)?.as_ref(), &stamp.path.as_str().into()).await? else {
         return Ok(None);
     };
-    Ok(serde_json::from_slice::<RunInfo>(&bytes)
-        .ok()
-        .filter(|info| info.run_id == id))
+    match serde_json::from_slice::<RunInfo>(&bytes) {
+        Ok(info) if info.run_id == id => Ok(Some(info)),
+        Ok(_) => {
+            tracing::warn!(run = id, "A run file names another run; it is not shown.");
+            Ok(None)
+        }
+        Err(e) => {
+            tracing::warn!(run = id, error = %e, "A run file does not parse; it is not shown.");
+            Ok(None)
+        }
+    }
 }
 
-/// The run `id`, when there is one.
-pub async fn run(lake: &Lake, id: &str) -> Result<Option<RunInfo>> {
-    if !valid_run_id(id) || no_training_folder(lake) {
-        return Ok(None);
-    }
-    run_in(store(lake)?.as_ref(), id).await
-}
-
-/// The step metrics run `id` has published, in order (lines that do not parse are left out).
-pub async fn run_metrics(lake: &Lake, id: &str) -> Result<Vec<serde_json::Value>> {
-    if !valid_run_id(id) || no_training_folder(lake) {
-        return Ok(Vec::new());
-    }
-    let store = store(lake)?;
-    let Some(bytes) = read(store.as_ref(), &format!("{id}/{METRICS_FILE}")).await? else {
+/// The step metrics in metrics file `stamp` (lines that do not parse are left out).
+pub async fn read_metrics(lake: &Lake, stamp: &FileStamp) -> Result<Vec<serde_json::Value>> {
+    let Some(bytes) = read(store(lake)?.as_ref(), &stamp.path.as_str().into()).await? else {
         return Ok(Vec::new());
     };
     Ok(String::from_utf8_lossy(&bytes)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
+}
+
+/// Every run under the lake's `training/`, newest first (see [`listing`] and [`read_run`]).
+pub async fn runs(lake: &Lake) -> Result<Vec<RunInfo>> {
+    let mut found = Vec::new();
+    for (id, files) in listing(lake).await? {
+        if let Some(stamp) = &files.run
+            && let Some(info) = read_run(lake, &id, stamp).await?
+        {
+            found.push(info);
+        }
+    }
+    sort_newest_first(&mut found);
+    Ok(found)
+}
+
+/// Sorts runs newest first (by start, then id).
+pub fn sort_newest_first(runs: &mut [RunInfo]) {
+    runs.sort_by(|a, b| {
+        b.started_at
+            .cmp(&a.started_at)
+            .then(b.run_id.cmp(&a.run_id))
+    });
+}
+
+/// The run `id`, when there is one.
+pub async fn run(lake: &Lake, id: &str) -> Result<Option<RunInfo>> {
+    if !valid_run_id(id) {
+        return Ok(None);
+    }
+    match listing(lake).await?.get(id).and_then(|f| f.run.clone()) {
+        Some(stamp) => read_run(lake, id, &stamp).await,
+        None => Ok(None),
+    }
+}
+
+/// Every step metrics line run `id` has published, in order.
+pub async fn run_metrics(lake: &Lake, id: &str) -> Result<Vec<serde_json::Value>> {
+    let mut lines = Vec::new();
+    if let Some(files) = listing(lake).await?.get(id) {
+        for stamp in &files.metrics {
+            lines.extend(read_metrics(lake, stamp).await?);
+        }
+    }
+    Ok(lines)
 }
 
 /// Deletes run `id`'s files.
@@ -494,6 +676,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_long_run_is_written_in_files_that_are_never_rewritten_once_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().to_str().unwrap(), Default::default()).unwrap();
+        let mut log = RunLog::start(&lake, info("long")).await.unwrap();
+        let steps = 2 * CHUNK_STEPS + 5;
+        for n in 1..=steps as u64 {
+            log.push(n, &serde_json::json!({ "step": n }));
+        }
+        log.finish(RunState::Finished, None).await.unwrap();
+        let files = &listing(&lake).await.unwrap()["long"];
+        let names: Vec<&str> = files.metrics.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "long/metrics/0000000000.jsonl",
+                "long/metrics/0000001000.jsonl",
+                "long/metrics/0000002000.jsonl"
+            ]
+        );
+        let lines = run_metrics(&lake, "long").await.unwrap();
+        assert_eq!(lines.len(), steps);
+        assert!(
+            lines
+                .iter()
+                .enumerate()
+                .all(|(i, l)| l["step"] == i as u64 + 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn figures_that_are_not_finite_and_states_not_known_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().to_str().unwrap(), Default::default()).unwrap();
+        let mut huge = info("huge");
+        huge.rewards.insert(
+            "gamed".into(),
+            Distribution::of(&[0.0, 1.0, 1e155, f64::MAX, f64::MAX]).unwrap(),
+        );
+        huge.rewards.get_mut("gamed").unwrap().std = f64::INFINITY;
+        RunLog::start(&lake, huge).await.unwrap();
+        let read = run(&lake, "huge").await.unwrap().unwrap();
+        assert!(read.rewards["gamed"].std.is_nan());
+        assert_eq!(read.rewards["gamed"].max, f64::MAX);
+        // A newer trainer's state.
+        let path = dir.path().join("training/huge/run.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("\"running\"", "\"paused\"");
+        std::fs::write(&path, text).unwrap();
+        let read = run(&lake, "huge").await.unwrap().unwrap();
+        assert_eq!(read.state, RunState::Unknown);
+    }
+
+    #[tokio::test]
     async fn ids_that_could_leave_the_folder_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let lake = Lake::new(dir.path().to_str().unwrap(), Default::default()).unwrap();
@@ -537,6 +773,25 @@ mod tests {
         let moved: Vec<f64> = spread.iter().map(|v| v + 5.0).collect();
         let moved = Distribution::of(&moved).unwrap();
         assert_eq!(kinds(alerts("r", &moved, Some(&before))), ["jumped"]);
+        // Every value alike, before and now: one alert, no rounding taken for a jump or a
+        // collapse.
+        let flat_more = Distribution::of(&[0.7; 100]).unwrap();
+        assert_eq!((flat_more.mean, flat_more.std), (0.7, 0.0));
+        assert_eq!(
+            kinds(alerts("r", &flat_more, Some(&flat))),
+            ["variance_collapsed"]
+        );
+        assert_eq!(
+            kinds(alerts("r", &flat, Some(&before))),
+            ["variance_collapsed"]
+        );
+        // Values near the ends of f64 neither overflow nor land outside the histogram.
+        let wide = Distribution::of(&[-f64::MAX, 0.0, f64::MAX]).unwrap();
+        assert!(wide.mean.is_finite() && wide.std.is_finite(), "{wide:?}");
+        assert_eq!(
+            (wide.histogram[0], wide.histogram[5], wide.histogram[9]),
+            (1, 1, 1)
+        );
         // A handful of values raises nothing.
         let few = Distribution::of(&[1.0; 5]).unwrap();
         assert!(alerts("r", &few, Some(&before)).is_empty());

@@ -47,7 +47,7 @@ use throttle::Buckets;
 const CATALOG_TTL: Duration = Duration::from_secs(2);
 
 /// Settings of the console.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConsoleConfig {
     /// Address to listen on.
     pub listen: SocketAddr,
@@ -66,6 +66,23 @@ pub struct ConsoleConfig {
     /// The bearer token Prometheus sends to `GET /metrics` (training runs of every tenant);
     /// `None`: the endpoint is not served.
     pub metrics_token: Option<String>,
+}
+
+impl std::fmt::Debug for ConsoleConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleConfig")
+            .field("listen", &self.listen)
+            .field("policy_dir", &self.policy_dir)
+            .field("keys", &self.keys)
+            .field("secure_cookie", &self.secure_cookie)
+            .field("page_size", &self.page_size)
+            .field("tls", &self.tls)
+            .field(
+                "metrics_token",
+                &self.metrics_token.as_ref().map(|_| "<set>"),
+            )
+            .finish()
+    }
 }
 
 /// Login throttling state: one bucket table per client address, one per auditor.
@@ -88,6 +105,8 @@ pub(crate) struct Console {
     /// The catalog and when it was loaded (`None`: to refresh before the next use).
     catalog: tokio::sync::Mutex<Option<(Option<Instant>, Arc<Catalog>)>>,
     verified: tokio::sync::Mutex<Option<Arc<VerifyReport>>>,
+    /// Training run and registry files read so far.
+    training: crate::training::Files,
 }
 
 /// What a throttled login is told: wait this long.
@@ -278,10 +297,11 @@ impl Server {
 /// Starts the console on `config.listen`, writing its audit events through `trail`.
 pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Result<Server> {
     let policy = Policy::load(&config.policy_dir)?;
+    config.metrics_token = config.metrics_token.map(|t| t.trim().to_owned());
     if config
         .metrics_token
         .as_ref()
-        .is_some_and(|t| t.len() < pages::metrics::MIN_TOKEN_CHARS)
+        .is_some_and(|t| t.chars().count() < pages::metrics::MIN_TOKEN_CHARS)
     {
         return Err(crate::Error::Invalid(format!(
             "the metrics token must have at least {} characters",
@@ -331,6 +351,7 @@ pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Resul
         evidence: Mutex::new(Evidence::new(evidence::MAX_TALLIES)),
         catalog: tokio::sync::Mutex::new(None),
         verified: tokio::sync::Mutex::new(None),
+        training: crate::training::Files::default(),
     });
     // Load the tables now, so that the first request does not pay for it.
     console.catalog().await?;

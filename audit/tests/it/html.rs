@@ -3,9 +3,10 @@
 //! where a piece of text sits. The console's templates always quote attributes with `"`.
 
 /// The console's paths a link or form may target.
-const PATHS: [&str; 9] = [
+const PATHS: [&str; 10] = [
     "/search",
     "/audit",
+    "/training",
     "/logout",
     "/login",
     "/trajectory",

@@ -48,26 +48,46 @@ async fn finished(f: &Fixture, info: RunInfo, steps: u64) {
     log.finish(RunState::Finished, None).await.unwrap();
 }
 
-/// The registry of policy `support`: v1 made by run `made_by`, gated and promoted.
-fn registry(f: &Fixture, made_by: &str) {
-    let root = std::path::Path::new(&f.lake_url).join("adapters/support");
-    std::fs::create_dir_all(root.join("v1")).unwrap();
-    std::fs::create_dir_all(root.join("log")).unwrap();
+/// Writes version `version` of policy `support` as made by run `made_by` from `tenants`.
+fn manifest(f: &Fixture, version: u32, made_by: &str, tenants: &[&str]) {
+    let dir = std::path::Path::new(&f.lake_url).join(format!("adapters/support/v{version}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lineage: serde_json::Map<String, serde_json::Value> = tenants
+        .iter()
+        .map(|t| ((*t).to_owned(), serde_json::json!(["a-trajectory"])))
+        .collect();
     std::fs::write(
-        root.join("v1/manifest.json"),
-        serde_json::json!({ "format": "atdp-trainer/manifest-v1", "run_id": made_by }).to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("log/00000000000000000001.json"),
+        dir.join("manifest.json"),
         serde_json::json!({
-            "seq": 1, "action": "promote", "version": 1, "previous": null,
-            "at": "2026-12-06T22:00:00Z", "by": "atdp-train", "reason": "gate passed",
-            "report": { "candidate": 0.81, "served": 0.62 }
+            "format": "atdp-trainer/manifest-v1",
+            "run_id": made_by,
+            "lineage": { "trajectories": lineage },
         })
         .to_string(),
     )
     .unwrap();
+}
+
+/// Writes entry `seq` of policy `support`'s log.
+fn log_entry(f: &Fixture, seq: u64, action: &str, version: u32, previous: Option<u32>) {
+    let dir = std::path::Path::new(&f.lake_url).join("adapters/support/log");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(format!("{seq:020}.json")),
+        serde_json::json!({
+            "seq": seq, "action": action, "version": version, "previous": previous,
+            "at": "2026-12-06T22:00:00Z", "by": "atdp-train", "reason": "gate passed",
+            "report": { "candidate": 0.81, "served": 0.62, "seq": seq }
+        })
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// The registry of policy `support`: v1 made by run `made_by`, gated and promoted.
+fn registry(f: &Fixture, made_by: &str) {
+    manifest(f, 1, made_by, &["demo"]);
+    log_entry(f, 1, "promote", 1, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +308,7 @@ async fn prometheus_reads_every_runs_figures_with_its_token_only() {
         format!("atdp_training_loss{{{labels}}} 0.25"),
         format!(r#"atdp_training_reward{{{labels},reward="task_success",stat="count"}} 40"#),
         format!(
-            r#"atdp_training_registry_event{{{labels},policy="support",version="1",action="promote"}} 1"#
+            r#"atdp_training_registry_event{{{labels},policy="support",seq="1",version="1",action="promote"}} 1"#
         ),
         // Every tenant's runs, names escaped.
         r#"atdp_training_steps_done{run="other-run",tenants="other",agent="agent \"x\"\nnext"} 2"#
@@ -304,4 +324,71 @@ async fn prometheus_reads_every_runs_figures_with_its_token_only() {
         assert!(body.contains(&format!("# TYPE {name} gauge")), "{sample}");
     }
     server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn registry_events_and_runs_stay_with_the_tenants_they_concern() {
+    use atdp_audit::training::{Files, RunView, runs_where};
+    let f = fixture().await;
+    let spread: Vec<f64> = (0..40).map(|i| 0.4 + 0.05 * f64::from(i % 5)).collect();
+    finished(
+        &f,
+        run("mine", &["demo"], "2026-12-06T21:00:00.000Z", &spread),
+        2,
+    )
+    .await;
+    finished(
+        &f,
+        run("theirs", &["other"], "2026-12-06T21:10:00.000Z", &spread),
+        2,
+    )
+    .await;
+    // Its run file says demo, but the version it made learned from other too.
+    finished(
+        &f,
+        run("mixed", &["demo"], "2026-12-06T21:20:00.000Z", &spread),
+        2,
+    )
+    .await;
+    manifest(&f, 1, "mine", &["demo"]);
+    manifest(&f, 2, "theirs", &["other"]);
+    manifest(&f, 3, "mixed", &["demo", "other"]);
+    log_entry(&f, 1, "promote", 1, None);
+    log_entry(&f, 2, "promote", 2, Some(1));
+    // Rolls v2 (other's) back to v1 (demo's): an event about v2, with v2's live figures.
+    log_entry(&f, 3, "rollback", 1, Some(2));
+    // v1 promoted again over v2: about v1, but its numbers compare with v2.
+    log_entry(&f, 4, "promote", 1, Some(2));
+    let files = Files::default();
+    let shown = |views: &[RunView]| -> Vec<(String, Vec<(u64, bool)>)> {
+        views
+            .iter()
+            .map(|v| {
+                let events = v
+                    .events
+                    .iter()
+                    .map(|e| (e.seq, e.report.is_some()))
+                    .collect();
+                (v.info.run_id.clone(), events)
+            })
+            .collect()
+    };
+    let demo = runs_where(&f.lake, &files, |t| t == "demo").await.unwrap();
+    assert_eq!(
+        shown(&demo),
+        [("mine".to_owned(), vec![(1, true), (4, false)])]
+    );
+    assert!(demo[0].events[1].withheld);
+    let everyone = runs_where(&f.lake, &files, |_| true).await.unwrap();
+    assert_eq!(
+        shown(&everyone),
+        [
+            ("mixed".to_owned(), vec![]),
+            ("theirs".to_owned(), vec![(2, true), (3, true)]),
+            ("mine".to_owned(), vec![(1, true), (4, true)]),
+        ]
+    );
+    // Read a second time from what was kept: the same.
+    let again = runs_where(&f.lake, &files, |_| true).await.unwrap();
+    assert_eq!(shown(&again), shown(&everyone));
 }

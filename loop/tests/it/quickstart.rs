@@ -179,6 +179,40 @@ async fn the_loop_learns_swaps_under_load_rolls_back_gates_a_pytorch_adapter_and
     let promoted = audited(&lake, "adapter_promote", &v1);
     assert_eq!(promoted.actor, "atdp-quickstart");
     assert!(promoted.detail_json.unwrap().contains("reward_hacking"));
+    // The console's training page shows the run that made v1: finished, every step's
+    // metrics, the reward trained on, and its promotion with the gate's numbers.
+    let console_lake = Lake::new(&lake, Default::default()).unwrap();
+    let files = atdp_audit::training::Files::default();
+    let runs = atdp_audit::training::runs_where(&console_lake, &files, |_| true)
+        .await
+        .unwrap();
+    let made_v1 = runs
+        .iter()
+        .find(|r| r.versions.contains(&(POLICY.to_owned(), 1)))
+        .unwrap_or_else(|| panic!("no run linked to v1: {runs:?}"));
+    assert_eq!(made_v1.info.state, atdp_lake::runs::RunState::Finished);
+    assert_eq!(made_v1.info.tenants, ["demo"]);
+    assert!(
+        made_v1.info.rewards.contains_key("routing_correct"),
+        "{made_v1:?}"
+    );
+    let metrics = atdp_audit::training::metrics(&console_lake, &files, &made_v1.info.run_id)
+        .await
+        .unwrap();
+    assert_eq!(metrics.len() as u64, made_v1.info.total_steps);
+    let promote = made_v1
+        .events
+        .iter()
+        .find(|e| e.action == "promote")
+        .unwrap_or_else(|| panic!("{made_v1:?}"));
+    assert!(
+        promote
+            .report
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("heldout_reward")
+    );
     // The swap under load: no request failed, and both versions answered during it.
     let swap = report.swap.as_ref().unwrap();
     assert_eq!(swap.failed, 0);

@@ -1,13 +1,19 @@
 //! The run as it happens, published beside the lake's tables (`atdp_lake::runs`) for the
 //! console's live view and its Prometheus endpoint: the run's tenants, agent and state, each
 //! reward's distribution over what it trains on, and every optimizer step's metrics.
-//! Publishing is best effort: a lake that does not take the files stops the publishing,
-//! with a warning, never the training.
+//!
+//! A thread of its own publishes, so a slow or unreachable store never holds up a step: the
+//! training hands it each step's metrics and goes on. It publishes new steps at most every
+//! `PUBLISH_EVERY` and rewrites the run file every `HEARTBEAT` (a long step does not look
+//! like a dead process); a failed write is tried again at the next turn. Publishing is best
+//! effort: a lake that never takes the files costs warnings, never the training.
 
 use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use atdp_lake::Lake;
-use atdp_lake::runs::{Distribution, RunInfo, RunLog, RunState, new_run_id};
+use atdp_lake::runs::{Distribution, PUBLISH_EVERY, RunInfo, RunLog, RunState, new_run_id};
 use atdp_schema::Reward;
 
 use crate::report::StepMetrics;
@@ -15,19 +21,28 @@ use crate::run_config::RunConfig;
 
 /// Longest error text a failed run publishes.
 const ERROR_CHARS: usize = 500;
+/// How long the end of a run waits for its last publication.
+const FINISH_WAIT: Duration = Duration::from_secs(30);
+
+enum Message {
+    Step(u64, serde_json::Value),
+    Finish(RunState, Option<String>),
+}
 
 /// A run's publication, while it lasts.
 pub(crate) struct Live {
-    runtime: Option<tokio::runtime::Runtime>,
-    log: Option<RunLog>,
+    run_id: Option<String>,
+    tx: Option<mpsc::Sender<Message>>,
+    done: Option<mpsc::Receiver<()>>,
 }
 
 impl Live {
     /// Nothing published (before the run knows what it trains on).
     pub(crate) fn none() -> Live {
         Live {
-            runtime: None,
-            log: None,
+            run_id: None,
+            tx: None,
+            done: None,
         }
     }
 
@@ -63,55 +78,44 @@ impl Live {
                 .collect(),
             error: None,
         };
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime,
-            Err(e) => {
-                tracing::warn!(error = %e, "training progress is not published");
-                return Live::none();
-            }
-        };
-        let log = runtime.block_on(async {
-            let lake = Lake::new(&config.lake, config.lake_options.clone())?;
-            RunLog::start(&lake, info).await
-        });
-        match log {
-            Ok(log) => Live {
-                runtime: Some(runtime),
-                log: Some(log),
-            },
-            Err(e) => {
-                tracing::warn!(error = %e, "training progress is not published");
-                Live::none()
-            }
+        let run_id = info.run_id.clone();
+        let (location, options) = (config.lake.clone(), config.lake_options.clone());
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("atdp-run-publisher".into())
+            .spawn(move || {
+                publisher(&location, options, info, &rx);
+                let _ = done_tx.send(());
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "training progress is not published");
+            return Live::none();
+        }
+        Live {
+            run_id: Some(run_id),
+            tx: Some(tx),
+            done: Some(done_rx),
         }
     }
 
     /// The published run's id.
     pub(crate) fn run_id(&self) -> Option<String> {
-        self.log.as_ref().map(|log| log.run_id().to_owned())
+        self.run_id.clone()
     }
 
-    /// Adds an optimizer step's metrics.
+    /// Hands an optimizer step's metrics to the publisher.
     pub(crate) fn step(&mut self, metrics: &StepMetrics) {
-        let (Some(runtime), Some(log)) = (&self.runtime, &mut self.log) else {
-            return;
-        };
-        let Ok(line) = serde_json::to_value(metrics) else {
-            return;
-        };
-        if let Err(e) = runtime.block_on(log.step(metrics.step, &line)) {
-            tracing::warn!(error = %e, "training progress is no longer published");
-            self.log = None;
+        if let (Some(tx), Ok(line)) = (&self.tx, serde_json::to_value(metrics)) {
+            let _ = tx.send(Message::Step(metrics.step, line));
         }
     }
 
     /// Ends the publication: finished when `outcome` is `Ok(true)`, stopped when the
-    /// invocation stopped early as asked (`Ok(false)`), failed with its error.
+    /// invocation stopped early as asked (`Ok(false)`), failed with its error. Waits up to
+    /// `FINISH_WAIT` for the last publication.
     pub(crate) fn finish(&mut self, outcome: Result<bool, &crate::Error>) {
-        let (Some(runtime), Some(log)) = (&self.runtime, &mut self.log) else {
+        let Some(tx) = self.tx.take() else {
             return;
         };
         let (state, error) = match outcome {
@@ -122,9 +126,79 @@ impl Live {
                 Some(e.to_string().chars().take(ERROR_CHARS).collect()),
             ),
         };
-        if let Err(e) = runtime.block_on(log.finish(state, error)) {
-            tracing::warn!(error = %e, "the end of the training was not published");
+        let _ = tx.send(Message::Finish(state, error));
+        if let Some(done) = self.done.take()
+            && done.recv_timeout(FINISH_WAIT).is_err()
+        {
+            tracing::warn!("the end of the training was not published in time");
         }
-        self.log = None;
+    }
+}
+
+/// The publisher thread: starts the run, then takes steps and publishes them when due,
+/// until the run ends (or the training drops its sender).
+fn publisher(
+    location: &str,
+    options: std::collections::HashMap<String, String>,
+    info: RunInfo,
+    rx: &mpsc::Receiver<Message>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::warn!(error = %e, "training progress is not published");
+            return;
+        }
+    };
+    let started = runtime.block_on(async {
+        let lake = Lake::new(location, options)?;
+        RunLog::start(&lake, info).await
+    });
+    let mut log = match started {
+        Ok(log) => log,
+        Err(e) => {
+            tracing::warn!(error = %e, "training progress is not published");
+            return;
+        }
+    };
+    let mut failing = false;
+    let mut report = |result: atdp_lake::Result<()>| match result {
+        Ok(()) => failing = false,
+        Err(e) if !failing => {
+            failing = true;
+            tracing::warn!(error = %e, "training progress could not be published; trying again");
+        }
+        Err(_) => {}
+    };
+    loop {
+        match rx.recv_timeout(PUBLISH_EVERY) {
+            Ok(Message::Step(step, line)) => {
+                log.push(step, &line);
+                // Take whatever else is waiting before publishing once.
+                let mut end = None;
+                while let Ok(next) = rx.try_recv() {
+                    match next {
+                        Message::Step(step, line) => log.push(step, &line),
+                        Message::Finish(state, error) => end = Some((state, error)),
+                    }
+                }
+                if let Some((state, error)) = end {
+                    report(runtime.block_on(log.finish(state, error)));
+                    return;
+                }
+                report(runtime.block_on(log.publish_if_due()));
+            }
+            Ok(Message::Finish(state, error)) => {
+                report(runtime.block_on(log.finish(state, error)));
+                return;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                report(runtime.block_on(log.publish_if_due()));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
     }
 }

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
-use crate::training::{RunView, live, metrics as run_metrics, runs_where};
+use crate::training::{RunView, last_metrics, live, runs_where};
 use crate::web::Console;
 
 /// Shortest token accepted.
@@ -60,7 +60,9 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token)
     else {
         return false;
     };
@@ -86,8 +88,8 @@ fn value(v: f64) -> String {
     }
 }
 
-/// The exposition of `runs` with each run's step metrics.
-pub(crate) fn exposition(runs: &[(RunView, Vec<serde_json::Value>)]) -> String {
+/// The exposition of `runs` with each run's last step's metrics.
+pub(crate) fn exposition(runs: &[(RunView, Option<serde_json::Value>)]) -> String {
     let mut families: Vec<(String, &str, Vec<String>)> = Vec::new();
     let mut family = |name: &str, help: &'static str, lines: Vec<String>| {
         families.push((format!("atdp_training_{name}"), help, lines));
@@ -100,9 +102,9 @@ pub(crate) fn exposition(runs: &[(RunView, Vec<serde_json::Value>)]) -> String {
             label(run.info.agent_id.as_deref().unwrap_or(""))
         )
     };
-    let each = |f: &dyn Fn(&RunView, &[serde_json::Value]) -> Option<String>| {
+    let each = |f: &dyn Fn(&RunView, Option<&serde_json::Value>) -> Option<String>| {
         runs.iter()
-            .filter_map(|(run, steps)| f(run, steps))
+            .filter_map(|(run, last)| f(run, last.as_ref()))
             .collect::<Vec<_>>()
     };
     family(
@@ -124,8 +126,8 @@ pub(crate) fn exposition(runs: &[(RunView, Vec<serde_json::Value>)]) -> String {
         family(
             name,
             help,
-            each(&|run, steps| {
-                let last = steps.last()?[field].as_f64()?;
+            each(&|run, last| {
+                let last = last?[field].as_f64()?;
                 Some(format!("{{{}}} {}", run_labels(run), value(last)))
             }),
         );
@@ -161,12 +163,12 @@ pub(crate) fn exposition(runs: &[(RunView, Vec<serde_json::Value>)]) -> String {
         }
         for e in &run.events {
             events.push(format!(
-                r#"{{{},policy="{}",version="{}",action="{}"}} {}"#,
+                r#"{{{},policy="{}",seq="{}",version="{}",action="{}"}} 1"#,
                 run_labels(run),
                 label(&e.policy),
+                e.seq,
                 e.version,
                 label(&e.action),
-                e.seq
             ));
         }
     }
@@ -182,7 +184,7 @@ pub(crate) fn exposition(runs: &[(RunView, Vec<serde_json::Value>)]) -> String {
     );
     family(
         "registry_event",
-        "Registry log entries naming a version the run produced (value: the entry's position in the policy's log).",
+        "1 for each registry log entry about a version the run produced (seq: its position in the policy's log).",
         events,
     );
     let mut out = String::new();
@@ -208,9 +210,9 @@ pub(crate) async fn metrics(State(console): State<Arc<Console>>, headers: Header
     }
     let loaded = async {
         let mut found = Vec::new();
-        for run in runs_where(&console.lake, |_| true).await? {
-            let steps = run_metrics(&console.lake, &run.info.run_id).await?;
-            found.push((run, steps));
+        for run in runs_where(&console.lake, &console.training, |_| true).await? {
+            let last = last_metrics(&console.lake, &console.training, &run.info.run_id).await?;
+            found.push((run, last));
         }
         Ok::<_, crate::Error>(found)
     };
@@ -245,6 +247,10 @@ mod tests {
         assert!(!authorized(&headers, "t"));
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
         assert!(authorized(&headers, "t"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer t"));
+        assert!(authorized(&headers, "t"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic t"));
+        assert!(!authorized(&headers, "t"));
         assert!(!authorized(&headers, "u"));
     }
 }

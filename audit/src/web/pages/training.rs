@@ -17,6 +17,10 @@ use axum::response::Response;
 use super::{failure, html, signed_in};
 use crate::error::Error;
 use crate::training::{RegistryEvent, RunView, live, metrics, visible_runs};
+
+/// Points drawn at most per chart: longer runs are drawn from evenly spaced steps and the
+/// last.
+const MAX_POINTS: usize = 300;
 use crate::web::Console;
 use crate::web::render::filters;
 
@@ -118,13 +122,14 @@ fn line(values: &[f64]) -> String {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (_, v)| {
             (a.min(*v), b.max(*v))
         });
-    let span = if hi > lo { hi - lo } else { 1.0 };
+    // Scaled by half, so that the widest range of f64 does not overflow.
+    let span = if hi > lo { hi / 2.0 - lo / 2.0 } else { 1.0 };
     let n = values.len().max(2) - 1;
     let points: Vec<String> = finite
         .iter()
         .map(|(i, v)| {
             let x = 4.0 + (CHART_W - 8.0) * (*i as f64) / n as f64;
-            let y = CHART_H - 4.0 - (CHART_H - 8.0) * (v - lo) / span;
+            let y = CHART_H - 4.0 - (CHART_H - 8.0) * (v / 2.0 - lo / 2.0) / span;
             format!("{x:.1},{y:.1}")
         })
         .collect();
@@ -179,11 +184,23 @@ fn state_word(run: &RunView) -> &'static str {
         atdp_lake::runs::RunState::Finished => "finished",
         atdp_lake::runs::RunState::Failed => "failed",
         atdp_lake::runs::RunState::Stopped => "stopped",
+        atdp_lake::runs::RunState::Unknown => "unknown",
     }
 }
 
+/// At most [`MAX_POINTS`] of `values`, evenly spaced, the last always among them.
+fn thin(values: Vec<f64>) -> Vec<f64> {
+    if values.len() <= MAX_POINTS {
+        return values;
+    }
+    let n = values.len();
+    (0..MAX_POINTS)
+        .map(|i| values[i * (n - 1) / (MAX_POINTS - 1)])
+        .collect()
+}
+
 async fn run_page(console: &Console, run: RunView) -> Result<RunPage, Error> {
-    let steps = metrics(&console.lake, &run.info.run_id).await?;
+    let steps = metrics(&console.lake, &console.training, &run.info.run_id).await?;
     let charts = CHARTS
         .iter()
         .map(|(title, field)| {
@@ -194,7 +211,7 @@ async fn run_page(console: &Console, run: RunView) -> Result<RunPage, Error> {
             Chart {
                 title,
                 last: values.last().copied().map_or_else(String::new, number),
-                svg: line(&values),
+                svg: line(&thin(values)),
             }
         })
         .collect();
@@ -224,7 +241,7 @@ pub(crate) async fn training(State(console): State<Arc<Console>>, headers: Heade
     };
     let loaded = async {
         let mut pages = Vec::new();
-        for run in visible_runs(&console.lake, &auditor).await? {
+        for run in visible_runs(&console.lake, &console.training, &auditor).await? {
             pages.push(run_page(&console, run).await?);
         }
         Ok::<_, Error>(pages)
@@ -266,5 +283,11 @@ mod tests {
             (number(0.123456), number(f64::NAN)),
             ("0.1235".into(), "–".into())
         );
+        let long: Vec<f64> = (0..10_000).map(f64::from).collect();
+        let thinned = thin(long);
+        assert_eq!(thinned.len(), MAX_POINTS);
+        assert_eq!((thinned[0], thinned[MAX_POINTS - 1]), (0.0, 9_999.0));
+        // Values too far apart for their difference draw no NaN coordinate.
+        assert!(!line(&[-f64::MAX, f64::MAX]).contains("NaN"));
     }
 }
