@@ -214,10 +214,11 @@ pub async fn runs_where(
         if !visible[info.run_id.as_str()] {
             continue;
         }
-        // The run before: the next older one over the same tenants and agent.
-        let before = all[i + 1..]
-            .iter()
-            .find(|r| r.tenants == info.tenants && r.agent_id == info.agent_id);
+        // The run before: the next older one over the same tenants and agent that the
+        // reader sees too (an alert quotes its figures).
+        let before = all[i + 1..].iter().find(|r| {
+            r.tenants == info.tenants && r.agent_id == info.agent_id && visible[r.run_id.as_str()]
+        });
         let mut alerts: Vec<Alert> = info
             .rewards
             .iter()

@@ -343,10 +343,19 @@ async fn registry_events_and_runs_stay_with_the_tenants_they_concern() {
         2,
     )
     .await;
-    // Its run file says demo, but the version it made learned from other too.
+    // Its run file says demo, but the version it made learned from other too; its reward
+    // sits far above the others'.
+    let high: Vec<f64> = spread.iter().map(|v| v + 4.6).collect();
     finished(
         &f,
-        run("mixed", &["demo"], "2026-12-06T21:20:00.000Z", &spread),
+        run("mixed", &["demo"], "2026-12-06T21:20:00.000Z", &high),
+        2,
+    )
+    .await;
+    // The newest demo run: compared with the run before it that the reader sees.
+    finished(
+        &f,
+        run("latest", &["demo"], "2026-12-06T21:30:00.000Z", &spread),
         2,
     )
     .await;
@@ -376,18 +385,26 @@ async fn registry_events_and_runs_stay_with_the_tenants_they_concern() {
     let demo = runs_where(&f.lake, &files, |t| t == "demo").await.unwrap();
     assert_eq!(
         shown(&demo),
-        [("mine".to_owned(), vec![(1, true), (4, false)])]
+        [
+            ("latest".to_owned(), vec![]),
+            ("mine".to_owned(), vec![(1, true), (4, false)])
+        ]
     );
-    assert!(demo[0].events[1].withheld);
+    assert!(demo[1].events[1].withheld);
+    // Compared with "mine" (alike), never with "mixed", which the demo reader may not see.
+    assert!(demo[0].alerts.is_empty(), "{:?}", demo[0].alerts);
     let everyone = runs_where(&f.lake, &files, |_| true).await.unwrap();
     assert_eq!(
         shown(&everyone),
         [
+            ("latest".to_owned(), vec![]),
             ("mixed".to_owned(), vec![]),
             ("theirs".to_owned(), vec![(2, true), (3, true)]),
             ("mine".to_owned(), vec![(1, true), (4, true)]),
         ]
     );
+    let kinds: Vec<&str> = everyone[0].alerts.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, ["jumped"]);
     // Read a second time from what was kept: the same.
     let again = runs_where(&f.lake, &files, |_| true).await.unwrap();
     assert_eq!(shown(&again), shown(&everyone));
