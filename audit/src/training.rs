@@ -63,7 +63,8 @@ pub struct RegistryEvent {
     /// The policy (from the log's path).
     #[serde(skip)]
     pub policy: String,
-    /// The numbers are withheld: they concern a version of tenants the reader may not see.
+    /// The numbers (the report, and the reason, which quotes them) are withheld: they
+    /// concern a version of tenants the reader may not see.
     #[serde(skip)]
     pub withheld: bool,
 }
@@ -102,6 +103,8 @@ pub struct RunView {
     pub versions: Vec<(String, u32)>,
     /// Registry events about those versions, in log order.
     pub events: Vec<RegistryEvent>,
+    /// Its metrics files as listed.
+    pub metrics_files: Vec<FileStamp>,
 }
 
 /// Whether a run is still running (neither finished, failed nor stopped, nor silent).
@@ -121,10 +124,12 @@ enum Read {
     Event(Option<RegistryEvent>),
 }
 
-/// The files read so far, by path, size and time of writing.
+/// The files read so far: by path, what was read and the stamp (size, time of writing,
+/// entity tag) it was read at. A file read again replaces its entry, so the memory held
+/// follows the number of files, not of their writes.
 #[derive(Debug, Default)]
 pub struct Files {
-    read: Mutex<HashMap<FileStamp, Read>>,
+    read: Mutex<HashMap<String, (FileStamp, Read)>>,
 }
 
 impl Files {
@@ -132,16 +137,25 @@ impl Files {
         self.read
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(stamp)
-            .cloned()
+            .get(&stamp.path)
+            .filter(|(at, _)| at == stamp)
+            .map(|(_, read)| read.clone())
     }
 
     fn put(&self, stamp: FileStamp, read: Read) {
         let mut cache = self.read.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= MAX_CACHED {
-            cache.clear();
+        if cache.len() >= MAX_CACHED && !cache.contains_key(&stamp.path) {
+            // Past the bound (a lake of that many files), the oldest-written entries go.
+            let mut by_age: Vec<(i64, String)> = cache
+                .iter()
+                .map(|(path, (at, _))| (at.modified_ms, path.clone()))
+                .collect();
+            by_age.sort();
+            for (_, path) in by_age.into_iter().take(MAX_CACHED / 10) {
+                cache.remove(&path);
+            }
         }
-        cache.insert(stamp, read);
+        cache.insert(stamp.path.clone(), (stamp, read));
     }
 
     async fn run(&self, lake: &Lake, id: &str, stamp: &FileStamp) -> Result<Option<RunInfo>> {
@@ -179,9 +193,10 @@ pub async fn runs_where(
     sees: impl Fn(&str) -> bool,
 ) -> Result<Vec<RunView>> {
     let mut all = Vec::new();
-    for (id, listed) in runs::listing(lake).await? {
+    let mut listing = runs::listing(lake).await?;
+    for (id, listed) in &listing {
         if let Some(stamp) = &listed.run
-            && let Some(info) = files.run(lake, &id, stamp).await?
+            && let Some(info) = files.run(lake, id, stamp).await?
         {
             all.push(info);
         }
@@ -241,6 +256,10 @@ pub async fn runs_where(
             alerts,
             versions,
             events,
+            metrics_files: listing
+                .remove(&info.run_id)
+                .map(|f| f.metrics)
+                .unwrap_or_default(),
         });
         if views.len() == MAX_RUNS {
             break;
@@ -249,27 +268,22 @@ pub async fn runs_where(
     Ok(views)
 }
 
-/// The step metrics of run `id`, in order.
-pub async fn metrics(lake: &Lake, files: &Files, id: &str) -> Result<Vec<serde_json::Value>> {
+/// The step metrics of `run`, in order.
+pub async fn metrics(lake: &Lake, files: &Files, run: &RunView) -> Result<Vec<serde_json::Value>> {
     let mut lines = Vec::new();
-    if let Some(listed) = runs::listing(lake).await?.get(id) {
-        for stamp in &listed.metrics {
-            lines.extend(files.metrics(lake, stamp).await?.iter().cloned());
-        }
+    for stamp in &run.metrics_files {
+        lines.extend(files.metrics(lake, stamp).await?.iter().cloned());
     }
     Ok(lines)
 }
 
-/// The last step's metrics of run `id`.
+/// The last step's metrics of `run`.
 pub async fn last_metrics(
     lake: &Lake,
     files: &Files,
-    id: &str,
+    run: &RunView,
 ) -> Result<Option<serde_json::Value>> {
-    let Some(listed) = runs::listing(lake).await?.remove(id) else {
-        return Ok(None);
-    };
-    match listed.metrics.last() {
+    match run.metrics_files.last() {
         Some(stamp) => Ok(files.metrics(lake, stamp).await?.last().cloned()),
         None => Ok(None),
     }
@@ -332,6 +346,7 @@ impl Registry {
                 path: format!("adapters/{}", meta.location.as_ref()),
                 size: meta.size,
                 modified_ms: meta.last_modified.timestamp_millis(),
+                e_tag: meta.e_tag.clone(),
             };
             let read = match files.get(&stamp) {
                 Some(read) => read,
@@ -407,8 +422,9 @@ impl Registry {
             })
             .map(|e| {
                 let mut e = e.clone();
-                if e.report.is_some() && !may_show(&e.policy, e.other()) {
+                if !may_show(&e.policy, e.other()) {
                     e.report = None;
+                    e.reason = String::new();
                     e.withheld = true;
                 }
                 e

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! training/<run id>/run.json                     the run: what it trains on, its state, its rewards' distributions
-//! training/<run id>/metrics/<first step>.jsonl   one line per optimizer step, [`CHUNK_STEPS`] to a file
+//! training/<run id>/metrics/<lines before>.jsonl  one line per optimizer step, [`CHUNK_STEPS`] to a file
 //! ```
 //!
 //! The trainer writes them through a [`RunLog`] while it runs (at most every
@@ -122,16 +122,18 @@ impl Distribution {
                 / n;
             (mean * scale, var.sqrt() * scale)
         };
-        // Positions in [0, 1] from the scaled values, so a range wider than f64's does not
-        // overflow either.
+        // Each value's position in [0, 1]; from halved values when the range itself
+        // overflows.
         let bins = HISTOGRAM_BINS as f64;
-        let (lo, hi) = (min / bins, max / bins);
+        let range = max - min;
         let mut histogram = vec![0u64; HISTOGRAM_BINS];
         for v in &values {
-            let at = if hi > lo {
-                (v / bins - lo) / (hi - lo)
-            } else {
+            let at = if range == 0.0 {
                 0.0
+            } else if range.is_finite() {
+                (v - min) / range
+            } else {
+                (v / 2.0 - min / 2.0) / (max / 2.0 - min / 2.0)
             };
             histogram[((at * bins) as usize).min(HISTOGRAM_BINS - 1)] += 1;
         }
@@ -313,6 +315,8 @@ pub struct RunLog {
     /// New lines since the last publication.
     dirty: bool,
     published: Option<Instant>,
+    /// The last publication tried, whether it succeeded or not.
+    tried: Option<Instant>,
 }
 
 impl std::fmt::Debug for RunLog {
@@ -332,13 +336,14 @@ fn metrics_path(id: &str, before: usize) -> String {
 }
 
 impl RunLog {
-    /// Starts publishing `info` (its state `running`) under the lake's `training/`.
-    pub async fn start(lake: &Lake, mut info: RunInfo) -> Result<RunLog> {
+    /// A run to publish under the lake's `training/` (its state `running`); nothing is
+    /// written before the first publication ([`RunLog::publish_if_due`] is due at once).
+    pub fn new(lake: &Lake, mut info: RunInfo) -> Result<RunLog> {
         if !valid_run_id(&info.run_id) {
             return Err(Error::Config(format!("invalid run id {:?}", info.run_id)));
         }
         info.state = RunState::Running;
-        let mut log = RunLog {
+        Ok(RunLog {
             store: store(lake)?,
             info,
             before: 0,
@@ -346,7 +351,13 @@ impl RunLog {
             current: Vec::new(),
             dirty: false,
             published: None,
-        };
+            tried: None,
+        })
+    }
+
+    /// Starts publishing `info`: [`RunLog::new`], then its first publication.
+    pub async fn start(lake: &Lake, info: RunInfo) -> Result<RunLog> {
+        let mut log = RunLog::new(lake, info)?;
         log.publish().await?;
         Ok(log)
     }
@@ -372,7 +383,12 @@ impl RunLog {
 
     /// Publishes when there are new steps and [`PUBLISH_EVERY`] has passed since the last
     /// publication, or when [`HEARTBEAT`] has.
+    /// A failed publication is tried again no sooner than [`PUBLISH_EVERY`] later.
     pub async fn publish_if_due(&mut self) -> Result<()> {
+        if self.tried.is_some_and(|at| at.elapsed() < PUBLISH_EVERY) && self.published != self.tried
+        {
+            return Ok(());
+        }
         let since = self.published.map(|at| at.elapsed());
         let due = match since {
             None => true,
@@ -399,6 +415,8 @@ impl RunLog {
     /// file, so that a reader that sees a step count finds those steps' lines. A failure
     /// leaves everything to the next publication.
     async fn publish(&mut self) -> Result<()> {
+        let tried = Instant::now();
+        self.tried = Some(tried);
         let id = self.info.run_id.clone();
         while let Some((before, text)) = self.full.first() {
             let path = metrics_path(&id, *before);
@@ -416,7 +434,7 @@ impl RunLog {
         let bytes = serde_json::to_vec_pretty(&self.info).map_err(|e| storage(&run, e))?;
         self.put(&run, bytes).await?;
         self.dirty = false;
-        self.published = Some(Instant::now());
+        self.published = Some(tried);
         Ok(())
     }
 
@@ -461,6 +479,9 @@ pub struct FileStamp {
     pub size: u64,
     /// Last written (ms since the epoch).
     pub modified_ms: i64,
+    /// The store's entity tag, which changes with every write where the time may not
+    /// (S3's times are whole seconds).
+    pub e_tag: Option<String>,
 }
 
 /// A run's files as listed.
@@ -492,6 +513,7 @@ pub async fn listing(lake: &Lake) -> Result<BTreeMap<String, RunFiles>> {
             path: path.clone(),
             size: meta.size,
             modified_ms: meta.last_modified.timestamp_millis(),
+            e_tag: meta.e_tag.clone(),
         };
         match parts.as_slice() {
             [id, RUN_FILE] if valid_run_id(id) => {
@@ -645,13 +667,9 @@ mod tests {
         let seen = run(&lake, "r-1").await.unwrap().unwrap();
         assert_eq!(seen.state, RunState::Running);
         assert_eq!(seen.rewards["task_success"].count, 3);
-        // Steps within PUBLISH_EVERY of the last publication wait; the end publishes all.
-        log.step(1, &serde_json::json!({ "step": 1, "loss": 0.5 }))
-            .await
-            .unwrap();
-        log.step(2, &serde_json::json!({ "step": 2, "loss": 0.4 }))
-            .await
-            .unwrap();
+        // Steps wait for the next publication; the end publishes all.
+        log.push(1, &serde_json::json!({ "step": 1, "loss": 0.5 }));
+        log.push(2, &serde_json::json!({ "step": 2, "loss": 0.4 }));
         assert_eq!(run_metrics(&lake, "r-1").await.unwrap().len(), 0);
         assert_eq!(run(&lake, "r-1").await.unwrap().unwrap().steps_done, 0);
         log.finish(RunState::Finished, None).await.unwrap();
@@ -681,10 +699,28 @@ mod tests {
         let lake = Lake::new(dir.path().to_str().unwrap(), Default::default()).unwrap();
         let mut log = RunLog::start(&lake, info("long")).await.unwrap();
         let steps = 2 * CHUNK_STEPS + 5;
+        let mut first_full = None;
         for n in 1..=steps as u64 {
             log.push(n, &serde_json::json!({ "step": n }));
+            // Publications half-way through a file, at its end, and past it.
+            if [500, 1000, 1500, 2000].contains(&n) {
+                log.publish().await.unwrap();
+                let listed = listing(&lake).await.unwrap().remove("long").unwrap();
+                let lines = run_metrics(&lake, "long").await.unwrap();
+                assert_eq!(lines.len() as u64, n);
+                assert_eq!(
+                    listed.metrics.len(),
+                    n.div_ceil(CHUNK_STEPS as u64) as usize
+                );
+                if n == 1000 {
+                    first_full = Some(listed.metrics[0].clone());
+                }
+            }
         }
         log.finish(RunState::Finished, None).await.unwrap();
+        // The first file, written full at step 1,000, was not written again.
+        let first = listing(&lake).await.unwrap()["long"].metrics[0].clone();
+        assert_eq!(first_full, Some(first));
         let files = &listing(&lake).await.unwrap()["long"];
         let names: Vec<&str> = files.metrics.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(
@@ -747,6 +783,10 @@ mod tests {
         assert_eq!((d.count, d.min, d.max, d.at_max), (4, 0.0, 1.0, 0.5));
         assert_eq!(d.histogram.iter().sum::<u64>(), 4);
         assert_eq!((d.histogram[0], d.histogram[5], d.histogram[9]), (1, 1, 2));
+        // Values on the edges of the bins fall in their own bin.
+        let tenths: Vec<f64> = (0..=10).map(|i| f64::from(i) / 10.0).collect();
+        let d = Distribution::of(&tenths).unwrap();
+        assert_eq!(d.histogram, [1, 1, 1, 1, 1, 1, 1, 1, 1, 2]);
         assert!(Distribution::of(&[f64::NAN]).is_none());
 
         let spread: Vec<f64> = (0..40).map(|i| f64::from(i % 4) / 3.0).collect();

@@ -76,7 +76,8 @@ fn log_entry(f: &Fixture, seq: u64, action: &str, version: u32, previous: Option
         dir.join(format!("{seq:020}.json")),
         serde_json::json!({
             "seq": seq, "action": action, "version": version, "previous": previous,
-            "at": "2026-12-06T22:00:00Z", "by": "atdp-train", "reason": "gate passed",
+            "at": "2026-12-06T22:00:00Z", "by": "atdp-train",
+            "reason": format!("gate passed: held-out reward 0.81 vs 0.62 (entry {seq})"),
             "report": { "candidate": 0.81, "served": 0.62, "seq": seq }
         })
         .to_string(),
@@ -390,9 +391,17 @@ async fn registry_events_and_runs_stay_with_the_tenants_they_concern() {
             ("mine".to_owned(), vec![(1, true), (4, false)])
         ]
     );
+    // Its numbers, in the report and in the reason, compare with other's v2.
     assert!(demo[1].events[1].withheld);
+    assert_eq!(demo[1].events[1].reason, "");
+    assert!(demo[1].events[0].reason.contains("0.81"));
     // Compared with "mine" (alike), never with "mixed", which the demo reader may not see.
     assert!(demo[0].alerts.is_empty(), "{:?}", demo[0].alerts);
+    let other = runs_where(&f.lake, &files, |t| t == "other").await.unwrap();
+    assert_eq!(
+        shown(&other),
+        [("theirs".to_owned(), vec![(2, false), (3, false)])]
+    );
     let everyone = runs_where(&f.lake, &files, |_| true).await.unwrap();
     assert_eq!(
         shown(&everyone),

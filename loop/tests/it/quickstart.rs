@@ -196,7 +196,7 @@ async fn the_loop_learns_swaps_under_load_rolls_back_gates_a_pytorch_adapter_and
         made_v1.info.rewards.contains_key("routing_correct"),
         "{made_v1:?}"
     );
-    let metrics = atdp_audit::training::metrics(&console_lake, &files, &made_v1.info.run_id)
+    let metrics = atdp_audit::training::metrics(&console_lake, &files, made_v1)
         .await
         .unwrap();
     assert_eq!(metrics.len() as u64, made_v1.info.total_steps);

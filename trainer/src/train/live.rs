@@ -99,7 +99,7 @@ impl Live {
         }
     }
 
-    /// The published run's id.
+    /// The run's id (its publication may still be on its way).
     pub(crate) fn run_id(&self) -> Option<String> {
         self.run_id.clone()
     }
@@ -135,7 +135,14 @@ impl Live {
     }
 }
 
-/// The publisher thread: starts the run, then takes steps and publishes them when due,
+/// The run's first publication (failures are tried again by the next turns).
+fn report_first(runtime: &tokio::runtime::Runtime, log: &mut RunLog) {
+    if let Err(e) = runtime.block_on(log.publish_if_due()) {
+        tracing::warn!(error = %e, "training progress could not be published; trying again");
+    }
+}
+
+/// The publisher thread: publishes the run, then takes steps and publishes them when due,
 /// until the run ends (or the training drops its sender).
 fn publisher(
     location: &str,
@@ -153,11 +160,9 @@ fn publisher(
             return;
         }
     };
-    let started = runtime.block_on(async {
-        let lake = Lake::new(location, options)?;
-        RunLog::start(&lake, info).await
-    });
-    let mut log = match started {
+    // Nothing is written yet: the first publication is due at once, and tried again at
+    // every turn until it succeeds, like every other.
+    let mut log = match Lake::new(location, options).and_then(|lake| RunLog::new(&lake, info)) {
         Ok(log) => log,
         Err(e) => {
             tracing::warn!(error = %e, "training progress is not published");
@@ -165,6 +170,7 @@ fn publisher(
         }
     };
     let mut failing = false;
+    report_first(&runtime, &mut log);
     let mut report = |result: atdp_lake::Result<()>| match result {
         Ok(()) => failing = false,
         Err(e) if !failing => {
@@ -199,6 +205,19 @@ fn publisher(
                 report(runtime.block_on(log.publish_if_due()));
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+impl Drop for Live {
+    /// A run dropped without an end (the training panicked) is published as failed, without
+    /// waiting.
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Message::Finish(
+                RunState::Failed,
+                Some("the training stopped without finishing".into()),
+            ));
         }
     }
 }

@@ -211,7 +211,7 @@ pub(crate) async fn metrics(State(console): State<Arc<Console>>, headers: Header
     let loaded = async {
         let mut found = Vec::new();
         for run in runs_where(&console.lake, &console.training, |_| true).await? {
-            let last = last_metrics(&console.lake, &console.training, &run.info.run_id).await?;
+            let last = last_metrics(&console.lake, &console.training, &run).await?;
             found.push((run, last));
         }
         Ok::<_, crate::Error>(found)

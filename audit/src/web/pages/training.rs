@@ -200,7 +200,7 @@ fn thin(values: Vec<f64>) -> Vec<f64> {
 }
 
 async fn run_page(console: &Console, run: RunView) -> Result<RunPage, Error> {
-    let steps = metrics(&console.lake, &console.training, &run.info.run_id).await?;
+    let steps = metrics(&console.lake, &console.training, &run).await?;
     let charts = CHARTS
         .iter()
         .map(|(title, field)| {
