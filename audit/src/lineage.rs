@@ -10,6 +10,7 @@
 //! another stack, made by hand), is listed as unknown, never as clean.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use atdp_lake::{Catalog, Lake};
 
@@ -17,7 +18,7 @@ use atdp_schema::Table;
 use deltalake::datafusion::functions::core::expr_fn::get_field;
 use deltalake::datafusion::prelude::{col, lit};
 use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use serde::Serialize;
 
 use crate::catalog::distinct as strings;
@@ -67,6 +68,26 @@ fn in_list_expr(
     expr.in_list(values.iter().map(|v| lit(v.clone())).collect(), false)
 }
 
+/// The store of the lake's adapter registry (`adapters/`) and every file in it; `None` when
+/// the lake has no registry.
+pub(crate) async fn registry_files(
+    lake: &Lake,
+) -> Result<Option<(Arc<dyn ObjectStore>, Vec<ObjectMeta>)>> {
+    let url = lake
+        .root()
+        .join("adapters/")
+        .map_err(|e| Error::Invalid(format!("registry location: {e}")))?;
+    if let Ok(path) = url.to_file_path()
+        && !path.exists()
+    {
+        return Ok(None);
+    }
+    let store =
+        deltalake::logstore::store_for(&url, lake.options().clone()).map_err(Error::query)?;
+    let listed: Vec<_> = store.list(None).try_collect().await.map_err(Error::query)?;
+    Ok(Some((store, listed)))
+}
+
 /// `<policy>/v<N>/<name>` → (policy, N).
 fn version_of(path: &str, name: &str) -> Option<(String, u32)> {
     let mut parts = path.split('/');
@@ -86,18 +107,9 @@ pub async fn trained_on(
     tokens: Option<&[String]>,
 ) -> Result<Vec<TrainedAdapter>> {
     let subject = trajectories(lake, tenant, tokens).await?;
-    let url = lake
-        .root()
-        .join("adapters/")
-        .map_err(|e| Error::Invalid(format!("registry location: {e}")))?;
-    if let Ok(path) = url.to_file_path()
-        && !path.exists()
-    {
+    let Some((store, listed)) = registry_files(lake).await? else {
         return Ok(Vec::new());
-    }
-    let store =
-        deltalake::logstore::store_for(&url, lake.options().clone()).map_err(Error::query)?;
-    let listed: Vec<_> = store.list(None).try_collect().await.map_err(Error::query)?;
+    };
     // A published version without a manifest (trained elsewhere, made by hand) has no
     // lineage either: unknown, never presumed clean.
     let manifests: BTreeSet<(String, u32)> = listed

@@ -23,7 +23,6 @@ use std::sync::Mutex;
 
 use atdp_lake::Lake;
 use atdp_lake::runs::{self, Alert, FileStamp, RunInfo, RunState};
-use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use serde::Deserialize;
 
@@ -325,18 +324,9 @@ fn registry_path(path: &str) -> Option<RegistryFile> {
 
 impl Registry {
     async fn read(lake: &Lake, files: &Files) -> Result<Registry> {
-        let url = lake
-            .root()
-            .join("adapters/")
-            .map_err(|e| Error::Invalid(format!("registry location: {e}")))?;
-        if let Ok(path) = url.to_file_path()
-            && !path.exists()
-        {
+        let Some((store, listed)) = crate::lineage::registry_files(lake).await? else {
             return Ok(Registry::default());
-        }
-        let store =
-            deltalake::logstore::store_for(&url, lake.options().clone()).map_err(Error::query)?;
-        let listed: Vec<_> = store.list(None).try_collect().await.map_err(Error::query)?;
+        };
         let mut registry = Registry::default();
         for meta in listed {
             let Some(file) = registry_path(meta.location.as_ref()) else {
