@@ -48,6 +48,7 @@ def main() -> int:
     parser.add_argument("--key", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--screenshot", help="save the finished page here (PNG)")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     parser.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     args = parser.parse_args()
@@ -104,6 +105,8 @@ def main() -> int:
         time.sleep(4)
         seen["reloaded_after_the_end"] = driver.find_element(By.TAG_NAME, "html") != page
 
+        if args.screenshot:
+            driver.save_screenshot(args.screenshot)
         runs = sections(driver)
         seen["runs"] = list(runs)
         section = runs[args.run]

@@ -140,10 +140,19 @@ async fn a_running_training_is_watched_live_and_each_auditor_sees_its_own_tenant
     let server = f.console().await;
     let python = std::env::var("ATDP_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = atdp_testkit::repo_root().join("tests/python/training_browser.py");
-    let mut browser = std::process::Command::new(python)
+    let mut browser = std::process::Command::new(python);
+    browser
         .arg(script)
         .args(["--base", &format!("http://{}", server.addr)])
-        .args(["--key", DEMO_ANALYST, "--run", "now"])
+        .args(["--key", DEMO_ANALYST, "--run", "now"]);
+    // With ATDP_SCREENSHOT_DIR set, the finished page is kept there (that is how
+    // `docs/console-training.png` is made).
+    if let Some(dir) = std::env::var_os("ATDP_SCREENSHOT_DIR") {
+        browser
+            .arg("--screenshot")
+            .arg(std::path::PathBuf::from(dir).join("console-training.png"));
+    }
+    let mut browser = browser
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
