@@ -615,6 +615,67 @@ pub async fn run_metrics(lake: &Lake, id: &str) -> Result<Vec<serde_json::Value>
     Ok(lines)
 }
 
+/// What [`prune`] removed (or, dry, would remove).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Pruned {
+    /// The runs, by id.
+    pub runs: Vec<String>,
+    /// Their files.
+    pub files: usize,
+    /// Nothing was deleted.
+    pub dry_run: bool,
+}
+
+/// Deletes the runs that last wrote more than `older_than` before `now`, except those still
+/// running and not yet silent; a folder without a run file that parses goes by the time of
+/// its newest file. With `dry_run`, only says which.
+pub async fn prune(
+    lake: &Lake,
+    older_than: Duration,
+    now: chrono::DateTime<chrono::Utc>,
+    dry_run: bool,
+) -> Result<Pruned> {
+    let cutoff = now
+        - chrono::Duration::from_std(older_than)
+            .map_err(|e| Error::Config(format!("prune age: {e}")))?;
+    let mut pruned = Pruned {
+        dry_run,
+        ..Pruned::default()
+    };
+    for (id, files) in listing(lake).await? {
+        let info = match &files.run {
+            Some(stamp) => read_run(lake, &id, stamp).await?,
+            None => None,
+        };
+        let last = match &info {
+            Some(info) if info.state == RunState::Running && !info.silent(now) => continue,
+            Some(info) => chrono::DateTime::parse_from_rfc3339(&info.updated_at)
+                .map(|at| at.with_timezone(&chrono::Utc))
+                .ok(),
+            None => None,
+        };
+        let newest_file = files
+            .run
+            .iter()
+            .chain(&files.metrics)
+            .map(|f| f.modified_ms)
+            .max()
+            .and_then(chrono::DateTime::from_timestamp_millis);
+        let Some(last) = last.or(newest_file) else {
+            continue;
+        };
+        if last >= cutoff {
+            continue;
+        }
+        pruned.files += files.metrics.len() + usize::from(files.run.is_some());
+        if !dry_run {
+            delete_run(lake, &id).await?;
+        }
+        pruned.runs.push(id);
+    }
+    Ok(pruned)
+}
+
 /// Deletes run `id`'s files.
 pub async fn delete_run(lake: &Lake, id: &str) -> Result<()> {
     if !valid_run_id(id) || no_training_folder(lake) {
@@ -763,6 +824,39 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let read = run(&lake, "huge").await.unwrap().unwrap();
         assert_eq!(read.state, RunState::Unknown);
+    }
+
+    #[tokio::test]
+    async fn old_runs_are_pruned_and_running_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::new(dir.path().to_str().unwrap(), Default::default()).unwrap();
+        let mut done = RunLog::start(&lake, info("done")).await.unwrap();
+        done.push(1, &serde_json::json!({ "step": 1 }));
+        done.finish(RunState::Finished, None).await.unwrap();
+        RunLog::start(&lake, info("going")).await.unwrap();
+        let day = Duration::from_secs(86_400);
+        // Now: nothing is a day old.
+        let now = chrono::Utc::now();
+        assert!(prune(&lake, day, now, false).await.unwrap().runs.is_empty());
+        // Two days on: the finished run goes; the running one has gone silent and goes too,
+        // unless it is still writing.
+        let later = now + chrono::Duration::days(2);
+        let dry = prune(&lake, day, later, true).await.unwrap();
+        assert_eq!(
+            (dry.runs.clone(), dry.files),
+            (vec!["done".to_owned(), "going".to_owned()], 3)
+        );
+        assert_eq!(listing(&lake).await.unwrap().len(), 2);
+        let mut going = RunLog::new(&lake, info("going")).unwrap();
+        going.info.updated_at = (later - chrono::Duration::seconds(5)).to_rfc3339();
+        let bytes = serde_json::to_vec(&going.info).unwrap();
+        going.put("going/run.json", bytes).await.unwrap();
+        let pruned = prune(&lake, day, later, false).await.unwrap();
+        assert_eq!(pruned.runs, ["done"]);
+        assert_eq!(
+            listing(&lake).await.unwrap().keys().collect::<Vec<_>>(),
+            ["going"]
+        );
     }
 
     #[tokio::test]

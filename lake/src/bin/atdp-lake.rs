@@ -50,6 +50,16 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Delete the published training runs (`training/`, the console's training page) that
+    /// last wrote more than --older-than-days ago; runs still running are kept.
+    PruneRuns {
+        /// Age in days.
+        #[arg(long, default_value_t = 90)]
+        older_than_days: u64,
+        /// List what would be deleted without deleting.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn tables(name: Option<&str>) -> anyhow::Result<Vec<Table>> {
@@ -102,6 +112,17 @@ async fn maintain(cli: Cli) -> anyhow::Result<ExitCode> {
                 let report = maintenance::vacuum(&lake, table, retention, *dry_run, *force).await?;
                 println!("{}", serde_json::to_string(&report)?);
             }
+        }
+        Command::PruneRuns {
+            older_than_days,
+            dry_run,
+        } => {
+            let age = older_than_days
+                .checked_mul(86_400)
+                .map(Duration::from_secs)
+                .context("--older-than-days is too large")?;
+            let report = atdp_lake::runs::prune(&lake, age, chrono::Utc::now(), *dry_run).await?;
+            println!("{}", serde_json::to_string(&report)?);
         }
     }
     Ok(ExitCode::SUCCESS)
