@@ -66,8 +66,9 @@ pub struct RunReport {
     pub unmatched_step_rewards: usize,
     /// The last step's metrics.
     pub final_metrics: Option<StepMetrics>,
-    /// The run as published beside the lake's tables (`atdp_lake::runs`); `None` when it
-    /// could not be published.
+    /// The run's id beside the lake's tables (`atdp_lake::runs`, `training/<id>/`), also when
+    /// its publication did not reach the store (publishing is best effort); `None` when the
+    /// run stopped before training or no publisher thread could start.
     pub run_id: Option<String>,
 }
 
