@@ -88,6 +88,20 @@ pub(crate) async fn registry_files(
     Ok(Some((store, listed)))
 }
 
+/// The bytes of the registry file at `location`.
+pub(crate) async fn read_object(
+    store: &dyn ObjectStore,
+    location: &object_store::path::Path,
+) -> Result<bytes::Bytes> {
+    store
+        .get(location)
+        .await
+        .map_err(Error::query)?
+        .bytes()
+        .await
+        .map_err(Error::query)
+}
+
 /// `<policy>/v<N>/<name>` → (policy, N).
 fn version_of(path: &str, name: &str) -> Option<(String, u32)> {
     let mut parts = path.split('/');
@@ -130,13 +144,7 @@ pub async fn trained_on(
         let Some((policy, version)) = version_of(meta.location.as_ref(), "manifest.json") else {
             continue;
         };
-        let bytes = store
-            .get(&meta.location)
-            .await
-            .map_err(Error::query)?
-            .bytes()
-            .await
-            .map_err(Error::query)?;
+        let bytes = read_object(store.as_ref(), &meta.location).await?;
         let manifest: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|e| Error::Query(format!("{policy} v{version}: manifest.json: {e}")))?;
         let trajectories = match manifest.get("lineage") {

@@ -23,11 +23,10 @@ use std::sync::Mutex;
 
 use atdp_lake::Lake;
 use atdp_lake::runs::{self, Alert, FileStamp, RunInfo, RunState};
-use object_store::ObjectStoreExt;
 use serde::Deserialize;
 
 use crate::auditor::Auditor;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Runs shown at most, newest first.
 pub const MAX_RUNS: usize = 20;
@@ -341,13 +340,7 @@ impl Registry {
             let read = match files.get(&stamp) {
                 Some(read) => read,
                 None => {
-                    let bytes = store
-                        .get(&meta.location)
-                        .await
-                        .map_err(Error::query)?
-                        .bytes()
-                        .await
-                        .map_err(Error::query)?;
+                    let bytes = crate::lineage::read_object(store.as_ref(), &meta.location).await?;
                     let read = match &file {
                         RegistryFile::Manifest(..) => {
                             let manifest: serde_json::Value =

@@ -135,13 +135,6 @@ impl Live {
     }
 }
 
-/// The run's first publication (failures are tried again by the next turns).
-fn report_first(runtime: &tokio::runtime::Runtime, log: &mut RunLog) {
-    if let Err(e) = runtime.block_on(log.publish_if_due()) {
-        tracing::warn!(error = %e, "training progress could not be published; trying again");
-    }
-}
-
 /// The publisher thread: publishes the run, then takes steps and publishes them when due,
 /// until the run ends (or the training drops its sender).
 fn publisher(
@@ -170,7 +163,6 @@ fn publisher(
         }
     };
     let mut failing = false;
-    report_first(&runtime, &mut log);
     let mut report = |result: atdp_lake::Result<()>| match result {
         Ok(()) => failing = false,
         Err(e) if !failing => {
@@ -179,6 +171,7 @@ fn publisher(
         }
         Err(_) => {}
     };
+    report(runtime.block_on(log.publish_if_due()));
     loop {
         match rx.recv_timeout(PUBLISH_EVERY) {
             Ok(Message::Step(step, line)) => {

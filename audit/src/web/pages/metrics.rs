@@ -4,7 +4,7 @@
 //! reward's distribution and alerts, and the registry events of the versions it produced.
 //! Served only with a configured bearer token (`atdp-audit serve --metrics-token-file`), which
 //! Prometheus sends (`authorization: { credentials_file: … }`); anything else is 401. Not a
-//! page: no session, no audit event.
+//! page: no login, no audit event.
 
 use std::fmt::Write;
 use std::sync::Arc;
