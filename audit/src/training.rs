@@ -8,7 +8,7 @@
 //! **Who sees what.** A run's tenants are those its `run.json` names together with those the
 //! manifests of its versions list as trained on (`lineage`); an auditor sees the run only when
 //! it may read every one of them. A registry event is shown with the run whose version it is
-//! about (the version promoted, rejected, retired or put in canary; for a rollback, the
+//! about (the version promoted, rejected, retired, put in shadow or canary; for a rollback, the
 //! version taken out of service), and its numbers only when the other version it names (the
 //! one compared with, or rolled back to) is the base model or was made by a run the auditor
 //! sees too: those numbers describe both versions' traffic.
@@ -38,9 +38,9 @@ const MAX_CACHED: usize = 20_000;
 pub struct RegistryEvent {
     /// Position in the policy's log.
     pub seq: u64,
-    /// `promote`, `rollback`, `reject`, `retire` or `canary`.
+    /// `promote`, `rollback`, `reject`, `retire`, `shadow` or `canary`.
     pub action: String,
-    /// The version it serves, refuses, retires or puts in canary (for a rollback: the
+    /// The version it serves, refuses, retires or puts in shadow or canary (for a rollback: the
     /// version returned to).
     pub version: u32,
     /// The version served before it.
@@ -55,7 +55,7 @@ pub struct RegistryEvent {
     /// The gate's or the monitor's numbers (`None` too when they are withheld).
     #[serde(default)]
     pub report: Option<serde_json::Value>,
-    /// A canary's share of requests.
+    /// A canary's or a shadow's share of requests.
     #[serde(default)]
     pub share: Option<f64>,
     /// The policy (from the log's path).

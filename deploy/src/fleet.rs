@@ -141,7 +141,12 @@ pub struct FleetStatus {
 pub(crate) struct Route {
     pub serving: Arc<Serving>,
     pub engine: Shared,
+    /// The version that is to answer a copy of the request in shadow (`support@v8`).
+    pub shadow: Option<String>,
 }
+
+/// The request header by which the proxy marks a shadow copy (it never forwards a client's).
+pub const COPY_HEADER: &str = "x-atdp-shadow-copy";
 
 /// Versions a policy's log withdrew from serving: refused by the gate, or left by a rollback,
 /// unless promoted again since; and retired ones, for good.
@@ -164,7 +169,7 @@ fn withdrawn(log: &[Event]) -> BTreeSet<u32> {
             Action::Promote => {
                 out.remove(&event.version);
             }
-            Action::Canary => {}
+            Action::Canary | Action::Shadow => {}
         }
     }
     out.extend(retired);
@@ -315,9 +320,32 @@ impl Fleet {
         }
     }
 
-    /// The engine for a request's `model`.
-    pub(crate) async fn route(&self, model: Option<&str>) -> Result<Route, ApiError> {
+    /// The engine for a shadow copy the proxy sends (`copy`: it carries [`COPY_HEADER`]):
+    /// only the running shadow (or canary) engine of the version the copy names answers it;
+    /// anything else is the 404 of an unknown model, and never a load.
+    fn copy_route(&self, model: &str) -> Result<Route, ApiError> {
+        let (name, pin) = model.split_once('@').ok_or_else(|| unknown(model))?;
+        let member = self.members.get(name).ok_or_else(|| unknown(model))?;
+        let number = parse_pin(pin).flatten().ok_or_else(|| unknown(model))?;
+        let serving = member.serving.clone();
+        let engine = serving
+            .canary_engine()
+            .filter(|e| e.version.number == Some(number))
+            .ok_or_else(|| unknown(model))?;
+        Ok(Route {
+            serving,
+            engine,
+            shadow: None,
+        })
+    }
+
+    /// The engine for a request's `model`; `copy`: a shadow copy from the proxy
+    /// ([`Fleet::copy_route`]).
+    pub(crate) async fn route(&self, model: Option<&str>, copy: bool) -> Result<Route, ApiError> {
         let model = model.unwrap_or_default();
+        if copy {
+            return self.copy_route(model);
+        }
         let (name, pin) = match model.split_once('@') {
             Some((name, pin)) => (name, Some(pin)),
             None => (model, None),
@@ -332,8 +360,12 @@ impl Fleet {
         };
         let serving = member.serving.clone();
         let Some(pin) = pin else {
-            let engine = serving.pick();
-            return Ok(Route { serving, engine });
+            let (engine, shadow) = serving.pick_with_shadow();
+            return Ok(Route {
+                serving,
+                engine,
+                shadow,
+            });
         };
         let current = serving.current();
         let number = parse_pin(pin).ok_or_else(|| {
@@ -349,10 +381,15 @@ impl Fleet {
             return Ok(Route {
                 serving,
                 engine: current,
+                shadow: None,
             });
         }
         let engine = self.pinned(name, member, number, model).await?;
-        Ok(Route { serving, engine })
+        Ok(Route {
+            serving,
+            engine,
+            shadow: None,
+        })
     }
 
     /// A pinned version's engine: kept from an earlier request, or fetched, checked and

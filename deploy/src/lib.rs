@@ -44,11 +44,11 @@ mod watch;
 
 pub use engine::{Adapter, BaseModel, Engine, EngineOptions, Shared, Version};
 pub use error::{Error, Result};
-pub use fleet::{Fleet, FleetStatus};
+pub use fleet::{COPY_HEADER, Fleet, FleetStatus};
 pub use openai::DEFAULT_MAX_TOKENS;
 pub use registry::{
     ADAPTER_FILES, Action, Canary, Event, Published, Registry, State, check_policy_name,
 };
-pub use server::{VERSION_HEADER, router};
+pub use server::{SHADOW_HEADER, VERSION_HEADER, router};
 pub use serving::{Serving, Status, SwapReport};
 pub use watch::Watcher;

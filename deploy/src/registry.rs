@@ -74,6 +74,11 @@ pub enum Action {
     /// is promoted. A promotion (of it or of another version), a rollback, or its rejection
     /// or retirement ends it; a later canary replaces it.
     Canary,
+    /// `version` answers a share of the policy's requests in shadow (`share`): the served
+    /// version answers them, and a copy of each goes to `version`, whose reply is recorded
+    /// and never returned (the proxy sends and records it). It ends like a canary, and a
+    /// canary of the same version (its next stage) or of another replaces it.
+    Shadow,
 }
 
 /// One entry of a policy's log.
@@ -96,7 +101,7 @@ pub struct Event {
     /// The gate's or the monitor's numbers, when there are any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<serde_json::Value>,
-    /// The share of requests a canary takes (0 < share < 1; canary entries only).
+    /// The share of requests a canary or a shadow takes (0 < share < 1; their entries only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<f64>,
 }
@@ -482,9 +487,43 @@ impl Registry {
         reason: &str,
         report: Option<serde_json::Value>,
     ) -> Result<Event> {
+        self.trial(Action::Canary, version, share, by, reason, report)
+            .await
+    }
+
+    /// Starts `version` in shadow on `share` of the policy's requests (0 < share < 1): the
+    /// served version answers them and `version`'s replies to their copies are recorded,
+    /// never returned. It must be published, not retired and not the served one.
+    pub async fn shadow(
+        &self,
+        version: u32,
+        share: f64,
+        by: &str,
+        reason: &str,
+        report: Option<serde_json::Value>,
+    ) -> Result<Event> {
+        self.trial(Action::Shadow, version, share, by, reason, report)
+            .await
+    }
+
+    /// A canary or a shadow entry.
+    async fn trial(
+        &self,
+        action: Action,
+        version: u32,
+        share: f64,
+        by: &str,
+        reason: &str,
+        report: Option<serde_json::Value>,
+    ) -> Result<Event> {
+        let stage = if action == Action::Shadow {
+            "shadow"
+        } else {
+            "canary"
+        };
         if !(share > 0.0 && share < 1.0) {
             return Err(Error::Config(format!(
-                "a canary's share is between 0 and 1 (exclusive), not {share}"
+                "a {stage}'s share is between 0 and 1 (exclusive), not {share}"
             )));
         }
         self.published(version).await?;
@@ -503,7 +542,7 @@ impl Registry {
         }
         let event = Event {
             seq: 0,
-            action: Action::Canary,
+            action,
             version,
             previous: state.serving,
             at: now(),
@@ -552,13 +591,16 @@ impl Registry {
     }
 }
 
-/// A canary: a version that takes a share of the requests beside the served one.
+/// A canary: a version that takes a share of the requests beside the served one, or, in
+/// shadow, answers copies of that share whose replies are recorded and never returned.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Canary {
     /// The version.
     pub version: u32,
     /// The share of the policy's requests it takes (0 < share < 1).
     pub share: f64,
+    /// Whether it answers in shadow.
+    pub shadow: bool,
 }
 
 /// What the log says is served.
@@ -590,13 +632,13 @@ impl State {
                 Action::Reject | Action::Retire => {
                     state.canary.is_some_and(|c| c.version == event.version)
                 }
-                Action::Canary => false,
+                Action::Canary | Action::Shadow => false,
             };
             if ends_canary {
                 state.canary = None;
             }
             match event.action {
-                Action::Canary => {
+                Action::Canary | Action::Shadow => {
                     let share = event.share.filter(|s| *s > 0.0 && *s < 1.0);
                     if let Some(share) = share
                         && !state.retired.contains(&event.version)
@@ -605,6 +647,7 @@ impl State {
                         state.canary = Some(Canary {
                             version: event.version,
                             share,
+                            shadow: event.action == Action::Shadow,
                         });
                     }
                 }
@@ -654,8 +697,35 @@ mod tests {
             by: String::new(),
             reason: String::new(),
             report: None,
-            share: (action == Action::Canary).then_some(0.25),
+            share: matches!(action, Action::Canary | Action::Shadow).then_some(0.25),
         }
+    }
+
+    #[test]
+    fn a_shadow_runs_like_a_canary_and_its_canary_of_the_same_version_replaces_it() {
+        let trial = |version, shadow| {
+            Some(Canary {
+                version,
+                share: 0.25,
+                shadow,
+            })
+        };
+        let base = [event(Action::Promote, 1), event(Action::Shadow, 2)];
+        assert_eq!(State::from_log(&base).canary, trial(2, true));
+        let next = [base[0].clone(), base[1].clone(), event(Action::Canary, 2)];
+        assert_eq!(State::from_log(&next).canary, trial(2, false));
+        for end in [
+            event(Action::Promote, 2),
+            event(Action::Reject, 2),
+            event(Action::Retire, 2),
+            event(Action::Rollback, 1),
+        ] {
+            let log = [base[0].clone(), base[1].clone(), end];
+            assert_eq!(State::from_log(&log).canary, None, "{log:?}");
+        }
+        // The served version is never its own shadow.
+        let log = [event(Action::Promote, 1), event(Action::Shadow, 1)];
+        assert_eq!(State::from_log(&log).canary, None);
     }
 
     #[test]
@@ -664,6 +734,7 @@ mod tests {
             Some(Canary {
                 version,
                 share: 0.25,
+                shadow: false,
             })
         };
         let base = [event(Action::Promote, 1), event(Action::Canary, 2)];

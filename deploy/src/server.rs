@@ -14,14 +14,14 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::engine::Shared;
 use crate::error::ApiError;
-use crate::fleet::{Fleet, FleetStatus};
+use crate::fleet::{COPY_HEADER, Fleet, FleetStatus};
 use crate::generate;
 use crate::openai;
 use crate::reply::{self, Shape, StreamWriter};
@@ -31,6 +31,10 @@ use crate::tools::{ReplyParser, Tools};
 /// The response header naming the version that produced a response; the proxy records it as
 /// the step's `policy_version`.
 pub const VERSION_HEADER: &str = "x-atdp-policy-version";
+
+/// The response header naming the version (`support@v8`) that is to answer a copy of the
+/// request in shadow; the proxy sends the copy, records its reply and never returns it.
+pub const SHADOW_HEADER: &str = "x-atdp-shadow";
 
 /// The largest request body read.
 const MAX_BODY: usize = 16 << 20;
@@ -93,7 +97,7 @@ async fn models(State(fleet): State<Arc<Fleet>>) -> Response {
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
-async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
+async fn chat(State(fleet): State<Arc<Fleet>>, headers: HeaderMap, body: Bytes) -> Response {
     if body.len() > MAX_BODY {
         let error = ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -109,8 +113,9 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
         Err(e) => return error_response(&e, None),
     };
     // The engine is taken once; only the fresh load that replaces it, dead, runs it again.
-    let (serving, engine) = match fleet.route(request.model.as_deref()).await {
-        Ok(route) => (route.serving, route.engine),
+    let copy = headers.contains_key(COPY_HEADER);
+    let (serving, engine, shadow) = match fleet.route(request.model.as_deref(), copy).await {
+        Ok(route) => (route.serving, route.engine, route.shadow),
         Err(e) => return error_response(&e, None),
     };
     let version = engine.version.to_string();
@@ -127,7 +132,7 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
         stop: request.stop.clone(),
     };
     if request.stream {
-        return stream(serving, engine, request, job, shape);
+        return with_shadow(stream(serving, engine, request, job, shape), shadow);
     }
     // A fresh load of the same version has the same prompt format and context, so the job
     // runs again unchanged on the engine that replaced a dead one.
@@ -146,7 +151,7 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
                 if let Ok(v) = HeaderValue::from_str(&version) {
                     response.headers_mut().insert(VERSION_HEADER, v);
                 }
-                return response;
+                return with_shadow(response, shadow);
             }
             Err(e) => e,
         };
@@ -163,6 +168,14 @@ async fn chat(State(fleet): State<Arc<Fleet>>, body: Bytes) -> Response {
         }
         return error_response(&error, Some(&version));
     }
+}
+
+/// A served reply, naming the version that is to answer its copy in shadow, if any.
+fn with_shadow(mut response: Response, shadow: Option<String>) -> Response {
+    if let Some(v) = shadow.and_then(|s| HeaderValue::from_str(&s).ok()) {
+        response.headers_mut().insert(SHADOW_HEADER, v);
+    }
+    response
 }
 
 /// The reply parser of a request: tool calls split out when tools are offered.

@@ -52,8 +52,10 @@ pub struct Status {
     pub canary: Option<String>,
     /// The share of requests the canary takes.
     pub canary_share: Option<f64>,
-    /// Requests the canary answered since it started.
+    /// Requests the canary answered since it started (in shadow: the copies it answered).
     pub canary_requests: u64,
+    /// Whether the canary answers in shadow: copies of its share, replies never returned.
+    pub canary_shadow: bool,
 }
 
 /// A canary's engine and its share of the requests.
@@ -61,6 +63,7 @@ pub struct Status {
 struct CanaryEngine {
     engine: Shared,
     share: f64,
+    shadow: bool,
 }
 
 /// The engine served now and what happened to it.
@@ -115,20 +118,32 @@ impl Serving {
     /// The engine a new request of the policy gets: the canary's for its share of the
     /// requests while one runs, else the served one.
     pub fn pick(&self) -> Shared {
+        self.pick_with_shadow().0
+    }
+
+    /// The engine a new request of the policy gets, and the version (`support@v8`) that is
+    /// to answer a copy of it in shadow: a canary takes its share of the requests itself; a
+    /// shadow leaves them to the served engine and is named for the same share.
+    pub fn pick_with_shadow(&self) -> (Shared, Option<String>) {
         let canary = match self.canary.read() {
-            Ok(c) => c.as_ref().map(|c| (Arc::clone(&c.engine), c.share)),
+            Ok(c) => c
+                .as_ref()
+                .map(|c| (Arc::clone(&c.engine), c.share, c.shadow)),
             Err(poisoned) => poisoned
                 .into_inner()
                 .as_ref()
-                .map(|c| (Arc::clone(&c.engine), c.share)),
+                .map(|c| (Arc::clone(&c.engine), c.share, c.shadow)),
         };
-        if let Some((engine, share)) = canary {
+        if let Some((engine, share, shadow)) = canary {
             let n = self.routed.fetch_add(1, Ordering::Relaxed);
             if ((n + 1) as f64 * share).floor() > (n as f64 * share).floor() {
-                return engine;
+                if !shadow {
+                    return (engine, None);
+                }
+                return (self.current(), Some(engine.version.to_string()));
             }
         }
-        self.current()
+        (self.current(), None)
     }
 
     /// The canary's engine, if one runs.
@@ -144,27 +159,37 @@ impl Serving {
 
     /// The canary's version number and share, if one runs.
     pub fn canary(&self) -> Option<(Option<u32>, f64)> {
+        self.canary_trial()
+            .map(|(number, share, _)| (number, share))
+    }
+
+    /// The canary's version number, share, and whether it answers in shadow, if one runs.
+    pub fn canary_trial(&self) -> Option<(Option<u32>, f64, bool)> {
         match self.canary.read() {
-            Ok(c) => c.as_ref().map(|c| (c.engine.version.number, c.share)),
+            Ok(c) => c
+                .as_ref()
+                .map(|c| (c.engine.version.number, c.share, c.shadow)),
             Err(poisoned) => poisoned
                 .into_inner()
                 .as_ref()
-                .map(|c| (c.engine.version.number, c.share)),
+                .map(|c| (c.engine.version.number, c.share, c.shadow)),
         }
     }
 
-    /// Starts `engine` as the canary with `share` of the requests (none: stops the canary).
-    /// Requests it has keep it until they finish.
-    pub fn set_canary(&self, engine: Option<Engine>, share: f64) {
+    /// Starts `engine` as the canary with `share` of the requests, in shadow when `shadow`
+    /// (none: stops the canary). Requests it has keep it until they finish.
+    pub fn set_canary(&self, engine: Option<Engine>, share: f64, shadow: bool) {
         let canary = engine.map(|engine| CanaryEngine {
             engine: Arc::new(engine),
             share,
+            shadow,
         });
         let name = canary.as_ref().map(|c| c.engine.version.to_string());
         self.replace_canary(canary);
         self.update(|s| {
             s.canary = name;
             s.canary_share = s.canary.is_some().then_some(share);
+            s.canary_shadow = s.canary.is_some() && shadow;
             s.canary_requests = 0;
         });
     }
@@ -186,15 +211,20 @@ impl Serving {
         self.refused(message);
     }
 
-    /// Changes the running canary's share.
-    pub fn set_canary_share(&self, share: f64) {
+    /// Changes the running canary's share, and whether it answers in shadow (a shadow that
+    /// becomes a canary keeps its loaded engine).
+    pub fn set_canary_share(&self, share: f64, shadow: bool) {
         let mut canary = match self.canary.write() {
             Ok(c) => c,
             Err(poisoned) => poisoned.into_inner(),
         };
         if let Some(c) = canary.as_mut() {
             c.share = share;
-            self.update(|s| s.canary_share = Some(share));
+            c.shadow = shadow;
+            self.update(|s| {
+                s.canary_share = Some(share);
+                s.canary_shadow = shadow;
+            });
         }
     }
 
@@ -217,6 +247,7 @@ impl Serving {
         self.update(|s| {
             s.canary = None;
             s.canary_share = None;
+            s.canary_shadow = false;
         });
         Some(self.install(canary.engine, 0, drain, false).await)
     }
@@ -486,7 +517,7 @@ mod tests {
         };
         assert!(picked(10).iter().all(|v| *v == Some(1)));
 
-        serving.set_canary(Some(load(dir.path(), Some(2)).await), 0.25);
+        serving.set_canary(Some(load(dir.path(), Some(2)).await), 0.25, false);
         assert_eq!(serving.canary(), Some((Some(2), 0.25)));
         // Exactly a quarter of any run of requests, spread evenly.
         let run = picked(100);
@@ -514,7 +545,7 @@ mod tests {
             ),
             (Some("support@v2"), Some(0.25), 1)
         );
-        serving.set_canary_share(0.5);
+        serving.set_canary_share(0.5, false);
         assert_eq!(picked(10).iter().filter(|v| **v == Some(2)).count(), 5);
 
         // Promoting another version than the canary's does nothing here.
@@ -539,10 +570,43 @@ mod tests {
         drop(served);
 
         // Stopping a canary sends every request to the served engine again.
-        serving.set_canary(Some(load(dir.path(), Some(3)).await), 0.5);
+        serving.set_canary(Some(load(dir.path(), Some(3)).await), 0.5, false);
         assert!(picked(10).contains(&Some(3)));
-        serving.set_canary(None, 0.0);
+        serving.set_canary(None, 0.0, false);
         assert!(picked(10).iter().all(|v| *v == Some(2)));
         assert_eq!(serving.status().canary, None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shadow_names_itself_on_its_share_and_never_answers_a_request_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        init_model(dir.path(), &InitSpec::tiny(Arch::Qwen2)).unwrap();
+        let serving = Serving::new(load(dir.path(), Some(1)).await);
+        serving.set_canary(Some(load(dir.path(), Some(2)).await), 0.25, true);
+        let run: Vec<(Option<u32>, Option<String>)> = (0..100)
+            .map(|_| {
+                let (engine, shadow) = serving.pick_with_shadow();
+                (engine.version.number, shadow)
+            })
+            .collect();
+        assert!(run.iter().all(|(v, _)| *v == Some(1)), "{run:?}");
+        let named: Vec<&str> = run.iter().filter_map(|(_, s)| s.as_deref()).collect();
+        assert_eq!(named, vec!["support@v2"; 25]);
+        let status = serving.status();
+        assert_eq!(
+            (status.canary.as_deref(), status.canary_shadow),
+            (Some("support@v2"), true)
+        );
+        // Its next stage, a canary of the same version, keeps the engine and takes requests.
+        serving.set_canary_share(0.5, false);
+        let run: Vec<(Option<u32>, Option<String>)> = (0..10)
+            .map(|_| {
+                let (engine, shadow) = serving.pick_with_shadow();
+                (engine.version.number, shadow)
+            })
+            .collect();
+        assert_eq!(run.iter().filter(|(v, _)| *v == Some(2)).count(), 5);
+        assert!(run.iter().all(|(_, s)| s.is_none()));
+        assert!(!serving.status().canary_shadow);
     }
 }

@@ -138,29 +138,29 @@ impl Watcher {
             let version = engine.version.to_string();
             drop(engine);
             tracing::error!(%version, "The canary fails every request; it stops taking requests.");
-            serving.set_canary(None, 0.0);
+            serving.set_canary(None, 0.0, false);
             serving.refuse_canary(
                 number,
                 format!("canary {version}: its engine fails every request"),
             );
             return;
         }
-        let loaded = serving.canary();
+        let loaded = serving.canary_trial();
         let Some(wanted) = wanted else {
             if loaded.is_some() {
-                serving.set_canary(None, 0.0);
+                serving.set_canary(None, 0.0, false);
                 tracing::info!("Stopped the canary.");
             }
             return;
         };
         match loaded {
-            Some((Some(v), share)) if v == wanted.version => {
-                if share != wanted.share {
-                    serving.set_canary_share(wanted.share);
+            Some((Some(v), share, shadow)) if v == wanted.version => {
+                if share != wanted.share || shadow != wanted.shadow {
+                    serving.set_canary_share(wanted.share, wanted.shadow);
                 }
                 return;
             }
-            Some(_) => serving.set_canary(None, 0.0),
+            Some(_) => serving.set_canary(None, 0.0, false),
             None => {}
         }
         if serving.canary_refused() == Some(wanted.version) {
@@ -171,9 +171,10 @@ impl Watcher {
                 tracing::info!(
                     version = wanted.version,
                     share = wanted.share,
+                    shadow = wanted.shadow,
                     "Started the canary."
                 );
-                serving.set_canary(Some(engine), wanted.share);
+                serving.set_canary(Some(engine), wanted.share, wanted.shadow);
             }
             Err(e) => {
                 tracing::error!(version = wanted.version, error = %e, "Refused the canary; the served version takes every request.");

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::Lake;
-use crate::reader::{has_training_marks, trainable_predicate};
+use crate::reader::{has_training_marks, shadow_predicate, trainable_predicate};
 use arrow::array::RecordBatch;
 use atdp_schema::arrow_schema;
 use atdp_schema::{Table, Unmarked, now_micros};
@@ -37,6 +37,9 @@ pub struct Catalog {
     pinned: bool,
     /// `Some` for a catalog for training: how unmarked steps are treated.
     training: Option<Unmarked>,
+    /// With `training`: replies recorded in shadow (`consent_source` `shadow`, never trained
+    /// on) are read too, for reward functions to score them.
+    shadows: bool,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -63,13 +66,29 @@ impl Catalog {
                 tables.insert(table, delta);
             }
         }
-        Catalog::build(lake, tables, !pins.is_empty(), None).await
+        Catalog::build(lake, tables, !pins.is_empty(), None, false).await
     }
 
     /// The same tables, with `steps` restricted to the rows that may be trained on now
     /// (`unmarked`: whether steps without a training mark are).
     pub async fn for_training(&self, unmarked: Unmarked) -> Result<Catalog> {
-        Catalog::build(&self.lake, self.tables.clone(), self.pinned, Some(unmarked)).await
+        let tables = self.tables.clone();
+        Catalog::build(&self.lake, tables, self.pinned, Some(unmarked), false).await
+    }
+
+    /// What reward functions read: the rows of [`Catalog::for_training`], and the replies
+    /// recorded in shadow (`consent_source` `shadow`: a candidate version's answers, which the
+    /// policy and consent would let be trained on and which are held back only because nobody
+    /// received them), so that a shadow can be scored against the served replies. A shadow
+    /// step is never read for training itself.
+    pub async fn for_rewards(&self, unmarked: Unmarked) -> Result<Catalog> {
+        let tables = self.tables.clone();
+        Catalog::build(&self.lake, tables, self.pinned, Some(unmarked), true).await
+    }
+
+    /// Whether this catalog reads replies recorded in shadow ([`Catalog::for_rewards`]).
+    pub fn shadows(&self) -> bool {
+        self.shadows
     }
 
     /// `Some` for a catalog for training: how it treats unmarked steps.
@@ -97,7 +116,7 @@ impl Catalog {
                 tables.insert(table, delta);
             }
         }
-        Catalog::build(&self.lake, tables, false, self.training).await
+        Catalog::build(&self.lake, tables, false, self.training, self.shadows).await
     }
 
     async fn build(
@@ -105,6 +124,7 @@ impl Catalog {
         tables: BTreeMap<Table, DeltaTable>,
         pinned: bool,
         training: Option<Unmarked>,
+        shadows: bool,
     ) -> Result<Catalog> {
         let ctx = SessionContext::new();
         let mut versions = BTreeMap::new();
@@ -127,9 +147,12 @@ impl Catalog {
         if let Some(unmarked) = training {
             let steps = ctx.table(Table::Steps.name()).await.map_err(sql_error)?;
             let marked = has_training_marks(&steps);
-            let trainable = steps
-                .filter(trainable_predicate(marked, now_micros(), unmarked))
-                .map_err(sql_error)?;
+            let now = now_micros();
+            let mut kept = trainable_predicate(marked, now, unmarked);
+            if shadows && marked {
+                kept = kept.or(shadow_predicate(now));
+            }
+            let trainable = steps.filter(kept).map_err(sql_error)?;
             ctx.deregister_table(Table::Steps.name())
                 .map_err(sql_error)?;
             ctx.register_table(Table::Steps.name(), trainable.into_view())
@@ -142,6 +165,7 @@ impl Catalog {
             tables,
             pinned,
             training,
+            shadows,
         })
     }
 

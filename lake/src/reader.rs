@@ -171,6 +171,15 @@ pub fn trainable_predicate(marked: bool, now: i64, unmarked: Unmarked) -> Expr {
     eligible.and(retained)
 }
 
+/// The predicate that keeps the replies recorded in shadow (`consent_source` `shadow`) not
+/// past `retention_until` at `now`, in a table with the governance columns.
+pub fn shadow_predicate(now: i64) -> Expr {
+    let retained = col("retention_until")
+        .is_null()
+        .or(col("retention_until").gt(timestamp(now)));
+    col("consent_source").eq(lit("shadow")).and(retained)
+}
+
 /// The filter as a DataFusion predicate; `date` bounds are derived from the time range so
 /// that whole partitions are pruned.
 fn predicate(table: Table, filter: &Filter) -> Result<Option<Expr>> {

@@ -53,6 +53,7 @@ impl AdapterEvents {
             Action::Rollback => ("adapter_rollback", "rollback"),
             Action::Retire => ("adapter_retire", "retire"),
             Action::Canary => ("adapter_canary", "canary"),
+            Action::Shadow => ("adapter_shadow", "shadow"),
         };
         let record = AuditEvent {
             subject: Some(format!("{policy}@v{}", event.version)),

@@ -156,7 +156,12 @@ pub async fn record_decision(
         .map_err(|e| Error::Loop(format!("the gate report does not serialize: {e}")))?;
     report.config.check()?;
     let share = report.config.canary_share;
-    let event = if report.promote && share > 0.0 {
+    let shadow = report.config.shadow_share;
+    let event = if report.promote && shadow > 0.0 {
+        registry
+            .shadow(version, shadow, by, &reason, Some(json))
+            .await?
+    } else if report.promote && share > 0.0 {
         registry
             .canary(version, share, by, &reason, Some(json))
             .await?

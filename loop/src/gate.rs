@@ -51,6 +51,13 @@ pub struct GateConfig {
     /// canary, beside the served version, and is promoted (or rejected) when its live reward
     /// is compared (`check_canary`); 0 promotes it to every request at once.
     pub canary_share: f64,
+    /// A candidate that passes goes first, before any canary, into shadow on this share of
+    /// the policy's requests: copies of them, whose replies are recorded and never returned,
+    /// scored against the served replies by `shadow_reward` (`check_shadow`); 0: no shadow.
+    pub shadow_share: f64,
+    /// The step-level reward (a reward function run over the lake) that scores replies in
+    /// shadow and the served replies they copy; required with a `shadow_share`.
+    pub shadow_reward: Option<String>,
 }
 
 impl Default for GateConfig {
@@ -68,22 +75,35 @@ impl Default for GateConfig {
             temperature: 1.0,
             concurrency: 8,
             canary_share: 0.0,
+            shadow_share: 0.0,
+            shadow_reward: None,
         }
     }
 }
 
 impl GateConfig {
-    /// Refuses settings no gate can act on: a canary share that is not 0 (promote at once) or
-    /// strictly between 0 and 1.
+    /// Refuses settings no gate can act on: a canary or shadow share that is not 0 (none) or
+    /// strictly between 0 and 1, a shadow without the reward that scores it.
     pub fn check(&self) -> crate::Result<()> {
         let share = self.canary_share;
-        if share == 0.0 || (share > 0.0 && share < 1.0) {
-            Ok(())
-        } else {
-            Err(crate::Error::Loop(format!(
+        if !(share == 0.0 || (share > 0.0 && share < 1.0)) {
+            return Err(crate::Error::Loop(format!(
                 "canary_share = {share}: use 0 (promote to every request at once) or a share between 0 and 1"
-            )))
+            )));
         }
+        let shadow = self.shadow_share;
+        if !(shadow == 0.0 || (shadow > 0.0 && shadow < 1.0)) {
+            return Err(crate::Error::Loop(format!(
+                "shadow_share = {shadow}: use 0 (no shadow) or a share between 0 and 1"
+            )));
+        }
+        if shadow > 0.0 && self.shadow_reward.as_deref().is_none_or(str::is_empty) {
+            return Err(crate::Error::Loop(
+                "shadow_share needs shadow_reward: the step-level reward that scores replies in shadow"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 }
 

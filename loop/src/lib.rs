@@ -10,7 +10,8 @@
 //! - [`gate()`]: the promotion gate (held-out reward margin, KL to the base, reply length,
 //!   invalid replies, reward hacking), each refusal explained in a [`GateReport`].
 //! - [`live_rewards`], [`check_rollback`], [`check_canary`]: automatic rollback and the
-//!   canary's verdict on live reward.
+//!   canary's verdict on live reward; [`shadow_scores`], [`check_shadow`]: the verdict on a
+//!   version in shadow, its recorded replies scored against the served ones.
 //! - [`AdapterEvents`]: every decision also in the lake's tamper-evident `audit` table.
 //! - [`cycle`]: one train → publish → gate → promote or reject cycle; `atdp-loop run`
 //!   repeats it on a schedule.
@@ -30,6 +31,7 @@ mod eval;
 mod gate;
 mod live;
 pub mod quickstart;
+mod shadow;
 
 pub use adapter_events::AdapterEvents;
 pub use client::{Agent, ChatMessage, Prompt, Reply, ToolCallReply, VERSION_HEADER};
@@ -47,3 +49,6 @@ pub use gate::{
     Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids, request_ids,
 };
 pub use live::{RollbackConfig, VersionReward, check_canary, check_rollback, live_rewards};
+pub use shadow::{
+    MAX_FAILED_SHARE, SHADOW_TAG, ShadowScores, check_shadow, shadow_scores, shadow_started,
+};

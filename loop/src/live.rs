@@ -23,7 +23,8 @@ pub struct VersionReward {
 /// Reads the rewards named `reward` of the selected trajectories and attributes each to the
 /// version that served the trajectory's last step (`policy_version`); per version, the mean
 /// of the latest `window`. Every served step counts, whatever its training marks: what may be
-/// trained on is not what was served. Blocking.
+/// trained on is not what was served. A shadow's replies (steps tagged `shadow_of`) were never
+/// served and never count ([`crate::shadow`] scores them). Blocking.
 pub fn live_rewards(
     lake: &str,
     options: HashMap<String, String>,
@@ -40,6 +41,9 @@ pub fn live_rewards(
         let Some(version) = step.policy_version.as_deref() else {
             continue;
         };
+        if step.tags.contains_key(crate::shadow::SHADOW_TAG) {
+            continue;
+        }
         let entry = last
             .entry((step.tenant_id.as_str(), step.trajectory_id.as_str()))
             .or_insert((step.started_at, version));
@@ -149,7 +153,7 @@ pub async fn check_canary(
     trail: Option<&AdapterEvents>,
 ) -> Result<Option<Event>> {
     let state = registry.state().await?;
-    let Some(canary) = state.canary else {
+    let Some(canary) = state.canary.filter(|c| !c.shadow) else {
         return Ok(None);
     };
     let policy = registry.policy();

@@ -14,7 +14,7 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use serde_json::Value;
 
-use crate::config::{AuditMode, Upstream};
+use crate::config::{AuditMode, Trust, Upstream};
 use crate::limits::{HEAVY_BODY_BYTES, InFlightSlot};
 use crate::refusal::Refusal;
 use crate::respond::{refuse, respond_error};
@@ -47,6 +47,8 @@ struct Prepared {
     record: bool,
     /// Fields the proxy asked the upstream for on its own account.
     added: Added,
+    /// The Cedar policies that allowed the call.
+    policies: Vec<String>,
 }
 
 /// Takes a stage's result: a refusal ends the preparation.
@@ -93,9 +95,11 @@ async fn prepare(
         request,
     } = stage!(read_request(state, session, api).await?);
     let (upstream, model) = stage!(route::route(&state.config, &request.model));
-    let forwarded = stage!(gates(
+    let mut forwarded = stage!(gates(
         state, &policy, session, api, &document, &request, &named, &upstream
     ));
+    // Only the proxy marks a shadow copy, never a client.
+    forwarded.retain(|(name, _)| name.as_str() != crate::shadow::COPY_HEADER);
 
     // Mask: what the upstream is sent; the same pass gives Cedar its entity types.
     let tenant = caller.identity.tenant.clone();
@@ -244,6 +248,7 @@ async fn prepare(
         named,
         record,
         added,
+        policies,
     }))
 }
 
@@ -364,6 +369,13 @@ async fn record_allowed(
         tracing::error!(tenant = %start.tenant_id, error = %error, "Masking the request for the audit trail failed; the request is refused.");
         Refusal::MaskingFailed
     })?;
+    with_stored_request(&mut event, stored);
+    strict_audit(state, event, vault).await?;
+    Ok((start, request))
+}
+
+/// Puts the request as stored into a decision event's detail (strict audit mode).
+pub(crate) fn with_stored_request(event: &mut AuditEvent, stored: Value) {
     let mut detail: Value = event
         .detail_json
         .as_deref()
@@ -371,13 +383,11 @@ async fn record_allowed(
         .unwrap_or_default();
     detail["request"] = stored;
     event.detail_json = Some(detail.to_string());
-    strict_audit(state, event, vault).await?;
-    Ok((start, request))
 }
 
 /// Appends the decision event and the vault entries of the stored request, and waits until
 /// they are durable; refuses the call when they cannot be.
-async fn strict_audit(
+pub(crate) async fn strict_audit(
     state: &State,
     event: AuditEvent,
     vault: Vec<atdp_schema::VaultEntry>,
@@ -396,7 +406,7 @@ async fn strict_audit(
 /// A model call: prepare, send upstream, record.
 pub async fn call(
     state: &Arc<State>,
-    upstreams: &Upstreams,
+    upstreams: &Arc<Upstreams>,
     session: &mut Session,
     api: ApiKind,
 ) -> Result<()> {
@@ -420,9 +430,18 @@ pub async fn call(
         prepared.added,
         prepared.record,
     );
+    // `atdp-serve`, the upstream that names shadows, answers OpenAI chat alone.
+    if prepared.dispatch.upstream.trust == Trust::Internal && api == ApiKind::OpenAiChat {
+        pump.allow_shadow();
+    }
     let dispatched = Instant::now();
     let outcome = upstreams
-        .exchange(session, &prepared.dispatch, prepared.body, &mut pump)
+        .exchange(
+            session,
+            &prepared.dispatch,
+            prepared.body.clone(),
+            &mut pump,
+        )
         .await;
     if let Some(at) = pump.header_at {
         state
@@ -495,10 +514,29 @@ pub async fn call(
             reply,
         );
     }
+    // A copy for the shadow the upstream named, when the served call ended well and is
+    // recorded (the copy's reply is only ever recorded).
+    let shadow = pump
+        .take_shadow()
+        .filter(|_| prepared.record && end.status == "ok")
+        .map(|model| crate::shadow::Copy {
+            strict: state.config.audit_mode(&prepared.dispatch.upstream) == AuditMode::Strict,
+            model,
+            dispatch: prepared.dispatch,
+            body: prepared.body,
+            served: prepared.start.clone(),
+            request: prepared.request.clone(),
+            restore: prepared.restore,
+            added: prepared.added,
+            policies: prepared.policies,
+        });
     if prepared.record {
         state
             .record_step(prepared.start, prepared.request, end)
             .await;
+    }
+    if let Some(copy) = shadow {
+        crate::shadow::spawn(state, upstreams, copy);
     }
     if cut {
         return Err(Error::explain(

@@ -35,6 +35,7 @@ mod respond;
 mod reward_api;
 mod server;
 mod service;
+mod shadow;
 mod stages;
 mod state;
 mod tls;

@@ -12,6 +12,9 @@ const BOUNDS: &[f64] = &[
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// How a shadow copy ends (`crate::shadow`); each is exported from the start, at 0.
+pub const SHADOW_OUTCOMES: [&str; 3] = ["recorded", "failed", "skipped"];
+
 /// A latency histogram.
 #[derive(Debug)]
 pub struct Histogram {
@@ -79,6 +82,8 @@ pub struct Metrics {
     pub refused_backpressure: AtomicU64,
     /// Records that failed to reach the writer.
     pub record_errors: AtomicU64,
+    /// Shadow copies by how they ended (`recorded`, `failed`, `skipped`).
+    shadows: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K, by: u64) {
@@ -100,6 +105,11 @@ impl Metrics {
     /// Counts a denial.
     pub fn denied(&self, reason: &str) {
         bump(&self.denied, reason.to_owned(), 1);
+    }
+
+    /// Counts a shadow copy by how it ended.
+    pub fn shadow(&self, outcome: &'static str) {
+        bump(&self.shadows, outcome, 1);
     }
 
     /// The text exposition; `lake` gives the writer's back-log figures.
@@ -131,6 +141,16 @@ impl Metrics {
         out.push_str("# HELP atdp_denied_total Requests refused, by reason.\n# TYPE atdp_denied_total counter\n");
         for (reason, n) in self.denied.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(out, "atdp_denied_total{{reason=\"{reason}\"}} {n}");
+        }
+        out.push_str("# HELP atdp_shadow_calls_total Shadow copies of calls, by outcome (recorded, failed, skipped).\n# TYPE atdp_shadow_calls_total counter\n");
+        let shadows = self
+            .shadows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for outcome in SHADOW_OUTCOMES {
+            let n = shadows.get(outcome).copied().unwrap_or(0);
+            let _ = writeln!(out, "atdp_shadow_calls_total{{outcome=\"{outcome}\"}} {n}");
         }
         self.added.render(
             "atdp_added_latency_seconds",

@@ -248,7 +248,11 @@ impl ShutdownSignalWatch for Drain {
             in_flight = self.state.in_flight.load(Ordering::SeqCst),
             "Draining: new calls are refused, calls in flight may finish."
         );
-        while self.state.in_flight.load(Ordering::SeqCst) > 0 {
+        // Shadow copies in flight are waited for too: their steps and audit events are
+        // queued before the recording thread drains.
+        while self.state.in_flight.load(Ordering::SeqCst) > 0
+            || self.state.shadows_in_flight.load(Ordering::SeqCst) > 0
+        {
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!(
                     in_flight = self.state.in_flight.load(Ordering::SeqCst),

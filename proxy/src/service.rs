@@ -33,7 +33,11 @@ pub struct Proxy {
 }
 
 /// Sends a request to its handler by path and method.
-async fn dispatch(state: &Arc<State>, upstreams: &Upstreams, session: &mut Session) -> Result<()> {
+async fn dispatch(
+    state: &Arc<State>,
+    upstreams: &Arc<Upstreams>,
+    session: &mut Session,
+) -> Result<()> {
     let _in_flight = InFlightCall::enter(&state.in_flight);
     let path = session.req_header().uri.path().to_owned();
     let method = session.req_header().method.clone();

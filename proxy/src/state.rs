@@ -43,6 +43,8 @@ pub struct State {
     pub metrics: Metrics,
     /// Requests being handled now.
     pub in_flight: AtomicUsize,
+    /// Shadow copies in flight (`crate::shadow`).
+    pub shadows_in_flight: AtomicUsize,
     /// Set once a graceful shutdown starts: new requests get 503.
     pub draining: AtomicBool,
     /// The queue to the recording thread.
@@ -114,6 +116,7 @@ impl State {
             heavy: HeavyWork::for_this_machine(),
             metrics: Metrics::default(),
             in_flight: AtomicUsize::new(0),
+            shadows_in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             recorder,
             config,

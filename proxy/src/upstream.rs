@@ -62,7 +62,7 @@ pub fn upstream_failure(kind: &ErrorType) -> (u16, &'static str) {
 }
 
 /// Where one call goes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Dispatch {
     /// The upstream.
     pub upstream: Upstream,
@@ -115,6 +115,27 @@ impl Upstreams {
         body: Bytes,
         pump: &mut Pump,
     ) -> std::result::Result<(), Failure> {
+        self.pump(Some(session), dispatch, body, pump).await
+    }
+
+    /// Sends `body` to the upstream and reads the response through `pump` for the record
+    /// alone: nothing reaches a client (a shadow copy).
+    pub async fn exchange_unseen(
+        &self,
+        dispatch: &Dispatch,
+        body: Bytes,
+        pump: &mut Pump,
+    ) -> std::result::Result<(), Failure> {
+        self.pump(None, dispatch, body, pump).await
+    }
+
+    async fn pump(
+        &self,
+        mut session: Option<&mut Session>,
+        dispatch: &Dispatch,
+        body: Bytes,
+        pump: &mut Pump,
+    ) -> std::result::Result<(), Failure> {
         let peer = peer(dispatch);
         let failed_upstream = |header_sent, error: Box<Error>| Failure {
             from_upstream: true,
@@ -131,10 +152,16 @@ impl Upstreams {
         loop {
             if let Some(task) = task.take() {
                 let written = match pump.filter(task) {
-                    Ok(Some(task)) => session
-                        .write_response_tasks(vec![task])
-                        .await
-                        .map(|_| pump.sent()),
+                    Ok(Some(task)) => match session.as_deref_mut() {
+                        Some(session) => session
+                            .write_response_tasks(vec![task])
+                            .await
+                            .map(|_| pump.sent()),
+                        None => {
+                            pump.sent();
+                            Ok(())
+                        }
+                    },
                     Ok(None) => Ok(()),
                     Err(error) => Err(error),
                 };

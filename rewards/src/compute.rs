@@ -30,8 +30,9 @@ pub type OnBatch<'a> = dyn FnMut(Vec<Label>, u64) -> Result<()> + Send + 'a;
 /// Returns the number of units (steps or trajectories) that were in scope.
 ///
 /// Rewards are training data: the function reads only steps that may be trained on (the
-/// catalog's `steps` restricted by [`Catalog::for_training`], unmarked steps as
-/// `selection.unmarked` says), in its units, its rows and its queries alike.
+/// catalog's `steps` restricted by [`Catalog::for_rewards`], unmarked steps as
+/// `selection.unmarked` says), in its units, its rows and its queries alike, and the replies
+/// recorded in shadow, which are scored to judge a candidate version and never trained on.
 pub async fn compute(
     catalog: &Catalog,
     function: &RewardFn,
@@ -41,7 +42,7 @@ pub async fn compute(
     on_batch: &mut OnBatch<'_>,
 ) -> Result<u64> {
     selection.validate()?;
-    let catalog = &for_training(catalog, selection).await?;
+    let catalog = &scorable(catalog, selection).await?;
     let units = select::units(catalog, function, selection, scope)
         .await?
         .cache()
@@ -91,13 +92,14 @@ pub async fn compute(
     Ok(total)
 }
 
-/// `catalog` with `steps` restricted to what may be trained on (unmarked steps as
-/// `selection.unmarked` says): the catalog itself when it already is.
-pub(crate) async fn for_training(catalog: &Catalog, selection: &Selection) -> Result<Catalog> {
-    if catalog.training() == Some(selection.unmarked) {
+/// `catalog` with `steps` restricted to what reward functions read (what may be trained on,
+/// unmarked steps as `selection.unmarked` says, and the replies recorded in shadow): the
+/// catalog itself when it already is.
+pub(crate) async fn scorable(catalog: &Catalog, selection: &Selection) -> Result<Catalog> {
+    if catalog.training() == Some(selection.unmarked) && catalog.shadows() {
         return Ok(catalog.clone());
     }
-    Ok(catalog.for_training(selection.unmarked).await?)
+    Ok(catalog.for_rewards(selection.unmarked).await?)
 }
 
 async fn stream_sql(

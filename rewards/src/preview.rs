@@ -192,8 +192,8 @@ pub async fn preview(
         }
     }
     // Examples are shown from the steps the function read: a trajectory's latest trainable
-    // step, never one that may not be trained on.
-    let trainable = crate::compute::for_training(catalog, selection).await?;
+    // step (or reply in shadow), never one that may not be trained on.
+    let trainable = crate::compute::scorable(catalog, selection).await?;
     let steps = example_steps(&trainable, &chosen).await?;
     for (bucket, label) in chosen {
         let step = match &label.step_id {

@@ -34,6 +34,11 @@ with "\n"):
     [[big]]      a reply text of 100 KiB (102400 characters)
     [[last]]     "Noted: " + the last word of that text (markers removed): the reply repeats one value
                  without the words around it
+    [[shadow]]   chat, like atdp-serve with a version in shadow: a `model` without "@" is answered as
+                 `<model>@v1` (`x-atdp-policy-version`) and names `<model>@v2` in `x-atdp-shadow`; a
+                 `model` with "@" is answered as that version, its reply beginning "Candidate: "
+                 instead of "Echo: "
+    [[shadowbad]] chat: `x-atdp-shadow: <model>@base`, which names no version
 When the conversation ends with a tool result (chat: a `tool` message; Anthropic: a user turn with only
 `tool_result` blocks; Responses: a final `function_call_output` item), the reply is "Echo: " + the tool
 result's text and [[tool]] does not trigger another call (markers in that text still apply otherwise).
@@ -59,7 +64,7 @@ FINGERPRINT = "fp_f5bdcc3276"
 DELTA_SIZES = (4, 7, 3, 6, 5)  # cycled: every delta is 3-7 characters long
 BIG_CHARS = 100 * 1024
 SLOW_SECONDS = 0.2
-MARKERS = ("tool", "cut", "error500", "error429", "slow", "big", "last")
+MARKERS = ("tool", "cut", "error500", "error429", "slow", "big", "last", "shadow", "shadowbad")
 
 _requests: list[dict] = []
 _requests_lock = threading.Lock()
@@ -470,6 +475,16 @@ class Handler(BaseHTTPRequestHandler):
         }
         finish = "tool_calls" if plan.is_tool else "stop"
         headers = {"x-request-id": "req_" + rand(HEX, 32), "openai-processing-ms": "42", "openai-version": "2020-10-01"}
+        if "shadow" in plan.markers:
+            if "@" in model:
+                headers["x-atdp-policy-version"] = model
+                if not plan.is_tool:
+                    plan.text = "Candidate: " + plan.text.removeprefix("Echo: ")
+            else:
+                headers["x-atdp-policy-version"] = model + "@v1"
+                headers["x-atdp-shadow"] = model + "@v2"
+        if "shadowbad" in plan.markers:
+            headers["x-atdp-shadow"] = model + "@base"
         # Like vLLM: `logprobs: true` adds per-token log-probabilities, `return_token_ids: true`
         # the completion's token ids (one "token" per delta here; ids are the delta's length).
         want_logprobs = body.get("logprobs") is True

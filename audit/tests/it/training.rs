@@ -334,6 +334,63 @@ async fn prometheus_reads_every_runs_figures_with_its_token_only() {
         assert!(body.contains(&format!("# TYPE {name} gauge")), "{sample}");
     }
     server.stop().await.unwrap();
+    check_training_alerts(&body);
+}
+
+/// The shipped training alerts (`ops/prometheus/atdp-training-alerts.yml`): `promtool` checks
+/// them and passes their unit tests, and every metric and label they ask for is in the
+/// console's `scrape`.
+fn check_training_alerts(scrape: &str) {
+    let root = atdp_testkit::repo_root();
+    let rules = root.join("ops/prometheus/atdp-training-alerts.yml");
+    let promtool = |args: &[&str]| {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .output()
+            .expect("promtool (Debian's prometheus package; .ci/run installs it)");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "promtool {args:?}: {said}");
+        said
+    };
+    let text = std::fs::read_to_string(&rules).unwrap();
+    let alerts = text.matches("- alert: ").count();
+    let checked = promtool(&["check", "rules", rules.to_str().unwrap()]);
+    assert!(
+        checked.contains(&format!("SUCCESS: {alerts} rules found")),
+        "{checked}"
+    );
+    let tests = root.join("ops/prometheus/atdp-training-alerts.test.yml");
+    assert!(promtool(&["test", "rules", tests.to_str().unwrap()]).contains("SUCCESS"));
+    let words = |prefix: &str| -> std::collections::BTreeSet<String> {
+        text.split(prefix)
+            .skip(1)
+            .map(|rest| {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                rest[..end].to_owned()
+            })
+            .collect()
+    };
+    let metrics = words("atdp_training_");
+    assert!(metrics.len() >= 4, "{metrics:?}");
+    for metric in &metrics {
+        let family = format!("# TYPE atdp_training_{metric} gauge");
+        assert!(scrape.contains(&family), "{family} not in the scrape");
+    }
+    for label in words("$labels.") {
+        if label == "job" || label == "instance" {
+            continue;
+        }
+        assert!(
+            scrape.contains(&format!(",{label}=\"")) || scrape.contains(&format!("{{{label}=\"")),
+            "no series of the scrape has the label {label}"
+        );
+    }
 }
 
 #[tokio::test]

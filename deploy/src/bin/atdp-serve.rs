@@ -122,6 +122,19 @@ enum Command {
         #[arg(long)]
         reason: String,
     },
+    /// Start a version in shadow: a copy of `--share` of the policy's requests goes to it
+    /// through the proxy, whose replies are recorded and never returned, until it becomes a
+    /// canary or is promoted, rejected or retired.
+    Shadow {
+        /// The version number.
+        version: u32,
+        /// The share of requests copied to it (between 0 and 1, exclusive).
+        #[arg(long)]
+        share: f64,
+        /// Why, for the log.
+        #[arg(long)]
+        reason: String,
+    },
     /// Refuse a version: it is not served (a running canary of it stops).
     Reject {
         /// The version number.
@@ -269,6 +282,25 @@ async fn serve(cli: Cli) -> Result<()> {
                 event.seq
             );
         }
+        Command::Shadow {
+            version,
+            share,
+            reason,
+        } => {
+            let event = registry
+                .shadow(version, share, &c.by, &reason, None)
+                .await?;
+            println!(
+                "{}@v{} answers copies of {:.1}% of the requests in shadow beside {} (log #{})",
+                c.policy,
+                event.version,
+                share * 100.0,
+                event
+                    .previous
+                    .map_or_else(|| "the base model".into(), |v| format!("v{v}")),
+                event.seq
+            );
+        }
         Command::Reject { version, reason } => {
             let event = registry.reject(version, &c.by, &reason, None).await?;
             println!(
@@ -297,7 +329,8 @@ async fn serve(cli: Cli) -> Result<()> {
             );
             if let Some(canary) = state.canary {
                 println!(
-                    "canary    v{} ({:.1}% of the requests)",
+                    "{}    v{} ({:.1}% of the requests)",
+                    if canary.shadow { "shadow" } else { "canary" },
                     canary.version,
                     canary.share * 100.0
                 );

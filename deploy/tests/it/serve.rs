@@ -10,7 +10,10 @@ use atdp_deploy::{Adapter, BaseModel, Engine, EngineOptions, Registry, Version};
 use atdp_trainer::{Adapter as Weights, LoadOptions, Model, load_adapter, token_log_probs};
 use candle_core::{Device, Tensor};
 
-use crate::util::{Answer, chat, random_adapter, request, start, tiny_base, wait_for};
+use crate::util::{
+    Answer, DEMO_KEY, chat, random_adapter, read_steps, recorded_steps, request, start,
+    start_proxy, tiny_base, wait_for,
+};
 
 const PROMPT: &str = "Which team handles refunds?";
 
@@ -617,4 +620,93 @@ async fn a_canary_takes_its_share_and_is_rejected_or_promoted_without_a_failed_r
     assert!(seen.contains("agent@v3"), "{seen:?}");
     assert_eq!(server.serving.status().failures, 0);
     assert!(versions(8).await.iter().all(|v| v == "agent@v3"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_version_in_shadow_answers_copies_through_the_proxy_that_are_recorded_and_never_returned()
+{
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for n in 1..=2 {
+        let dir = work.path().join(format!("a{n}"));
+        random_adapter(base.path(), &dir, 0.3, n);
+        registry.publish(&dir, "test").await.unwrap();
+    }
+    registry.promote(1, "test", "first", None).await.unwrap();
+    let server = start(registry.clone(), base.path()).await;
+    registry
+        .shadow(2, 0.5, "test", "gate passed", None)
+        .await
+        .unwrap();
+    let status = wait_for(&server.serving, |s| s.canary.is_some()).await;
+    assert_eq!(
+        (status.canary.as_deref(), status.canary_shadow),
+        (Some("agent@v2"), true)
+    );
+    let proxy = start_proxy(lake.path(), server.addr).await;
+    let client = reqwest::Client::new();
+    let mut served = Vec::new();
+    for stream in [false, true, false, true] {
+        let response = client
+            .post(format!("http://{proxy}/v1/chat/completions"))
+            .bearer_auth(DEMO_KEY)
+            .json(&request(PROMPT, stream, 4))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let headers = response.headers().clone();
+        assert_eq!(headers["x-atdp-policy-version"], "agent@v1");
+        assert!(headers.get("x-atdp-shadow").is_none(), "{headers:?}");
+        served.push(headers["x-atdp-step-id"].to_str().unwrap().to_owned());
+        response.bytes().await.unwrap();
+    }
+
+    // Half the requests were copied to v2; its replies are recorded, never trained on.
+    let steps = read_steps(lake.path().join("lake"), 6, true).await;
+    let shadows: Vec<_> = steps
+        .iter()
+        .filter(|s| s.tags.contains_key("shadow_of"))
+        .collect();
+    assert_eq!(shadows.len(), 2, "{steps:#?}");
+    for shadow in &shadows {
+        assert!(served.contains(&shadow.tags["shadow_of"]));
+        assert_eq!(shadow.policy_version.as_deref(), Some("agent@v2"));
+        assert_eq!(shadow.training_eligible, Some(false));
+        assert_eq!(shadow.status, "ok");
+        assert!(shadow.response_message.is_some());
+    }
+    let trainable = recorded_steps(lake.path().join("lake"), 4).await;
+    assert_eq!(trainable.len(), 4);
+    assert!(trainable.iter().all(|s| served.contains(&s.step_id)));
+    let status = server.serving.status();
+    assert_eq!((status.canary_requests, status.failures), (2, 0));
+    // A copy is answered by the running shadow alone: any other version it names is a 404,
+    // never a load.
+    for model in ["agent@v1", "agent@v3", "agent@base", "agent", "other@v2"] {
+        let mut body = request(PROMPT, false, 2);
+        body["model"] = serde_json::json!(model);
+        let response = client
+            .post(format!("http://{}/v1/chat/completions", server.addr))
+            .header("x-atdp-shadow-copy", "1")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{model}");
+    }
+    assert!(server.fleet.status().pinned.is_empty());
+
+    // Its next stage, a canary of the same version, keeps the loaded engine.
+    registry
+        .canary(2, 0.5, "test", "shadow held", None)
+        .await
+        .unwrap();
+    let status = wait_for(&server.serving, |s| !s.canary_shadow).await;
+    assert_eq!(status.canary.as_deref(), Some("agent@v2"));
+    assert_eq!(status.swaps, 0);
 }

@@ -16,7 +16,9 @@ use atdp_wire::{ApiKind, ResponseView, SseParser, StreamAssembler, parse_respons
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::util::{Server, post, post_stream, start, tiny_base};
+use crate::util::{
+    DEMO_KEY, Server, post, post_stream, recorded_steps, start, start_proxy, tiny_base,
+};
 
 struct Fixture {
     server: Server,
@@ -698,116 +700,6 @@ async fn the_openai_sdks_get_tool_calls_from_atdp_serve() {
     let f = fixture().await;
     let report = run_sdks(format!("http://{}", f.addr()), "unused").await;
     check_sdk_report(&report);
-}
-
-/// The quickstart policy's key for tenant `demo`, agent `demo-agent`.
-const DEMO_KEY: &str = "sk-atdp-demo-agent";
-
-/// Starts `atdp-proxy` (Pingora, on its own thread) in front of `upstream`, recording into
-/// `dir/lake`; returns where agents connect. The quickstart's keys and Cedar schema, a policy
-/// that lets active keys call models and tools, and masking that leaves text as it is (this
-/// proxy records what `atdp-serve` returns; a masked reply would be stored without its ids,
-/// by design).
-async fn start_proxy(dir: &std::path::Path, upstream: SocketAddr) -> SocketAddr {
-    let policy = dir.join("policy");
-    std::fs::create_dir_all(&policy).unwrap();
-    let quickstart = atdp_testkit::repo_root().join("policies/examples/quickstart");
-    for name in ["entities.json", "schema.cedarschema"] {
-        std::fs::copy(quickstart.join(name), policy.join(name)).unwrap();
-    }
-    std::fs::write(
-        policy.join("policies.cedar"),
-        r#"permit (principal, action == Atdp::Action::"invoke_model", resource) when { principal.active };
-permit (principal, action == Atdp::Action::"call_tool", resource) when { principal.active };
-"#,
-    )
-    .unwrap();
-    std::fs::write(
-        policy.join("masking.toml"),
-        "[masking.storage]\ndefault = \"allow\"\n\n[masking.external]\ndefault = \"allow\"\n\n[masking.internal]\ndefault = \"allow\"\n",
-    )
-    .unwrap();
-    let toml = format!(
-        r#"listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-policy = {policy:?}
-data = {data:?}
-lake = {lake:?}
-generate_keys = true
-
-[[upstream]]
-name = "atdp-serve"
-url = "http://{upstream}"
-trust = "internal"
-
-[[route]]
-model = "*"
-upstream = "atdp-serve"
-"#,
-        policy = policy.display().to_string(),
-        data = dir.join("proxy").display().to_string(),
-        lake = dir.join("lake").display().to_string(),
-    );
-    let config = atdp_proxy::RawConfig::from_toml(&toml)
-        .and_then(|raw| raw.validate())
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        atdp_proxy::run_with(config, move |bound| {
-            let _ = tx.send(bound);
-        })
-    });
-    let bound = tokio::task::spawn_blocking(move || {
-        rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap()
-    })
-    .await
-    .unwrap();
-    let client = reqwest::Client::new();
-    for _ in 0..600 {
-        let healthy = client
-            .get(format!("http://{}/healthz", bound.admin))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if healthy {
-            return bound.listen;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("atdp-proxy did not answer");
-}
-
-/// The steps of tenant `demo` in `lake`, once there are `want` of them (60 s at most).
-async fn recorded_steps(lake: std::path::PathBuf, want: usize) -> Vec<atdp_schema::Step> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let location = lake.display().to_string();
-        // The reader blocks on a runtime of its own: a plain thread, outside tokio's.
-        let steps = tokio::task::spawn_blocking(move || {
-            std::thread::spawn(move || {
-                let selection = atdp_trainer::Selection {
-                    tenants: ["demo".to_owned()].into(),
-                    ..atdp_trainer::Selection::default()
-                };
-                atdp_trainer::read_lake(&location, Default::default(), &selection)
-                    .unwrap()
-                    .steps
-            })
-            .join()
-            .unwrap()
-        })
-        .await
-        .unwrap();
-        if steps.len() >= want {
-            return steps;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} of {want} steps",
-            steps.len()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
 }
 
 /// An agent on the official `openai` SDK and an OpenAI Agents SDK agent, through the proxy to

@@ -254,3 +254,129 @@ pub async fn post_stream(
     assert!(done, "the stream did not end with [DONE]");
     (bytes, chunks)
 }
+
+/// The quickstart policy's key for tenant `demo`, agent `demo-agent`.
+pub const DEMO_KEY: &str = "sk-atdp-demo-agent";
+
+/// Starts `atdp-proxy` (Pingora, on its own thread) in front of `upstream`, recording into
+/// `dir/lake`; returns where agents connect. The quickstart's keys and Cedar schema, a policy
+/// that lets active keys call models and tools, and masking that leaves text as it is (this
+/// proxy records what `atdp-serve` returns; a masked reply would be stored without its ids,
+/// by design).
+pub async fn start_proxy(dir: &std::path::Path, upstream: SocketAddr) -> SocketAddr {
+    let policy = dir.join("policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    let quickstart = atdp_testkit::repo_root().join("policies/examples/quickstart");
+    for name in ["entities.json", "schema.cedarschema"] {
+        std::fs::copy(quickstart.join(name), policy.join(name)).unwrap();
+    }
+    std::fs::write(
+        policy.join("policies.cedar"),
+        r#"permit (principal, action == Atdp::Action::"invoke_model", resource) when { principal.active };
+permit (principal, action == Atdp::Action::"call_tool", resource) when { principal.active };
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        policy.join("masking.toml"),
+        "[masking.storage]\ndefault = \"allow\"\n\n[masking.external]\ndefault = \"allow\"\n\n[masking.internal]\ndefault = \"allow\"\n",
+    )
+    .unwrap();
+    let toml = format!(
+        r#"listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+policy = {policy:?}
+data = {data:?}
+lake = {lake:?}
+generate_keys = true
+
+[[upstream]]
+name = "atdp-serve"
+url = "http://{upstream}"
+trust = "internal"
+
+[[route]]
+model = "*"
+upstream = "atdp-serve"
+"#,
+        policy = policy.display().to_string(),
+        data = dir.join("proxy").display().to_string(),
+        lake = dir.join("lake").display().to_string(),
+    );
+    let config = atdp_proxy::RawConfig::from_toml(&toml)
+        .and_then(|raw| raw.validate())
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        atdp_proxy::run_with(config, move |bound| {
+            let _ = tx.send(bound);
+        })
+    });
+    let bound = tokio::task::spawn_blocking(move || {
+        rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap()
+    })
+    .await
+    .unwrap();
+    let client = reqwest::Client::new();
+    for _ in 0..600 {
+        let healthy = client
+            .get(format!("http://{}/healthz", bound.admin))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if healthy {
+            return bound.listen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("atdp-proxy did not answer");
+}
+
+/// The steps of tenant `demo` in `lake` that may be trained on, once there are `want` of
+/// them (60 s at most).
+pub async fn recorded_steps(lake: std::path::PathBuf, want: usize) -> Vec<atdp_schema::Step> {
+    read_steps(lake, want, false).await
+}
+
+/// The steps of tenant `demo` in `lake` (every one, whatever its training marks when
+/// `all`), once there are `want` of them (60 s at most).
+pub async fn read_steps(
+    lake: std::path::PathBuf,
+    want: usize,
+    all: bool,
+) -> Vec<atdp_schema::Step> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let location = lake.display().to_string();
+        // The reader blocks on a runtime of its own: a plain thread, outside tokio's.
+        let steps = tokio::task::spawn_blocking(move || {
+            std::thread::spawn(move || {
+                let selection = atdp_trainer::Selection {
+                    tenants: ["demo".to_owned()].into(),
+                    ..atdp_trainer::Selection::default()
+                };
+                let read = if all {
+                    atdp_trainer::read_lake_to_monitor
+                } else {
+                    atdp_trainer::read_lake
+                };
+                read(&location, Default::default(), &selection)
+                    .unwrap()
+                    .steps
+            })
+            .join()
+            .unwrap()
+        })
+        .await
+        .unwrap();
+        if steps.len() >= want {
+            return steps;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {want} steps",
+            steps.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}

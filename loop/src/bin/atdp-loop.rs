@@ -11,8 +11,9 @@ use atdp_deploy::{BaseModel, EngineOptions, Registry};
 use atdp_lake::cli::{LakeArgs, init_logging, run_async};
 use atdp_loop::{
     AdapterEvents, EnvArgs, Environment, GateConfig, GateSetup, RollbackConfig, blocking,
-    check_canary, check_rollback, cycle, data_since, gate, live_rewards, record_decision,
-    refuse_if_erased, retire_erased, rewarded_trajectories,
+    check_canary, check_rollback, check_shadow, cycle, data_since, gate, live_rewards,
+    record_decision, refuse_if_erased, retire_erased, rewarded_trajectories, shadow_scores,
+    shadow_started,
 };
 use atdp_trainer::{RawRunConfig, RunConfig};
 use clap::{Parser, Subcommand};
@@ -90,6 +91,11 @@ enum Command {
         /// Trajectories per version compared for automatic rollback (0: off).
         #[arg(long, default_value_t = 0)]
         rollback_window: usize,
+        /// Published training runs (`training/` beside the tables: the console's Training
+        /// page) that last wrote more than this many days ago are deleted, at start and then
+        /// once a day; runs still running are kept (0: keep every run).
+        #[arg(long, default_value_t = 90)]
+        keep_runs_days: u64,
     },
     /// Retire every version of the policy that an erasure recorded in the lake lists as
     /// having learned from the erased data (`atdp-audit erase`), and print the retirements.
@@ -155,6 +161,21 @@ async fn one_cycle(
     Ok(())
 }
 
+/// Deletes the published training runs that last wrote more than `age` ago (not those still
+/// running); returns their ids.
+async fn prune_runs(
+    lake: &str,
+    options: &HashMap<String, String>,
+    age: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let lake = atdp_lake::Lake::new(lake, options.clone())?;
+    Ok(
+        atdp_lake::runs::prune(&lake, age, chrono::Utc::now(), false)
+            .await?
+            .runs,
+    )
+}
+
 /// What continuous mode looks at on every poll.
 struct Watch<'a> {
     lake: &'a str,
@@ -164,6 +185,7 @@ struct Watch<'a> {
     train: &'a RunConfig,
     env: &'a Environment,
     rollback: &'a RollbackConfig,
+    gate: &'a GateConfig,
     trail: &'a AdapterEvents,
 }
 
@@ -224,8 +246,45 @@ impl Watch<'_> {
                     serde_json::json!({"canary": event.version, "action": event.action, "reason": event.reason})
                 );
             }
+            if let Some(event) = self.check_shadow().await? {
+                println!(
+                    "{}",
+                    serde_json::json!({"shadow": event.version, "action": event.action, "reason": event.reason})
+                );
+            }
         }
         Ok(fresh)
+    }
+
+    /// The verdict on the version in shadow, if one runs and the gate names its reward.
+    async fn check_shadow(&self) -> anyhow::Result<Option<atdp_deploy::Event>> {
+        let state = self.registry.state().await?;
+        let (Some(shadow), Some(reward)) = (
+            state.canary.filter(|c| c.shadow),
+            self.gate.shadow_reward.clone(),
+        ) else {
+            return Ok(None);
+        };
+        let name = format!("{}@v{}", self.registry.policy(), shadow.version);
+        let since = shadow_started(self.registry, shadow.version)
+            .await?
+            .unwrap_or(0);
+        let (lake, opts) = (self.lake.to_owned(), self.options.clone());
+        let (all, window) = (self.train.selection.clone(), self.rollback.window);
+        let scores = blocking("shadow", move || {
+            shadow_scores(&lake, opts, &all, &reward, &name, since, window)
+        })
+        .await?;
+        Ok(check_shadow(
+            self.registry,
+            shadow.version,
+            &scores,
+            self.rollback,
+            self.gate.canary_share,
+            self.by,
+            Some(self.trail),
+        )
+        .await?)
     }
 }
 
@@ -314,8 +373,14 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             poll,
             rollback_margin,
             rollback_window,
+            keep_runs_days,
         } => {
             let train = train_config(&train)?;
+            let keep_runs = (keep_runs_days > 0)
+                .then(|| keep_runs_days.checked_mul(86_400).map(Duration::from_secs))
+                .map(|age| age.context("--keep-runs-days is too large"))
+                .transpose()?;
+            let mut last_prune: Option<Instant> = None;
             let every = every.as_deref().map(duration).transpose()?;
             if every.is_none() && after.is_none() {
                 bail!("give --every, --after or both");
@@ -327,6 +392,19 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
             };
             let mut last_cycle = Instant::now();
             loop {
+                if let Some(age) = keep_runs
+                    && last_prune.is_none_or(|at| at.elapsed() >= Duration::from_secs(86_400))
+                {
+                    last_prune = Some(Instant::now());
+                    match prune_runs(&lake_url, &options, age).await {
+                        Ok(runs) if !runs.is_empty() => {
+                            println!("{}", serde_json::json!({"pruned_runs": runs}));
+                        }
+                        Ok(_) => {}
+                        // Tried again the next day; a failed prune never stops the loop.
+                        Err(e) => eprintln!("atdp-loop: pruning old training runs failed: {e:#}"),
+                    }
+                }
                 tokio::time::sleep(poll).await;
                 // A lake or registry that cannot be read now (storage down) is reported and
                 // tried again at the next poll; the loop does not stop.
@@ -338,6 +416,7 @@ async fn main_async(cli: Cli) -> anyhow::Result<()> {
                     train: &train,
                     env: &env,
                     rollback: &rollback,
+                    gate: &gate_config,
                     trail: &trail,
                 };
                 let fresh = match watch.poll().await {

@@ -301,6 +301,15 @@ pub fn store_step(
         start.upstream_trust,
         start.consent,
     );
+    if step.tags.contains_key(crate::shadow::TAG) {
+        // A reply nobody received is never trained on. When the policy and consent would
+        // have let it be, `shadow` says that this is the only reason (reward functions read
+        // such steps to score the shadow); otherwise the policy's own reason stays.
+        if step.training_eligible == Some(true) {
+            step.consent_source = Some(crate::shadow::CONSENT_SOURCE.to_owned());
+        }
+        step.training_eligible = Some(false);
+    }
     for entry in vault_entries(&step.tenant_id, vault) {
         if let Err(error) = writer.append(entry) {
             metrics.record_errors.fetch_add(1, Ordering::Relaxed);

@@ -60,6 +60,10 @@ pub struct Pump {
     sent_end: bool,
     truncated: bool,
     policy_version: Option<String>,
+    /// Whether this upstream may ask for a shadow copy of the call (`x-atdp-shadow`).
+    shadow_allowed: bool,
+    /// The version the upstream named to answer a copy of the call in shadow.
+    shadow: Option<String>,
     /// Why the proxy itself cut the reply (a placeholder that would not restore, a reply
     /// too large to rewrite).
     proxy_failure: Option<&'static str>,
@@ -107,8 +111,21 @@ impl Pump {
             sent_end: false,
             truncated: false,
             policy_version: None,
+            shadow_allowed: false,
+            shadow: None,
             proxy_failure: None,
         }
+    }
+
+    /// Lets the upstream ask for a shadow copy of the call (an upstream of internal trust:
+    /// `atdp-serve`). The header is taken off every reply either way.
+    pub fn allow_shadow(&mut self) {
+        self.shadow_allowed = true;
+    }
+
+    /// The version the upstream named to answer a copy of the call in shadow, when it may.
+    pub fn take_shadow(&mut self) -> Option<String> {
+        self.shadow.take()
     }
 
     /// Feeds the record, up to [`MAX_RECORDED`] bytes.
@@ -222,6 +239,12 @@ impl Pump {
                     .headers
                     .get("x-atdp-policy-version")
                     .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let shadow = response.remove_header(crate::shadow::HEADER);
+                self.shadow = shadow
+                    .as_ref()
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|v| self.shadow_allowed && crate::shadow::valid_name(v))
                     .map(str::to_owned);
                 response.insert_header("x-atdp-step-id", self.step_id.as_str())?;
                 response.insert_header("x-atdp-trajectory-id", self.trajectory_id.as_str())?;

@@ -13,6 +13,7 @@ mod python_package;
 mod reward_api;
 mod sdk;
 mod settings;
+mod shadow;
 mod strict;
 mod tls;
 mod training;

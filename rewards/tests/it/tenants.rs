@@ -312,7 +312,9 @@ async fn preview_examples_come_from_the_selected_tenant() {
 }
 
 /// Rewards are training data: a function never reads a step that may not be trained on, in
-/// its units or in its query, and reads unmarked steps only when told to.
+/// its units or in its query, and reads unmarked steps only when told to. A reply recorded in
+/// shadow (never trained on, only because nobody received it) is read, to be scored against
+/// the served reply it copies.
 #[tokio::test]
 async fn steps_that_may_not_be_trained_on_are_never_labelled() {
     let dir = tempfile::tempdir().unwrap();
@@ -327,11 +329,17 @@ async fn steps_that_may_not_be_trained_on_are_never_labelled() {
         ("t1", "s3", 2, Some(true), Some(at)), // retention ended when it started
         ("t2", "s4", 0, None, None),
         ("t2", "s5", 1, Some(true), Some(i64::MAX)),
+        ("t3", "s6", 0, Some(false), None),     // in shadow
+        ("t4", "s7", 0, Some(false), Some(at)), // in shadow, retention ended
     ];
     for (trajectory, step, turn, eligible, until) in marks {
         let mut step = twin_step("acme", trajectory, step, turn, at + i64::from(turn));
         step.training_eligible = eligible;
         step.retention_until = until;
+        if trajectory == "t3" || trajectory == "t4" {
+            step.consent_source = Some("shadow".into());
+            step.tags.insert("shadow_of".into(), "s1".into());
+        }
         writer.append(step).unwrap();
     }
     writer.flush().await.unwrap();
@@ -343,12 +351,13 @@ async fn steps_that_may_not_be_trained_on_are_never_labelled() {
         "name = \"stop\"\nkind = \"sql\"\nexpression = \"CASE WHEN finish_reason = 'stop' THEN 1.0 ELSE 0.0 END\"\n",
     );
     let report = f.run(&step_fn, &Selection::default()).await.unwrap();
-    assert_eq!((report.pending, report.written), (2, 2));
+    assert_eq!((report.pending, report.written), (3, 3));
     assert_eq!(
         written(&f, &step_fn).await,
         values(&[
             ("acme", "t1", Some("s1"), 1.0),
-            ("acme", "t2", Some("s5"), 1.0)
+            ("acme", "t2", Some("s5"), 1.0),
+            ("acme", "t3", Some("s6"), 1.0)
         ])
     );
     // A query over `steps` counts only the steps that may be trained on.
@@ -359,7 +368,11 @@ async fn steps_that_may_not_be_trained_on_are_never_labelled() {
     f.run(&turns, &Selection::default()).await.unwrap();
     assert_eq!(
         written(&f, &turns).await,
-        values(&[("acme", "t1", None, 1.0), ("acme", "t2", None, 1.0)])
+        values(&[
+            ("acme", "t1", None, 1.0),
+            ("acme", "t2", None, 1.0),
+            ("acme", "t3", None, 1.0)
+        ])
     );
     // A preview's examples are trainable steps too: t1's latest step (s3, expired) is not
     // shown for its trajectory value, s1 is.
@@ -378,7 +391,8 @@ async fn steps_that_may_not_be_trained_on_are_never_labelled() {
             shown,
             BTreeSet::from([
                 ("t1".to_owned(), "s1".to_owned()),
-                ("t2".to_owned(), "s5".to_owned())
+                ("t2".to_owned(), "s5".to_owned()),
+                ("t3".to_owned(), "s6".to_owned())
             ]),
             "{preview}"
         );

@@ -1,0 +1,258 @@
+//! Shadow copies: a candidate version answers beside the served one, and its replies are
+//! recorded and never returned.
+//!
+//! An upstream of internal trust (`atdp-serve`) names, on a reply, the version that is to
+//! answer a copy of the call ([`HEADER`]: `<policy>@v<N>`, for the share of the policy's
+//! requests its registry puts in shadow). Once the served call has ended well and the client
+//! has its reply, the proxy sends the same request, as it went to that upstream, with `model`
+//! set to that version, on a task of its own. The copy's reply goes through the same restore
+//! and storage masking as any reply and is recorded as a step of a trajectory of its own:
+//! tagged `shadow_of` (the served step's id), not eligible for training (`consent_source`
+//! `shadow`), `policy_version` the shadow's. Its audit event (`request_allowed`, with
+//! `shadow_of` in its detail) is written before it leaves. The header is taken off every
+//! reply, so no client sees it; from an upstream that is not internal it is ignored. At most
+//! [`MAX_IN_FLIGHT`] copies run at once, a copy beyond that is skipped, and none starts while
+//! the proxy shuts down; each ends counted in `atdp_shadow_calls_total` (`recorded`,
+//! `failed`, `skipped`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use atdp_policies::VaultItem;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::stages::record::{StepStart, decision_event, now_micros};
+use crate::stages::restore::Pump;
+use crate::state::State;
+use crate::upstream::{Dispatch, Upstreams};
+use crate::wire::{Added, RequestView};
+
+/// The reply header that names the version to answer a copy of the call in shadow.
+pub const HEADER: &str = "x-atdp-shadow";
+/// The tag of a shadow step: the id of the served step it copies.
+pub const TAG: &str = "shadow_of";
+/// The `consent_source` of a shadow step, which is never trained on.
+pub const CONSENT_SOURCE: &str = "shadow";
+/// Most shadow copies in flight at once.
+pub const MAX_IN_FLIGHT: usize = 32;
+/// The request header that marks a copy for `atdp-serve`, which answers it only with the
+/// running shadow's engine; a client's is never forwarded.
+pub const COPY_HEADER: &str = "x-atdp-shadow-copy";
+
+/// Whether `name` names a version the way `atdp-serve` does: `<policy>@v<N>`, the policy of
+/// letters, digits, `.`, `_` and `-`, at most 128 bytes in all.
+pub fn valid_name(name: &str) -> bool {
+    let Some((policy, version)) = name.split_once('@') else {
+        return false;
+    };
+    let number = version.strip_prefix('v').unwrap_or("");
+    name.len() <= 128
+        && !policy.is_empty()
+        && policy
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !number.is_empty()
+        && number.len() <= 10
+        && number.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A served call whose copy is to be answered in shadow.
+pub struct Copy {
+    /// Whether the upstream's audit mode is strict: the copy's audit event, with the request
+    /// as stored, is durable before the copy leaves, else it does not leave.
+    pub strict: bool,
+    /// The version named by the upstream.
+    pub model: String,
+    /// Where the served call went.
+    pub dispatch: Dispatch,
+    /// The body the upstream was sent.
+    pub body: Bytes,
+    /// The served call's start.
+    pub served: StepStart,
+    /// The request, as read.
+    pub request: RequestView,
+    /// Placeholders sent upstream, restored in the reply.
+    pub restore: Arc<HashMap<String, VaultItem>>,
+    /// What the proxy asked the upstream for on its own account.
+    pub added: Added,
+    /// The Cedar policies that allowed the served call.
+    pub policies: Vec<String>,
+}
+
+/// Counts a copy in flight while it lives.
+struct Slot(Arc<State>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.shadows_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Starts the copy on a task of its own, or skips it (too many in flight, shutting down).
+pub fn spawn(state: &Arc<State>, upstreams: &Arc<Upstreams>, copy: Copy) {
+    if state.draining.load(Ordering::SeqCst) || state.backlogged() {
+        state.metrics.shadow("skipped");
+        return;
+    }
+    let taken = state
+        .shadows_in_flight
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < MAX_IN_FLIGHT).then_some(n + 1)
+        });
+    if taken.is_err() {
+        state.metrics.shadow("skipped");
+        return;
+    }
+    let slot = Slot(state.clone());
+    let upstreams = upstreams.clone();
+    tokio::spawn(async move {
+        let state = slot.0.clone();
+        let outcome = run(&state, &upstreams, copy).await;
+        state.metrics.shadow(outcome);
+        drop(slot);
+    });
+}
+
+/// The body of the copy: the served body with `model` set to the shadow's version.
+fn copy_body(body: &[u8], model: &str) -> Option<Bytes> {
+    let mut document: Value = serde_json::from_slice(body).ok()?;
+    document
+        .as_object_mut()?
+        .insert("model".into(), json!(model));
+    serde_json::to_vec(&document).ok().map(Bytes::from)
+}
+
+/// Sends the copy and records its reply; returns how it ended.
+async fn run(state: &Arc<State>, upstreams: &Upstreams, copy: Copy) -> &'static str {
+    let Some(body) = copy_body(&copy.body, &copy.model) else {
+        return "failed";
+    };
+    let served = &copy.served;
+    // A copy is no turn of the client's session.
+    let mut tags = served.tags.clone();
+    tags.remove("session");
+    tags.insert(TAG.to_owned(), served.step_id.clone());
+    let start = StepStart {
+        step_id: uuid::Uuid::now_v7().to_string(),
+        trajectory_id: uuid::Uuid::now_v7().to_string(),
+        parent_step_id: None,
+        turn_index: 0,
+        started_at: now_micros(),
+        model_requested: copy.model.clone(),
+        tags,
+        ..served.clone()
+    };
+    let detail = json!({
+        "model": copy.model,
+        "upstream": copy.dispatch.upstream.name,
+        "shadow_of": served.step_id,
+    });
+    let event = decision_event(
+        &start.tenant_id,
+        &start.agent_id,
+        &start.step_id,
+        true,
+        &copy.policies,
+        None,
+        detail,
+    );
+    if copy.strict {
+        if !strict_audit(state, event, &start, &copy.request).await {
+            return "failed";
+        }
+    } else {
+        state.record_event(event).await;
+    }
+    let mut dispatch = copy.dispatch;
+    dispatch
+        .headers
+        .retain(|(name, _)| name.as_str() != COPY_HEADER);
+    dispatch.headers.push((
+        http::HeaderName::from_static(COPY_HEADER),
+        http::HeaderValue::from_static("1"),
+    ));
+    let mut pump = Pump::new(
+        dispatch.api,
+        &start,
+        start.tenant_id.clone(),
+        copy.restore.clone(),
+        state.keys(),
+        copy.added,
+        true,
+    );
+    let outcome = upstreams.exchange_unseen(&dispatch, body, &mut pump).await;
+    let failure = outcome.err().map(|f| (f.from_upstream, f.kind));
+    let end = pump.finish(failure);
+    let ended = if end.status == "ok" {
+        "recorded"
+    } else {
+        "failed"
+    };
+    state.record_step(start, copy.request, end).await;
+    ended
+}
+
+/// The copy's audit event in strict mode: with the request as stored, and durable with its
+/// vault entries; false when it cannot be (the copy then does not leave).
+async fn strict_audit(
+    state: &Arc<State>,
+    mut event: atdp_schema::AuditEvent,
+    start: &StepStart,
+    request: &RequestView,
+) -> bool {
+    let (_, policy) = state.policy.current();
+    let (keys, start, request) = (state.keys(), start.clone(), request.clone());
+    let masked = tokio::task::spawn_blocking(move || {
+        crate::stages::record::masked_request(&start, &request, &policy, &keys)
+    })
+    .await;
+    let Ok(Ok((stored, vault))) = masked else {
+        tracing::error!(
+            "Masking a shadow copy's request for the strict audit trail failed; the copy is not sent."
+        );
+        return false;
+    };
+    crate::call::with_stored_request(&mut event, stored);
+    crate::call::strict_audit(state, event, vault).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_policy_version_is_a_shadow_name() {
+        for good in ["support@v8", "a.b_c-d@v0", "quickstart@v4294967295"] {
+            assert!(valid_name(good), "{good}");
+        }
+        let long = format!("{}@v1", "p".repeat(126));
+        for bad in [
+            "support",
+            "support@base",
+            "support@v",
+            "support@8",
+            "@v1",
+            "sup port@v1",
+            "support@v1x",
+            "support@v1@v2",
+            "support@v12345678901",
+            "a/b@v1",
+            long.as_str(),
+        ] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_copy_differs_from_the_served_body_only_in_its_model() {
+        let served =
+            br#"{"model":"support","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let copy = copy_body(served, "support@v8").unwrap();
+        let mut want: Value = serde_json::from_slice(served).unwrap();
+        want["model"] = json!("support@v8");
+        assert_eq!(serde_json::from_slice::<Value>(&copy).unwrap(), want);
+        assert_eq!(copy_body(b"[1]", "support@v8"), None);
+    }
+}
