@@ -48,7 +48,7 @@ pub use eval::{EvalPlan, EvalReport, compare_html, evaluate, wilson};
 pub use gate::{
     Check, GateConfig, GateReport, GateSetup, decide, gate, kl_to_base, prompt_ids, request_ids,
 };
-pub use live::{RollbackConfig, VersionReward, check_canary, check_rollback, live_rewards};
-pub use shadow::{
-    MAX_FAILED_SHARE, SHADOW_TAG, ShadowScores, check_shadow, shadow_scores, shadow_started,
+pub use live::{
+    RollbackConfig, SHADOW_TAG, VersionReward, check_canary, check_rollback, live_rewards,
 };
+pub use shadow::{MAX_FAILED_SHARE, ShadowScores, check_shadow, shadow_scores, shadow_started};

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::adapter_events::AdapterEvents;
 
+/// The tag the proxy puts on a reply recorded in shadow: the id of the served step it copies.
+pub const SHADOW_TAG: &str = "shadow_of";
+
 /// The live reward of one version: the latest `window` trajectories it served.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VersionReward {
@@ -24,7 +27,7 @@ pub struct VersionReward {
 /// version that served the trajectory's last step (`policy_version`); per version, the mean
 /// of the latest `window`. Every served step counts, whatever its training marks: what may be
 /// trained on is not what was served. A shadow's replies (steps tagged `shadow_of`) were never
-/// served and never count ([`crate::shadow`] scores them). Blocking.
+/// served and never count (`shadow.rs` scores them). Blocking.
 pub fn live_rewards(
     lake: &str,
     options: HashMap<String, String>,
@@ -41,7 +44,7 @@ pub fn live_rewards(
         let Some(version) = step.policy_version.as_deref() else {
             continue;
         };
-        if step.tags.contains_key(crate::shadow::SHADOW_TAG) {
+        if step.tags.contains_key(SHADOW_TAG) {
             continue;
         }
         let entry = last

@@ -13,18 +13,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::Result;
 use crate::adapter_events::AdapterEvents;
-use crate::live::RollbackConfig;
-
-/// The tag the proxy puts on a shadow step: the id of the served step it copies.
-pub const SHADOW_TAG: &str = "shadow_of";
+use crate::live::{RollbackConfig, SHADOW_TAG};
 
 /// A shadow version's replies against the served replies to the same requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShadowScores {
-    /// Copies counted: the latest, at most the window, that failed or were scored.
+    /// Copies counted: the latest, at most the window, of those a reward function reads (the
+    /// copy marked `shadow`, the served step one that may be trained on), up to the newest
+    /// scored one.
     pub copies: usize,
     /// Of them, the copies that failed (no reply, an error, an unknown version).
     pub failed: usize,
+    /// Of them, the copies that answered but that the reward function left unscored while it
+    /// scored a later one (it could not score them).
+    pub unscored: usize,
     /// Of them, the pairs in which both replies are scored.
     pub pairs: usize,
     /// The shadow's mean score over the pairs.
@@ -33,7 +35,10 @@ pub struct ShadowScores {
     pub served_mean: f64,
 }
 
-/// Most copies of a window that may fail: a shadow that fails more is rejected.
+/// The `consent_source` of a copy that the policy and consent let reward functions read.
+const SHADOW_SOURCE: &str = "shadow";
+
+/// Most copies of a window that may fail or stay unscored: a shadow with more is rejected.
 pub const MAX_FAILED_SHARE: f64 = 0.05;
 
 /// Whether a reward was computed by a reward function over the lake (`sql:<fn>`,
@@ -45,8 +50,8 @@ fn computed(source: &str) -> bool {
 /// Scores the copies of the requests that version `version` (`support@v8`) answered in
 /// shadow since `since` (µs; its shadow entry in the log) against the served replies they
 /// copy, by the step-level reward named `reward` as reward functions computed it (a step's
-/// latest value; rewards a client posted never count): the latest `window` copies that failed
-/// or whose pair is scored. Blocking.
+/// latest value; rewards a client posted never count): the latest `window` copies up to the
+/// newest scored one ([`ShadowScores`]). Blocking.
 pub fn shadow_scores(
     lake: &str,
     options: HashMap<String, String>,
@@ -73,32 +78,85 @@ pub fn shadow_scores(
         }
     }
     let score = |tenant: &str, step: &str| scores.get(&(tenant, step)).map(|s| s.1);
-    // (started_at, the pair's scores, or none for a failed copy)
-    let mut copies: Vec<(i64, Option<(f64, f64)>)> = data
+    let steps: HashMap<(&str, &str), &atdp_schema::Step> = data
+        .steps
+        .iter()
+        .map(|s| ((s.tenant_id.as_str(), s.step_id.as_str()), s))
+        .collect();
+    // The copies a function would score, with the served step it would score beside them:
+    // the copy marked `shadow` (the policy and consent let both be read), the served step
+    // one that may be trained on.
+    let mut copies: Vec<(i64, Outcome)> = data
         .steps
         .iter()
         .filter(|s| s.model_requested == version && s.started_at >= since)
+        .filter(|s| s.consent_source.as_deref() == Some(SHADOW_SOURCE))
         .filter_map(|s| {
-            let served = s.tags.get(SHADOW_TAG)?;
-            if s.status != "ok" {
-                return Some((s.started_at, None));
+            let served_id = s.tags.get(SHADOW_TAG)?;
+            let served = steps.get(&(s.tenant_id.as_str(), served_id.as_str()))?;
+            if served.training_eligible != Some(true) {
+                return None;
             }
-            let shadow = score(&s.tenant_id, &s.step_id)?;
-            let served = score(&s.tenant_id, served)?;
-            Some((s.started_at, Some((shadow, served))))
+            let outcome = if s.status != "ok" {
+                Outcome::Failed
+            } else {
+                match (
+                    score(&s.tenant_id, &s.step_id),
+                    score(&s.tenant_id, served_id),
+                ) {
+                    (Some(shadow), Some(served)) => Outcome::Scored(shadow, served),
+                    _ => Outcome::Unscored,
+                }
+            };
+            Some((s.started_at, outcome))
         })
         .collect();
+    // Scoring runs behind the traffic: copies newer than the newest scored one wait for it,
+    // and an older one still unscored is one the function could not score. Failures count at
+    // once only while nothing is scored (a shadow that fails every copy is decided too).
+    let newest_scored = copies
+        .iter()
+        .filter(|c| matches!(c.1, Outcome::Scored(..)))
+        .map(|c| c.0)
+        .max();
+    copies.retain(|(at, outcome)| match outcome {
+        Outcome::Scored(..) => true,
+        Outcome::Failed => newest_scored.is_none_or(|t| *at <= t),
+        Outcome::Unscored => newest_scored.is_some_and(|t| *at < t),
+    });
     copies.sort_by_key(|c| std::cmp::Reverse(c.0));
     copies.truncate(window);
-    let pairs: Vec<(f64, f64)> = copies.iter().filter_map(|c| c.1).collect();
+    let pairs: Vec<(f64, f64)> = copies
+        .iter()
+        .filter_map(|c| match c.1 {
+            Outcome::Scored(shadow, served) => Some((shadow, served)),
+            _ => None,
+        })
+        .collect();
+    let failed = copies
+        .iter()
+        .filter(|c| matches!(c.1, Outcome::Failed))
+        .count();
     let n = pairs.len().max(1) as f64;
     Ok(ShadowScores {
         copies: copies.len(),
-        failed: copies.len() - pairs.len(),
+        failed,
+        unscored: copies.len() - pairs.len() - failed,
         pairs: pairs.len(),
         shadow_mean: pairs.iter().map(|p| p.0).sum::<f64>() / n,
         served_mean: pairs.iter().map(|p| p.1).sum::<f64>() / n,
     })
+}
+
+/// How one copy counts.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// It failed (an error, no reply, an unknown version).
+    Failed,
+    /// Both replies are scored: the shadow's and the served one's.
+    Scored(f64, f64),
+    /// It answered, and one of the replies is not scored.
+    Unscored,
 }
 
 /// When version `version` went into shadow last (µs since epoch): its latest `shadow` entry
@@ -142,20 +200,21 @@ pub async fn check_shadow(
             "served": {"mean": scores.served_mean},
             "copies": scores.copies,
             "failed": scores.failed,
+            "unscored": scores.unscored,
             "pairs": scores.pairs,
             "share": shadow.share,
             "config": config,
         }
     });
     let (shadow_mean, served_mean) = (scores.shadow_mean, scores.served_mean);
-    let failed_share = scores.failed as f64 / scores.copies as f64;
+    let failed_share = (scores.failed + scores.unscored) as f64 / scores.copies as f64;
     let held = format!(
-        "{name}'s replies in shadow scored {shadow_mean:.3} against the served replies' {served_mean:.3} over {} pairs of the last {} copies ({} failed)",
-        scores.pairs, scores.copies, scores.failed
+        "{name}'s replies in shadow scored {shadow_mean:.3} against the served replies' {served_mean:.3} over {} pairs of the last {} copies ({} failed, {} unscored)",
+        scores.pairs, scores.copies, scores.failed, scores.unscored
     );
     let event = if failed_share > MAX_FAILED_SHARE || scores.pairs == 0 {
         let reason = format!(
-            "{held}: more than {:.0}% of its copies failed",
+            "{held}: more than {:.0}% of its copies failed or could not be scored",
             MAX_FAILED_SHARE * 100.0
         );
         registry
@@ -205,12 +264,28 @@ mod tests {
     /// The first copy's start (µs).
     const AT: i64 = 1_795_910_400_000_000;
 
-    /// Served steps of `support@v1` at seconds 0, 1, …, each copied in shadow to
-    /// `support@v2` and both scored by the reward function `quality` (`served`, `shadow`),
-    /// then: a copy of another version, a copy whose own reply is unscored, a failed copy, a
-    /// client's posted `quality` of 0 on every served step (never counted), and a copy
-    /// before the first second (before the shadow started).
-    fn shadow_lake(dir: &Path, n: usize, served: f64, shadow: f64) -> String {
+    /// What the copy at each second is, after one before the shadow started (second -1).
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kind {
+        /// Both replies scored by the function.
+        Scored,
+        /// Failed (an upstream error).
+        Failed,
+        /// Answered; its reply not scored.
+        Unscored,
+        /// Its end user withdrew consent: not for reward functions.
+        Withdrawn,
+        /// The served step may not be trained on.
+        ServedIneligible,
+        /// A copy of another version.
+        Other,
+    }
+
+    /// A served step of `support@v1` and its copy in shadow to `support@v2` for each kind, a
+    /// second apart from second -1 (a scored pair before the shadow started); the function
+    /// `quality` scores served steps `served` and copies `shadow`, and a client posted a
+    /// `quality` of 0 on every served step (never counted).
+    fn shadow_lake(dir: &Path, kinds: &[Kind], served: f64, shadow: f64) -> String {
         let lake = dir.join("lake").display().to_string();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -231,6 +306,14 @@ mod tests {
                 model_requested: if of.is_some() { version } else { "support" }.into(),
                 policy_version: Some(version.into()),
                 training_eligible: Some(of.is_none()),
+                consent_source: Some(
+                    if of.is_some() {
+                        "shadow"
+                    } else {
+                        "policy:default"
+                    }
+                    .into(),
+                ),
                 tags: of
                     .map(|of| [(SHADOW_TAG.to_owned(), of.to_owned())].into())
                     .unwrap_or_default(),
@@ -247,17 +330,27 @@ mod tests {
                 created_at: at(i) + 10,
                 ..Reward::default()
             };
-            let n = n as i64;
-            for i in -1..n + 3 {
+            let all = std::iter::once(Kind::Scored).chain(kinds.iter().copied());
+            for (i, kind) in (-1..).zip(all) {
                 let (served_id, shadow_id) = (format!("s{i}"), format!("h{i}"));
-                let version = if i == n { "support@v3" } else { "support@v2" };
-                writer
-                    .append(step(&served_id, "support@v1", None, i))
-                    .unwrap();
+                let version = if kind == Kind::Other {
+                    "support@v3"
+                } else {
+                    "support@v2"
+                };
+                let mut served_step = step(&served_id, "support@v1", None, i);
+                if kind == Kind::ServedIneligible {
+                    served_step.training_eligible = Some(false);
+                }
+                writer.append(served_step).unwrap();
                 let mut copy = step(&shadow_id, version, Some(&served_id), i);
-                if i == n + 2 {
-                    copy.status = "upstream_error".into();
-                    copy.policy_version = None;
+                match kind {
+                    Kind::Failed => {
+                        copy.status = "upstream_error".into();
+                        copy.policy_version = None;
+                    }
+                    Kind::Withdrawn => copy.consent_source = Some("header".into()),
+                    _ => {}
                 }
                 writer.append(copy).unwrap();
                 writer
@@ -266,7 +359,7 @@ mod tests {
                 writer
                     .append(reward(&served_id, 0.0, i + 1, "api"))
                     .unwrap();
-                if i != n + 1 {
+                if !matches!(kind, Kind::Unscored | Kind::Failed) {
                     writer
                         .append(reward(&shadow_id, shadow, i, "sql:quality"))
                         .unwrap();
@@ -291,12 +384,12 @@ mod tests {
         }
     }
 
-    fn scores_of(lake: &str, window: usize) -> ShadowScores {
+    fn scores_of(lake: &str, reward: &str, window: usize) -> ShadowScores {
         shadow_scores(
             lake,
             Default::default(),
             &acme(),
-            "quality",
+            reward,
             "support@v2",
             AT,
             window,
@@ -305,45 +398,56 @@ mod tests {
     }
 
     #[test]
-    fn the_copies_of_the_version_in_shadow_count_scored_by_functions_only() {
+    fn the_copies_a_function_scores_count_up_to_the_newest_scored_one() {
+        use Kind::*;
         let dir = tempfile::tempdir().unwrap();
-        let lake = shadow_lake(dir.path(), 3, 0.5, 1.0);
-        // Three scored pairs and the failed copy; not the other version's, the unscored
-        // one, or the one before the shadow started; the client's zeros never count.
+        let kinds = [
+            Failed,
+            Unscored,
+            Withdrawn,
+            ServedIneligible,
+            Other,
+            Scored,
+            Scored,
+            Scored,
+            Unscored,
+            Failed,
+        ];
+        let lake = shadow_lake(dir.path(), &kinds, 0.5, 1.0);
+        // Three scored pairs, the older failure and the older copy the function left
+        // unscored; not the copies after the newest scored one (scoring runs behind), the
+        // ones no function reads, the other version's, or the one before the shadow started;
+        // the client's zeros never count.
         assert_eq!(
-            scores_of(&lake, 10),
+            scores_of(&lake, "quality", 10),
             ShadowScores {
-                copies: 4,
+                copies: 5,
                 failed: 1,
+                unscored: 1,
                 pairs: 3,
                 shadow_mean: 1.0,
                 served_mean: 0.5
             }
         );
-        // The latest two: the failed copy and one pair.
-        let two = scores_of(&lake, 2);
-        assert_eq!((two.copies, two.failed, two.pairs), (2, 1, 1));
+        // The latest two: scored pairs.
+        let two = scores_of(&lake, "quality", 2);
+        assert_eq!((two.copies, two.failed, two.pairs), (2, 0, 2));
+        // Nothing scored: the failures count, every one (a shadow that only fails is decided).
+        let none = scores_of(&lake, "other", 10);
+        assert_eq!(
+            (none.copies, none.failed, none.unscored, none.pairs),
+            (2, 2, 0, 0)
+        );
         // A copy was never served: the live reward per version leaves it out.
         let live = crate::live_rewards(&lake, Default::default(), &acme(), "quality", 10).unwrap();
         assert!(!live.contains_key("support@v2"), "{live:?}");
-        // A reward that scores neither reply counts no pair.
-        let other = shadow_scores(
-            &lake,
-            Default::default(),
-            &acme(),
-            "other",
-            "support@v2",
-            AT,
-            10,
-        )
-        .unwrap();
-        assert_eq!((other.pairs, other.failed), (0, 1));
     }
 
     fn scores(copies: usize, failed: usize, shadow_mean: f64, served_mean: f64) -> ShadowScores {
         ShadowScores {
             copies,
             failed,
+            unscored: 0,
             pairs: copies - failed,
             shadow_mean,
             served_mean,

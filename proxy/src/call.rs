@@ -25,6 +25,7 @@ use crate::stages::record::{StepEnd, StepStart, decision_event, masked_request, 
 use crate::stages::restore::Pump;
 use crate::stages::{forward, mask, read, route};
 use crate::state::State;
+use crate::strict::{strict_audit, with_stored_request};
 use crate::upstream::{Dispatch, Failure, Upstreams};
 use crate::wire::{Added, ApiKind, RequestView};
 
@@ -99,7 +100,7 @@ async fn prepare(
         state, &policy, session, api, &document, &request, &named, &upstream
     ));
     // Only the proxy marks a shadow copy, never a client.
-    forwarded.retain(|(name, _)| name.as_str() != crate::shadow::COPY_HEADER);
+    forwarded.retain(|(name, _)| name.as_str() != forward::COPY_HEADER);
 
     // Mask: what the upstream is sent; the same pass gives Cedar its entity types.
     let tenant = caller.identity.tenant.clone();
@@ -372,35 +373,6 @@ async fn record_allowed(
     with_stored_request(&mut event, stored);
     strict_audit(state, event, vault).await?;
     Ok((start, request))
-}
-
-/// Puts the request as stored into a decision event's detail (strict audit mode).
-pub(crate) fn with_stored_request(event: &mut AuditEvent, stored: Value) {
-    let mut detail: Value = event
-        .detail_json
-        .as_deref()
-        .and_then(|d| serde_json::from_str(d).ok())
-        .unwrap_or_default();
-    detail["request"] = stored;
-    event.detail_json = Some(detail.to_string());
-}
-
-/// Appends the decision event and the vault entries of the stored request, and waits until
-/// they are durable; refuses the call when they cannot be.
-pub(crate) async fn strict_audit(
-    state: &State,
-    event: AuditEvent,
-    vault: Vec<atdp_schema::VaultEntry>,
-) -> std::result::Result<(), Refusal> {
-    let unavailable = |error: atdp_lake::Error| {
-        tracing::error!(error = %error, "The strict audit trail could not be written; the call is refused.");
-        Refusal::AuditUnavailable
-    };
-    for entry in vault {
-        state.writer.append(entry).map_err(unavailable)?;
-    }
-    let (appended, _) = state.writer.append_audit(event).map_err(unavailable)?;
-    state.writer.durable(appended).await.map_err(unavailable)
 }
 
 /// A model call: prepare, send upstream, record.

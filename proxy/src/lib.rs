@@ -38,6 +38,7 @@ mod service;
 mod shadow;
 mod stages;
 mod state;
+mod strict;
 mod tls;
 mod upstream;
 

@@ -2,7 +2,7 @@
 //! recorded and never returned.
 //!
 //! An upstream of internal trust (`atdp-serve`) names, on a reply, the version that is to
-//! answer a copy of the call ([`HEADER`]: `<policy>@v<N>`, for the share of the policy's
+//! answer a copy of the call (`x-atdp-shadow: <policy>@v<N>`, for the share of the policy's
 //! requests its registry puts in shadow). Once the served call has ended well and the client
 //! has its reply, the proxy sends the same request, as it went to that upstream, with `model`
 //! set to that version, on a task of its own. The copy's reply goes through the same restore
@@ -11,9 +11,9 @@
 //! `shadow`), `policy_version` the shadow's. Its audit event (`request_allowed`, with
 //! `shadow_of` in its detail) is written before it leaves. The header is taken off every
 //! reply, so no client sees it; from an upstream that is not internal it is ignored. At most
-//! [`MAX_IN_FLIGHT`] copies run at once, a copy beyond that is skipped, and none starts while
-//! the proxy shuts down; each ends counted in `atdp_shadow_calls_total` (`recorded`,
-//! `failed`, `skipped`).
+//! [`MAX_IN_FLIGHT`] copies run at once, a copy beyond that is skipped, and none starts under
+//! back-pressure or while the proxy shuts down; each ends counted in
+//! `atdp_shadow_calls_total` (`recorded`, `failed`, `skipped`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,40 +23,15 @@ use atdp_policies::VaultItem;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::stages::record::{StepStart, decision_event, now_micros};
+use crate::stages::forward::COPY_HEADER;
+use crate::stages::record::{SHADOW_TAG, StepStart, decision_event, now_micros};
 use crate::stages::restore::Pump;
 use crate::state::State;
 use crate::upstream::{Dispatch, Upstreams};
 use crate::wire::{Added, RequestView};
 
-/// The reply header that names the version to answer a copy of the call in shadow.
-pub const HEADER: &str = "x-atdp-shadow";
-/// The tag of a shadow step: the id of the served step it copies.
-pub const TAG: &str = "shadow_of";
-/// The `consent_source` of a shadow step, which is never trained on.
-pub const CONSENT_SOURCE: &str = "shadow";
 /// Most shadow copies in flight at once.
 pub const MAX_IN_FLIGHT: usize = 32;
-/// The request header that marks a copy for `atdp-serve`, which answers it only with the
-/// running shadow's engine; a client's is never forwarded.
-pub const COPY_HEADER: &str = "x-atdp-shadow-copy";
-
-/// Whether `name` names a version the way `atdp-serve` does: `<policy>@v<N>`, the policy of
-/// letters, digits, `.`, `_` and `-`, at most 128 bytes in all.
-pub fn valid_name(name: &str) -> bool {
-    let Some((policy, version)) = name.split_once('@') else {
-        return false;
-    };
-    let number = version.strip_prefix('v').unwrap_or("");
-    name.len() <= 128
-        && !policy.is_empty()
-        && policy
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        && !number.is_empty()
-        && number.len() <= 10
-        && number.bytes().all(|b| b.is_ascii_digit())
-}
 
 /// A served call whose copy is to be answered in shadow.
 pub struct Copy {
@@ -133,7 +108,7 @@ async fn run(state: &Arc<State>, upstreams: &Upstreams, copy: Copy) -> &'static 
     // A copy is no turn of the client's session.
     let mut tags = served.tags.clone();
     tags.remove("session");
-    tags.insert(TAG.to_owned(), served.step_id.clone());
+    tags.insert(SHADOW_TAG.to_owned(), served.step_id.clone());
     let start = StepStart {
         step_id: uuid::Uuid::now_v7().to_string(),
         trajectory_id: uuid::Uuid::now_v7().to_string(),
@@ -214,36 +189,15 @@ async fn strict_audit(
         );
         return false;
     };
-    crate::call::with_stored_request(&mut event, stored);
-    crate::call::strict_audit(state, event, vault).await.is_ok()
+    crate::strict::with_stored_request(&mut event, stored);
+    crate::strict::strict_audit(state, event, vault)
+        .await
+        .is_ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_policy_version_is_a_shadow_name() {
-        for good in ["support@v8", "a.b_c-d@v0", "quickstart@v4294967295"] {
-            assert!(valid_name(good), "{good}");
-        }
-        let long = format!("{}@v1", "p".repeat(126));
-        for bad in [
-            "support",
-            "support@base",
-            "support@v",
-            "support@8",
-            "@v1",
-            "sup port@v1",
-            "support@v1x",
-            "support@v1@v2",
-            "support@v12345678901",
-            "a/b@v1",
-            long.as_str(),
-        ] {
-            assert!(!valid_name(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn the_copy_differs_from_the_served_body_only_in_its_model() {

@@ -68,6 +68,10 @@ impl Rule {
     }
 }
 
+/// The request header that marks a shadow copy for `atdp-serve` (`crate::shadow`), which
+/// answers it only from the running shadow's engine; a client's is never forwarded.
+pub const COPY_HEADER: &str = "x-atdp-shadow-copy";
+
 /// The client headers that go upstream: the allow-list, plus `extra` (lower-case names from
 /// `forwarding.toml`, values as [`Rule::Text`]). A listed header with a value outside its
 /// rule is refused rather than silently dropped.

@@ -28,6 +28,12 @@ use crate::config::Trust;
 use crate::metrics::Metrics;
 use crate::wire::{RequestView, ResponseView};
 
+/// The tag of a reply recorded in shadow (`crate::shadow`): the id of the served step it copies.
+pub const SHADOW_TAG: &str = "shadow_of";
+/// The `consent_source` of a reply recorded in shadow that the policy and consent would have
+/// let be trained on: it is never trained on, and reward functions read it.
+pub const SHADOW_SOURCE: &str = "shadow";
+
 /// The tag that says a step's token ids were not stored, and its value.
 pub const TOKEN_IDS_TAG: (&str, &str) = ("token_ids", "dropped");
 
@@ -301,12 +307,12 @@ pub fn store_step(
         start.upstream_trust,
         start.consent,
     );
-    if step.tags.contains_key(crate::shadow::TAG) {
+    if step.tags.contains_key(SHADOW_TAG) {
         // A reply nobody received is never trained on. When the policy and consent would
         // have let it be, `shadow` says that this is the only reason (reward functions read
         // such steps to score the shadow); otherwise the policy's own reason stays.
         if step.training_eligible == Some(true) {
-            step.consent_source = Some(crate::shadow::CONSENT_SOURCE.to_owned());
+            step.consent_source = Some(SHADOW_SOURCE.to_owned());
         }
         step.training_eligible = Some(false);
     }

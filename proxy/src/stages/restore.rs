@@ -69,6 +69,27 @@ pub struct Pump {
     proxy_failure: Option<&'static str>,
 }
 
+/// The reply header by which an internal upstream names the version that is to answer a
+/// copy of the call in shadow (`crate::shadow`).
+pub const SHADOW_HEADER: &str = "x-atdp-shadow";
+
+/// Whether `name` names a version the way `atdp-serve` does: `<policy>@v<N>`, the policy of
+/// letters, digits, `.`, `_` and `-`, at most 128 bytes in all.
+pub fn valid_shadow_name(name: &str) -> bool {
+    let Some((policy, version)) = name.split_once('@') else {
+        return false;
+    };
+    let number = version.strip_prefix('v').unwrap_or("");
+    name.len() <= 128
+        && !policy.is_empty()
+        && policy
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !number.is_empty()
+        && number.len() <= 10
+        && number.bytes().all(|b| b.is_ascii_digit())
+}
+
 fn filter_error(what: &'static str) -> Box<Error> {
     Error::explain(ErrorType::InternalError, what)
 }
@@ -240,11 +261,11 @@ impl Pump {
                     .get("x-atdp-policy-version")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned);
-                let shadow = response.remove_header(crate::shadow::HEADER);
+                let shadow = response.remove_header(SHADOW_HEADER);
                 self.shadow = shadow
                     .as_ref()
                     .and_then(|v| v.to_str().ok())
-                    .filter(|v| self.shadow_allowed && crate::shadow::valid_name(v))
+                    .filter(|v| self.shadow_allowed && valid_shadow_name(v))
                     .map(str::to_owned);
                 response.insert_header("x-atdp-step-id", self.step_id.as_str())?;
                 response.insert_header("x-atdp-trajectory-id", self.trajectory_id.as_str())?;
@@ -371,6 +392,29 @@ mod tests {
     use pingora::http::ResponseHeader;
 
     use super::*;
+
+    #[test]
+    fn only_a_policy_version_is_a_shadow_name() {
+        for good in ["support@v8", "a.b_c-d@v0", "quickstart@v4294967295"] {
+            assert!(valid_shadow_name(good), "{good}");
+        }
+        let long = format!("{}@v1", "p".repeat(126));
+        for bad in [
+            "support",
+            "support@base",
+            "support@v",
+            "support@8",
+            "@v1",
+            "sup port@v1",
+            "support@v1x",
+            "support@v1@v2",
+            "support@v12345678901",
+            "a/b@v1",
+            long.as_str(),
+        ] {
+            assert!(!valid_shadow_name(bad), "{bad}");
+        }
+    }
 
     const FIRST: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
     const LAST: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
