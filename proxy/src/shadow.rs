@@ -1,16 +1,18 @@
 //! Shadow copies: a candidate version answers beside the served one, and its replies are
 //! recorded and never returned.
 //!
-//! An upstream of internal trust (`atdp-serve`) names, on a reply, the version that is to
-//! answer a copy of the call (`x-atdp-shadow: <policy>@v<N>`, for the share of the policy's
-//! requests its registry puts in shadow). Once the served call has ended well and the client
-//! has its reply, the proxy sends the same request, as it went to that upstream, with `model`
-//! set to that version, on a task of its own. The copy's reply goes through the same restore
-//! and storage masking as any reply and is recorded as a step of a trajectory of its own:
-//! tagged `shadow_of` (the served step's id), not eligible for training (`consent_source`
-//! `shadow`), `policy_version` the shadow's. Its audit event (`request_allowed`, with
-//! `shadow_of` in its detail) is written before it leaves. The header is taken off every
-//! reply, so no client sees it; from an upstream that is not internal it is ignored. At most
+//! An upstream of internal trust (`atdp-serve`) names, on the reply to an OpenAI chat call,
+//! the version that is to answer a copy of the call (`x-atdp-shadow: <policy>@v<N>`, for the
+//! share of the policy's requests its registry puts in shadow). Once the served call has ended
+//! well and the client has its reply, the proxy sends the same request, as it went to that
+//! upstream, with `model` set to that version and the copy header `x-atdp-shadow-copy`, on a
+//! task of its own. The copy's reply goes through the same restore and storage masking as any
+//! reply and is recorded as a step of a trajectory of its own: tagged `shadow_of` (the served
+//! step's id), never eligible for training (`consent_source` `shadow` when the policy and
+//! consent would have let it be), `policy_version` the shadow's. Its audit event
+//! (`request_allowed`, with `shadow_of` in its detail) is written before it leaves, durable in
+//! strict audit mode. The header is taken off every reply, so no client sees it; from an
+//! upstream that is not internal it is ignored. At most
 //! [`MAX_IN_FLIGHT`] copies run at once, a copy beyond that is skipped, and none starts under
 //! back-pressure or while the proxy shuts down; each ends counted in
 //! `atdp_shadow_calls_total` (`recorded`, `failed`, `skipped`).
@@ -65,7 +67,8 @@ impl Drop for Slot {
     }
 }
 
-/// Starts the copy on a task of its own, or skips it (too many in flight, shutting down).
+/// Starts the copy on a task of its own, or skips it (too many in flight, back-pressure,
+/// shutting down).
 pub fn spawn(state: &Arc<State>, upstreams: &Arc<Upstreams>, copy: Copy) {
     if state.draining.load(Ordering::SeqCst) || state.backlogged() {
         state.metrics.shadow("skipped");
