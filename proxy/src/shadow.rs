@@ -108,7 +108,7 @@ async fn run(state: &Arc<State>, upstreams: &Upstreams, copy: Copy) -> &'static 
         return "failed";
     };
     let served = &copy.served;
-    // A copy is no turn of the client's session.
+    // A copy is no turn of the conversation the client named (`x-atdp-session-id`).
     let mut tags = served.tags.clone();
     tags.remove("session");
     tags.insert(SHADOW_TAG.to_owned(), served.step_id.clone());

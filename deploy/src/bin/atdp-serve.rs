@@ -151,6 +151,18 @@ enum Command {
     },
 }
 
+/// What a canary or shadow entry does, for the terminal: `<policy>@v<N> <what> beside <the
+/// served version> (log #<seq>)`.
+fn trial_line(policy: &str, event: &atdp_deploy::Event, what: &str) -> String {
+    let beside = event
+        .previous
+        .map_or_else(|| "the base model".into(), |v| format!("v{v}"));
+    format!(
+        "{policy}@v{} {what} beside {beside} (log #{})",
+        event.version, event.seq
+    )
+}
+
 fn main() -> ExitCode {
     init_logging("info,mistralrs_core=warn");
     let cli = Cli::parse();
@@ -271,16 +283,8 @@ async fn serve(cli: Cli) -> Result<()> {
             let event = registry
                 .canary(version, share, &c.by, &reason, None)
                 .await?;
-            println!(
-                "{}@v{} takes {:.1}% of the requests beside {} (log #{})",
-                c.policy,
-                event.version,
-                share * 100.0,
-                event
-                    .previous
-                    .map_or_else(|| "the base model".into(), |v| format!("v{v}")),
-                event.seq
-            );
+            let what = format!("takes {:.1}% of the requests", share * 100.0);
+            println!("{}", trial_line(&c.policy, &event, &what));
         }
         Command::Shadow {
             version,
@@ -290,16 +294,11 @@ async fn serve(cli: Cli) -> Result<()> {
             let event = registry
                 .shadow(version, share, &c.by, &reason, None)
                 .await?;
-            println!(
-                "{}@v{} answers copies of {:.1}% of the requests in shadow beside {} (log #{})",
-                c.policy,
-                event.version,
-                share * 100.0,
-                event
-                    .previous
-                    .map_or_else(|| "the base model".into(), |v| format!("v{v}")),
-                event.seq
+            let what = format!(
+                "answers copies of {:.1}% of the requests in shadow",
+                share * 100.0
             );
+            println!("{}", trial_line(&c.policy, &event, &what));
         }
         Command::Reject { version, reason } => {
             let event = registry.reject(version, &c.by, &reason, None).await?;
