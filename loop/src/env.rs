@@ -239,6 +239,66 @@ impl Env {
         }
     }
 
+    /// Conversations like the episodes of `seeds`, rendered by `chat` (a model's chat
+    /// template): the first request with every offered tool called once (each argument its
+    /// first `enum` value), the tool's result and an answer. Text to learn a tokenizer's
+    /// merges from: it tells nothing about which call is right.
+    pub fn tokenizer_corpus(
+        self,
+        chat: &atdp_model_files::ChatFormat,
+        seeds: std::ops::Range<u64>,
+    ) -> Result<Vec<String>, atdp_model_files::Error> {
+        let mut texts = Vec::new();
+        for seed in seeds {
+            let request = self.first_request(seed);
+            let mut messages: Vec<atdp_schema::Message> = request
+                .messages
+                .iter()
+                .map(|m| atdp_schema::Message {
+                    role: m.role.clone(),
+                    content: Some(m.content.clone()),
+                    ..Default::default()
+                })
+                .collect();
+            if request.tools.is_empty() {
+                texts.push(chat.render(&messages, &[], true)?);
+                continue;
+            }
+            let asked = messages.len();
+            for (i, tool) in request.tools.iter().enumerate() {
+                messages.truncate(asked);
+                let arguments = example_arguments(tool.parameters.as_deref());
+                let mut result = arguments.clone();
+                result.insert("ok".into(), serde_json::Value::Bool(i % 2 == 0));
+                let answer = if i % 2 == 0 { "Done." } else { "Sorry." };
+                messages.extend([
+                    atdp_schema::Message {
+                        role: "assistant".into(),
+                        tool_calls: vec![atdp_schema::ToolCall {
+                            id: format!("call_{i}"),
+                            name: tool.name.clone(),
+                            arguments: serde_json::Value::Object(arguments).to_string(),
+                        }],
+                        ..Default::default()
+                    },
+                    atdp_schema::Message {
+                        role: "tool".into(),
+                        content: Some(serde_json::Value::Object(result).to_string()),
+                        tool_call_id: Some(format!("call_{i}")),
+                        ..Default::default()
+                    },
+                    atdp_schema::Message {
+                        role: "assistant".into(),
+                        content: Some(answer.into()),
+                        ..Default::default()
+                    },
+                ]);
+                texts.push(chat.render(&messages, &request.tools, false)?);
+            }
+        }
+        Ok(texts)
+    }
+
     /// Plays episode `seed` with `agent` at `temperature`; posts the reward when
     /// `post_reward` (and the episode was played through the proxy).
     pub async fn episode(
@@ -367,6 +427,25 @@ impl Env {
     }
 }
 
+/// Arguments for a tool's JSON Schema: each property's first `enum` value, else `"x"`.
+fn example_arguments(parameters: Option<&str>) -> serde_json::Map<String, serde_json::Value> {
+    let schema: serde_json::Value = parameters
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or_default();
+    schema["properties"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, property)| {
+            let value = property["enum"]
+                .get(0)
+                .cloned()
+                .unwrap_or_else(|| serde_json::Value::String("x".into()));
+            (name.clone(), value)
+        })
+        .collect()
+}
+
 /// The routing conversation of `seed` and the right letter.
 fn routing_task(seed: u64) -> (Vec<ChatMessage>, &'static str) {
     let mut rng = SeedRng::new(seed);
@@ -397,6 +476,41 @@ mod tests {
             .map(|s| 1 + SeedRng::new(s).below(GUESS_MAX))
             .collect();
         assert_eq!(targets.len(), GUESS_MAX);
+    }
+
+    /// Merges learned from one range of seeds shorten the requests of other seeds: the tool
+    /// definitions, calls and results are spelled in words.
+    #[test]
+    fn a_tokenizer_learned_from_the_corpus_shortens_unseen_requests() {
+        use atdp_trainer::{chat_format, learn_merges};
+        let plain = chat_format(&[]).unwrap();
+        for env in [Env::ToolUse, Env::OrderLookup] {
+            let corpus = env.tokenizer_corpus(&plain, 3_000..3_064).unwrap();
+            assert_eq!(corpus.len(), 64 * env.first_request(0).tools.len());
+            let merges = learn_merges(&corpus, 400).unwrap();
+            let learned = chat_format(&merges).unwrap();
+            let tokens = |chat: &atdp_model_files::ChatFormat, seed: u64| {
+                let request = env.first_request(seed);
+                crate::gate::request_ids(chat, &request.messages, &request.tools)
+                    .unwrap()
+                    .len()
+            };
+            let (before, after): (usize, usize) = (0..20)
+                .map(|seed| (tokens(&plain, seed), tokens(&learned, seed)))
+                .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+            println!(
+                "{}: {} merges, {} -> {} tokens a request (mean over 20 seeds)",
+                env.name(),
+                merges.len(),
+                before / 20,
+                after / 20
+            );
+            assert!(
+                after * 5 < before * 2,
+                "{}: {before} -> {after}",
+                env.name()
+            );
+        }
     }
 
     #[test]

@@ -339,7 +339,7 @@ pub async fn run(
     };
 
     let model = dir.join("model");
-    let base = tiny_model(&model)?;
+    let base = tiny_model(&model, config.env)?;
     let lake = dir.join("lake").display().to_string();
     let registry = Registry::open(&lake, Default::default(), POLICY)?;
     let cache = dir.join("serve-cache");
@@ -407,10 +407,25 @@ pub async fn run(
     Ok(report)
 }
 
+/// Seeds of the conversations the tool-calling environments' tokenizer learns its merges
+/// from: apart from every seed the loop plays.
+const CORPUS_SEEDS: std::ops::Range<u64> = 3_000_000_000..3_000_000_064;
+
+/// Merges the tool-calling environments' tokenizer learns.
+const CORPUS_MERGES: usize = 400;
+
 /// Writes the tiny random Qwen2 model the loop trains into `model` and opens it as the
-/// serving base.
-fn tiny_model(model: &Path) -> Result<BaseModel> {
+/// serving base. For an environment that calls tools, its tokenizer first learns merges
+/// from conversations like the environment's (its tools' JSON, calls and results), so that
+/// the tiny model reads and writes them in words, as a real model's vocabulary has them, not
+/// a byte at a time.
+fn tiny_model(model: &Path, env: Env) -> Result<BaseModel> {
     let mut spec = InitSpec::tiny(Arch::Qwen2);
+    if env.calls_tools() {
+        let chat = atdp_trainer::chat_format(&[])?;
+        let corpus = env.tokenizer_corpus(&chat, CORPUS_SEEDS)?;
+        spec = spec.with_merges(atdp_trainer::learn_merges(&corpus, CORPUS_MERGES)?);
+    }
     // At the default 0.02 the random network attends almost uniformly and its last position
     // hardly sees the ticket: trained on the same episodes, it learned one letter preference
     // for all tickets (measured). At 0.2 its random features tell the tickets apart.
@@ -642,6 +657,7 @@ weights = {{ {reward} = 1.0 }}
 
 [objective]
 kind = "reinforce"
+tool_call_credit = "tool_choices"
 
 [train]
 lr = {lr}

@@ -106,6 +106,22 @@ impl ChatFormat {
         Self::new(template, bos_token, eos_token, tokenizer)
     }
 
+    /// A chat format from its parts: a Jinja `template`, the beginning- and end-of-turn
+    /// tokens' text, and the tokenizer (a model being written, before it has a directory).
+    pub fn from_parts(
+        template: &str,
+        bos_token: &str,
+        eos_token: &str,
+        tokenizer: Tokenizer,
+    ) -> Result<Self> {
+        Self::new(
+            template.to_owned(),
+            bos_token.to_owned(),
+            eos_token.to_owned(),
+            tokenizer,
+        )
+    }
+
     fn new(
         template: String,
         bos_token: String,

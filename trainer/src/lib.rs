@@ -54,13 +54,13 @@ mod run_config;
 mod train;
 
 pub use data::{
-    Example, ExampleStats, LakeData, Placeholders, Selection, TableRead, build_examples, read_lake,
-    read_lake_to_monitor, render_step, render_surrogates, surrogate,
+    Credit, Example, ExampleStats, LakeData, Placeholders, Selection, TableRead, build_examples,
+    read_lake, read_lake_to_monitor, render_step, render_surrogates, surrogate,
 };
 pub use error::{Error, Result};
 pub use init::{
-    CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, InitReport, InitSpec, TOKENIZER_VOCAB_SIZE,
-    added_token_id, init_model,
+    CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, InitReport, InitSpec, Merge, TOKENIZER_VOCAB_SIZE,
+    added_token_id, chat_format, init_model, learn_merges,
 };
 pub use lora::{Lora, LoraLayer};
 pub use manifest::{Lineage, Manifest, RewardInfo, RewardVersions};

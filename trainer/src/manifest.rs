@@ -227,6 +227,7 @@ impl Manifest {
             "objective": format!("{:?}", config.advantage),
             "clip_eps": config.loss.clip_eps,
             "kl_coef": config.loss.kl_coef,
+            "tool_call_credit": config.credit.name(),
             "lr": config.lr,
             "warmup_steps": config.warmup_steps,
             "min_lr_ratio": config.min_lr_ratio,

@@ -114,14 +114,16 @@ pub fn reinforce_advantages(
 /// The per-token terms of one example's completion.
 #[derive(Debug)]
 pub struct TokenTerms {
-    /// The policy loss per token (differentiable), `[n]`.
-    pub loss: Tensor,
+    /// The policy term per token (differentiable), `[n]`.
+    pub policy: Tensor,
     /// The k3 KL estimate per token (differentiable when `kl_coef > 0`), `[n]`; zeros
     /// when there is no reference pass.
     pub kl: Tensor,
 }
 
-/// Per-token loss of one completion: `−min(ρ·A, clip(ρ, 1 − ε, 1 + ε)·A) + β·k3`, where
+/// Per-token terms of one completion's loss `−min(ρ·A, clip(ρ, 1 − ε, 1 + ε)·A) + β·k3`: the
+/// policy term and `k3`, apart, since the trainer averages them over different tokens (the
+/// policy term over the tokens the reward is credited to, `k3` over all), where
 /// `ρ = exp(logp − logp_behaviour)` (or `exp(logp − logp.detach())` without behaviour
 /// log-probs) and `k3 = exp(logp_ref − logp) − 1 − (logp_ref − logp)`.
 pub fn token_terms(
@@ -139,17 +141,15 @@ pub fn token_terms(
     let clipped = ratio.clamp(1.0 - config.clip_eps, 1.0 + config.clip_eps)?;
     let unclipped_obj = ratio.affine(advantage, 0.0)?;
     let clipped_obj = clipped.affine(advantage, 0.0)?;
-    let mut loss = unclipped_obj.minimum(&clipped_obj)?.neg()?;
+    let policy = unclipped_obj.minimum(&clipped_obj)?.neg()?;
     let kl = match reference {
         Some(r) => {
             let diff = r.sub(logp)?;
-            let k3 = diff.exp()?.sub(&diff)?.affine(1.0, -1.0)?;
-            loss = loss.add(&k3.affine(config.kl_coef, 0.0)?)?;
-            k3
+            diff.exp()?.sub(&diff)?.affine(1.0, -1.0)?
         }
         None => logp.zeros_like()?,
     };
-    Ok(TokenTerms { loss, kl })
+    Ok(TokenTerms { policy, kl })
 }
 
 #[cfg(test)]
@@ -169,6 +169,7 @@ mod tests {
             prompt_len: 1,
             behaviour_logprobs: None,
             prompt_hash: hash,
+            weights: None,
             tags: tag
                 .map(|t| [("task".to_owned(), t.to_owned())].into())
                 .unwrap_or_default(),
@@ -221,7 +222,7 @@ mod tests {
         let logp = Var::new(&[-1.0f64, -2.0], &dev).unwrap();
         // Without behaviour log-probs: d loss / d logp = −A.
         let t = token_terms(logp.as_tensor(), None, None, 2.0, &config).unwrap();
-        let g = t.loss.sum_all().unwrap().backward().unwrap();
+        let g = t.policy.sum_all().unwrap().backward().unwrap();
         assert_eq!(
             g.get(&logp).unwrap().to_vec1::<f64>().unwrap(),
             [-2.0, -2.0]
@@ -229,7 +230,7 @@ mod tests {
         // Ratio far above 1 + ε with A > 0: clipped, no gradient.
         let old = Tensor::new(&[-3.0f64, -2.0], &dev).unwrap();
         let t = token_terms(logp.as_tensor(), Some(&old), None, 1.0, &config).unwrap();
-        let g = t.loss.sum_all().unwrap().backward().unwrap();
+        let g = t.policy.sum_all().unwrap().backward().unwrap();
         let g = g.get(&logp).unwrap().to_vec1::<f64>().unwrap();
         assert_eq!(g[0], 0.0);
         assert!((g[1] + 1.0).abs() < 1e-12);

@@ -19,6 +19,7 @@
 //! kind = "grpo"                      # or "reinforce"
 //! group_by = "prompt"                # or "tag:<name>"
 //! kl_coef = 0.02
+//! tool_call_credit = "all"           # or "tool_choices": a call's names and values only
 //!
 //! [train]
 //! lr = 1e-4
@@ -32,7 +33,7 @@ use std::path::{Path, PathBuf};
 use atdp_schema::Unmarked;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{Placeholders, Selection};
+use crate::data::{Credit, Placeholders, Selection};
 use crate::objective::{Advantage, Baseline, GroupKey, LossConfig};
 use crate::optim::AdamWConfig;
 use crate::returns::RewardSpec;
@@ -129,6 +130,9 @@ pub struct RawObjective {
     pub clip_eps: Option<f64>,
     /// KL penalty weight β to the base model (default 0: off).
     pub kl_coef: Option<f64>,
+    /// Which tokens of a tool call the reward is credited to: `all` (default) or
+    /// `tool_choices` (the function's name and the argument values).
+    pub tool_call_credit: Option<String>,
 }
 
 /// `[train]`.
@@ -226,6 +230,8 @@ pub struct RunConfig {
     pub advantage: Advantage,
     /// The loss.
     pub loss: LossConfig,
+    /// Which completion tokens the policy gradient reaches.
+    pub credit: Credit,
     /// AdamW.
     pub adamw: AdamWConfig,
     /// Peak learning rate.
@@ -361,6 +367,12 @@ impl RawRunConfig {
                     "`objective.kind` = {other:?}: use \"grpo\" or \"reinforce\""
                 ));
             }
+        };
+        let credit = match o.tool_call_credit.as_deref() {
+            None => Credit::All,
+            Some(name) => Credit::from_name(name).ok_or_else(|| {
+                format!("`objective.tool_call_credit` = {name:?}: use \"all\" or \"tool_choices\"")
+            })?,
         };
         let clip_eps = o.clip_eps.unwrap_or(0.2);
         let kl_coef = o.kl_coef.unwrap_or(0.0);
@@ -499,6 +511,7 @@ impl RawRunConfig {
             },
             advantage,
             loss: LossConfig { clip_eps, kl_coef },
+            credit,
             adamw,
             lr,
             warmup_steps: t.warmup_steps.unwrap_or(0),
@@ -590,6 +603,19 @@ mod tests {
         let bad = format!("{MINIMAL}\n[train]\nplaceholders = \"fake\"\n");
         let err = check(&bad).unwrap_err();
         assert!(err.contains("`train.placeholders` = \"fake\""), "{err}");
+    }
+
+    #[test]
+    fn tool_call_credit_is_every_token_unless_set() {
+        assert_eq!(check(MINIMAL).unwrap().credit, Credit::All);
+        let choices = format!("{MINIMAL}\n[objective]\ntool_call_credit = \"tool_choices\"\n");
+        assert_eq!(check(&choices).unwrap().credit, Credit::ToolChoices);
+        let bad = format!("{MINIMAL}\n[objective]\ntool_call_credit = \"names\"\n");
+        let err = check(&bad).unwrap_err();
+        assert!(
+            err.contains("`objective.tool_call_credit` = \"names\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tempfile::TempDir;
 
 use crate::util::{
     DEMO_KEY, Server, post, post_stream, recorded_steps, start, start_proxy, tiny_base,
+    tiny_base_with_merges,
 };
 
 struct Fixture {
@@ -34,8 +35,13 @@ impl Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(|dir| tiny_base(dir, None)).await
+}
+
+/// A server on a base model that `make` writes.
+async fn fixture_with(make: impl FnOnce(&std::path::Path)) -> Fixture {
     let base = tempfile::tempdir().unwrap();
-    tiny_base(base.path(), None);
+    make(base.path());
     let lake = tempfile::tempdir().unwrap();
     let registry =
         Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
@@ -267,10 +273,33 @@ fn forced_body(choice: Value, stream: bool, seed: usize) -> Value {
 /// and the proxy's parsers record the ids, log-probabilities and call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_tool_calls_follow_the_schema_and_the_trainers_rendering() {
-    let f = fixture().await;
+    forced_calls(&fixture().await, 0..4).await;
+}
+
+/// The same with a tokenizer that learned merges from the tools and calls (the quickstart's
+/// tool-calling environments have one): the grammar, the ids and the rendering still agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_tool_calls_agree_with_a_tokenizer_that_learned_merges() {
+    let corpus: Vec<String> = (0..40)
+        .map(|i| {
+            let city = CITIES[i % CITIES.len()];
+            format!(
+                "{}\n{}\n<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"{city}\"}}}}\n</tool_call>",
+                tools(),
+                messages()
+            )
+        })
+        .collect();
+    let f = fixture_with(|dir| tiny_base_with_merges(dir, &corpus)).await;
+    let ids = f.chat.encode(r#"{"name": "get_weather""#).unwrap();
+    assert!(ids.iter().any(|&id| id >= 300), "{ids:?}");
+    forced_calls(&f, 0..2).await;
+}
+
+async fn forced_calls(f: &Fixture, seeds: std::ops::Range<usize>) {
     let named = json!({"type": "function", "function": {"name": "get_weather"}});
     let mut names_seen = std::collections::BTreeSet::new();
-    for seed in 0..4 {
+    for seed in seeds {
         for choice in [named.clone(), json!("required")] {
             // Whole.
             let body = forced_body(choice.clone(), false, seed);

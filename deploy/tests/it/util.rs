@@ -27,6 +27,17 @@ pub fn tiny_base(dir: &Path, hidden: Option<usize>) {
     init_model(dir, &spec).unwrap();
 }
 
+/// A tiny random Qwen2 model whose tokenizer learned up to 200 merges from `corpus` (token
+/// ids past the byte-level vocabulary).
+pub fn tiny_base_with_merges(dir: &Path, corpus: &[String]) {
+    let mut spec = InitSpec::tiny(Arch::Qwen2);
+    spec.seed = 11;
+    spec.init_std = 0.2;
+    let spec = spec.with_merges(atdp_trainer::learn_merges(corpus, 200).unwrap());
+    assert!(spec.config.vocab_size > 300);
+    init_model(dir, &spec).unwrap();
+}
+
 /// A PEFT adapter for the model in `base` with pseudo-random B drawn from `seed` (so that it
 /// changes the outputs, the same way in every run), written to `out`.
 pub fn random_adapter(base: &Path, out: &Path, scale: f64, seed: u64) {

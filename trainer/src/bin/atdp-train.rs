@@ -3,7 +3,8 @@
 //! `atdp-train init-model --arch qwen2 --tiny OUT_DIR` writes a small random model with a
 //! byte-level BPE tokenizer and a ChatML chat template (for tests, demos and benchmarks);
 //! size flags override the preset, e.g. `--hidden 896 --intermediate 4864 --layers 24
-//! --heads 14 --kv-heads 2 --vocab 151936` for a Qwen2-0.5B-shaped model.
+//! --heads 14 --kv-heads 2 --vocab 151936` for a Qwen2-0.5B-shaped model; `--corpus FILE
+//! --merges N` adds up to N merges learned from the text of FILE to the tokenizer.
 //!
 //! `atdp-train run --config train.toml [--model DIR] [--lake URL] [--out DIR] [--steps N]
 //! [--seed N] [--lr X] [--accept-reward-change]` trains an adapter, printing one progress
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use atdp_model_files::Arch;
-use atdp_trainer::{InitSpec, RawRunConfig, TrainOptions, init_model};
+use atdp_trainer::{InitSpec, RawRunConfig, TrainOptions, init_model, learn_merges};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -194,6 +195,13 @@ struct InitModelArgs {
     /// Standard deviation of the random embeddings, projections and biases.
     #[arg(long, default_value_t = 0.02)]
     init_std: f64,
+    /// A text file the tokenizer learns merges from (repeatable; with --merges).
+    #[arg(long, requires = "merges")]
+    corpus: Vec<PathBuf>,
+    /// Merges to learn from --corpus, after the built-in ones (their rows are added to the
+    /// vocabulary).
+    #[arg(long, requires = "corpus")]
+    merges: Option<usize>,
     /// Where to write the model (created; must not already hold one).
     out_dir: PathBuf,
 }
@@ -226,6 +234,17 @@ fn init(args: InitModelArgs) -> anyhow::Result<()> {
     }
     if let Some(vocab) = args.vocab {
         c.vocab_size = vocab;
+    }
+    if let Some(count) = args.merges {
+        let texts = args
+            .corpus
+            .iter()
+            .map(|path| {
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the corpus {}", path.display()))
+            })
+            .collect::<anyhow::Result<Vec<String>>>()?;
+        spec = spec.with_merges(learn_merges(&texts, count)?);
     }
     let report = init_model(&args.out_dir, &spec)
         .with_context(|| format!("cannot write a model to {}", args.out_dir.display()))?;

@@ -3,6 +3,7 @@
 //! turned into a tokenized example ([`build_examples`]) with its prompt rendered by the
 //! model's own chat template and a loss mask on the completion tokens only.
 
+mod credit;
 mod lake;
 mod surrogate;
 
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::returns::StepKey;
 pub use atdp_model_files::ChatFormat;
+pub use credit::{Credit, assign as assign_credit};
 pub use lake::{LakeData, Selection, TableRead, read_lake, read_lake_to_monitor};
 pub use surrogate::{Placeholders, render as render_surrogates, render_step, surrogate};
 
@@ -36,6 +38,9 @@ pub struct Example {
     pub behaviour_logprobs: Option<Vec<f32>>,
     /// A hash of the rendered prompt (the default GRPO group key).
     pub prompt_hash: u64,
+    /// The policy-gradient weight of each completion token (see [`Credit`]); `None`: 1 for
+    /// every token.
+    pub weights: Option<Vec<f32>>,
     /// The step's tags (a GRPO group key can be one of them).
     pub tags: std::collections::BTreeMap<String, String>,
 }
@@ -44,6 +49,14 @@ impl Example {
     /// Number of completion tokens.
     pub fn completion_len(&self) -> usize {
         self.tokens.len() - self.prompt_len
+    }
+
+    /// The sum of its completion tokens' weights (their number when unweighted).
+    pub fn credited_tokens(&self) -> f64 {
+        match &self.weights {
+            Some(w) => w.iter().map(|&x| f64::from(x)).sum(),
+            None => self.completion_len() as f64,
+        }
     }
 
     /// The step it comes from, as (tenant, trajectory, step).
@@ -146,6 +159,7 @@ pub fn build_examples(
             prompt_len,
             behaviour_logprobs: behaviour,
             prompt_hash: hasher.finish(),
+            weights: None,
             tags: step.tags.clone(),
         });
     }

@@ -19,7 +19,8 @@ use crate::rng::Rng;
 use crate::{Error, Result};
 use atdp_model_files::{Arch, CONFIG_FILE, ModelConfig, RopeScaling};
 pub use tokenizer::{
-    CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, VOCAB_SIZE as TOKENIZER_VOCAB_SIZE, added_token_id,
+    CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, Merge, VOCAB_SIZE as TOKENIZER_VOCAB_SIZE,
+    added_token_id, learn_merges,
 };
 
 use atdp_model_files::{GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE};
@@ -30,8 +31,11 @@ const NORM_NOISE: f64 = 0.1;
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InitSpec {
-    /// The architecture and sizes; `vocab_size` must cover the tokenizer's 300 tokens.
+    /// The architecture and sizes; `vocab_size` must cover the tokenizer's 300 tokens and
+    /// the learned merges.
     pub config: ModelConfig,
+    /// Merges learned from a corpus ([`learn_merges`]), after the built-in vocabulary.
+    pub merges: Vec<Merge>,
     /// Seeds every weight (each tensor has its own stream, named by the tensor).
     pub seed: u64,
     /// Standard deviation of embeddings, projections and biases (transformers'
@@ -76,6 +80,7 @@ impl InitSpec {
         };
         InitSpec {
             config,
+            merges: Vec::new(),
             seed: 0,
             init_std: 0.02,
         }
@@ -108,6 +113,30 @@ impl InitSpec {
     }
 }
 
+impl InitSpec {
+    /// Adds the `merges` learned from a corpus to the tokenizer (replacing any set before),
+    /// and their rows to the vocabulary when it has no room for them.
+    pub fn with_merges(mut self, merges: Vec<Merge>) -> Self {
+        self.config.vocab_size = self
+            .config
+            .vocab_size
+            .max(TOKENIZER_VOCAB_SIZE + merges.len());
+        self.merges = merges;
+        self
+    }
+}
+
+/// The chat format (template and tokenizer) of a model [`init_model`] writes with `merges`,
+/// before it is written: to render a corpus to learn merges from.
+pub fn chat_format(merges: &[Merge]) -> Result<atdp_model_files::ChatFormat> {
+    Ok(atdp_model_files::ChatFormat::from_parts(
+        CHAT_TEMPLATE,
+        ENDOFTEXT,
+        IM_END,
+        tokenizer::tokenizer(merges)?,
+    )?)
+}
+
 /// What [`init_model`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitReport {
@@ -125,11 +154,12 @@ pub fn init_model(dir: impl AsRef<Path>, spec: &InitSpec) -> Result<InitReport> 
     let dir = dir.as_ref();
     let config = &spec.config;
     config.validate()?;
-    if config.vocab_size < TOKENIZER_VOCAB_SIZE {
+    let tokens = TOKENIZER_VOCAB_SIZE + spec.merges.len();
+    if config.vocab_size < tokens {
         return Err(Error::invalid(
             "vocab_size",
             format!(
-                "{} is below the tokenizer's {TOKENIZER_VOCAB_SIZE} tokens",
+                "{} is below the tokenizer's {tokens} tokens",
                 config.vocab_size
             ),
         ));
@@ -175,7 +205,7 @@ pub fn init_model(dir: impl AsRef<Path>, spec: &InitSpec) -> Result<InitReport> 
     }
     let mut files = vec![weights_path];
     for (name, value) in [
-        (TOKENIZER_FILE, tokenizer::tokenizer_json()),
+        (TOKENIZER_FILE, tokenizer::tokenizer_json(&spec.merges)),
         (TOKENIZER_CONFIG_FILE, tokenizer::tokenizer_config_json()),
         (GENERATION_CONFIG_FILE, tokenizer::generation_config_json()),
         // Last: a directory with a config.json is a whole model.

@@ -3,8 +3,24 @@
 //! English merges, and the ChatML special tokens of Qwen2.5, laid out as Qwen2's tokenizer is
 //! (NFC, a Qwen2 split regex, byte-level). Its `tokenizer_config.json` carries a ChatML chat
 //! template with tool calls in the Qwen2.5 style.
+//!
+//! [`learn_merges`] learns further merges from a corpus, as a tokenizer is trained: the most
+//! frequent adjacent pair within the pre-tokenized words, merged and counted again. They are
+//! appended after the built-in merges and take the ids after the added tokens, so that every
+//! id of the built-in vocabulary stays what it is. Agent traffic is mostly JSON (tool
+//! definitions, calls, results), which a byte-level vocabulary spells one character at a
+//! time; learned merges make its words single tokens, as a real model's vocabulary does.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
 
 use serde_json::{Map, Value, json};
+use tokenizers::{
+    Model, NormalizedString, Normalizer, OffsetReferential, OffsetType, PreTokenizedString,
+    PreTokenizer, Tokenizer,
+};
+
+use crate::{Error, Result};
 
 /// The merges, in rank order, in the byte-level alphabet (`Ġ` is a space).
 const MERGES: [(&str, &str); 39] = [
@@ -91,8 +107,12 @@ fn byte_to_char(byte: u8) -> char {
     char::from_u32(256 + rank).unwrap_or(char::REPLACEMENT_CHARACTER)
 }
 
-/// The `tokenizer.json`.
-pub(crate) fn tokenizer_json() -> Value {
+/// A merge learned from a corpus: the left and right token, in the byte-level alphabet.
+pub type Merge = (String, String);
+
+/// The `tokenizer.json`: the built-in vocabulary, then the `learned` merges (ids from
+/// [`VOCAB_SIZE`] on, in order).
+pub(crate) fn tokenizer_json(learned: &[Merge]) -> Value {
     let mut vocab = Map::new();
     for byte in 0..=255u8 {
         vocab.insert(byte_to_char(byte).to_string(), json!(byte));
@@ -100,7 +120,22 @@ pub(crate) fn tokenizer_json() -> Value {
     for (i, (left, right)) in MERGES.iter().enumerate() {
         vocab.insert(format!("{left}{right}"), json!(256 + i));
     }
-    let merges: Vec<String> = MERGES.iter().map(|(l, r)| format!("{l} {r}")).collect();
+    for (i, (left, right)) in learned.iter().enumerate() {
+        vocab.insert(format!("{left}{right}"), json!(VOCAB_SIZE + i));
+    }
+    // An added token that the model's vocabulary lacks gets the id after the model's last
+    // when the file is read, whatever id it names: with learned tokens after them, the added
+    // tokens are entries of the vocabulary as well, at their own ids.
+    if !learned.is_empty() {
+        for (content, _) in ADDED {
+            vocab.insert(content.to_owned(), json!(added_token_id(content)));
+        }
+    }
+    let merges: Vec<String> = MERGES
+        .iter()
+        .map(|(l, r)| format!("{l} {r}"))
+        .chain(learned.iter().map(|(l, r)| format!("{l} {r}")))
+        .collect();
     let added: Vec<Value> = ADDED
         .iter()
         .enumerate()
@@ -152,6 +187,88 @@ pub(crate) fn tokenizer_json() -> Value {
             "merges": merges
         }
     })
+}
+
+/// The tokenizer with the built-in vocabulary and the `learned` merges.
+pub fn tokenizer(learned: &[Merge]) -> Result<Tokenizer> {
+    Tokenizer::from_str(&tokenizer_json(learned).to_string())
+        .map_err(|e| Error::invalid("tokenizer", e.to_string()))
+}
+
+/// Learns up to `count` merges from `texts`, after the built-in ones: the texts are split
+/// into words as the tokenizer splits them (special tokens apart), each word is spelled with
+/// the built-in vocabulary, and the most frequent adjacent pair (ties: the smaller pair) is
+/// merged, until `count` merges or no pair occurs twice. A pair whose merge would spell a
+/// token the vocabulary already has is not taken. The same texts give the same merges.
+pub fn learn_merges(texts: &[String], count: usize) -> Result<Vec<Merge>> {
+    let base = tokenizer(&[])?;
+    let failed = |e: tokenizers::Error| Error::invalid("tokenizer corpus", e.to_string());
+    let pre = base
+        .get_pre_tokenizer()
+        .ok_or_else(|| Error::invalid("tokenizer", "no pre-tokenizer"))?;
+    let mut counts: HashMap<Vec<String>, usize> = HashMap::new();
+    for text in texts {
+        for piece in split_special(text) {
+            // As the tokenizer reads text: normalised (NFC) before it is split into words.
+            let mut normalized = NormalizedString::from(piece);
+            if let Some(normalizer) = base.get_normalizer() {
+                normalizer.normalize(&mut normalized).map_err(failed)?;
+            }
+            let mut words = PreTokenizedString::from(normalized.get());
+            pre.pre_tokenize(&mut words).map_err(failed)?;
+            for (word, _, _) in words.get_splits(OffsetReferential::Original, OffsetType::Byte) {
+                let spelled = base.get_model().tokenize(word).map_err(failed)?;
+                let symbols: Vec<String> = spelled.into_iter().map(|t| t.value).collect();
+                if symbols.len() > 1 {
+                    *counts.entry(symbols).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut words: Vec<(Vec<String>, usize)> = counts.into_iter().collect();
+    words.sort();
+    let mut known: HashSet<String> = base.get_vocab(true).into_keys().collect();
+    let mut learned = Vec::new();
+    while learned.len() < count {
+        let mut pairs: HashMap<(&str, &str), usize> = HashMap::new();
+        for (symbols, n) in &words {
+            for pair in symbols.windows(2) {
+                *pairs.entry((&pair[0], &pair[1])).or_default() += n;
+            }
+        }
+        let best = pairs
+            .into_iter()
+            .filter(|((l, r), n)| *n >= 2 && !known.contains(&format!("{l}{r}")))
+            .max_by(|(a, na), (b, nb)| na.cmp(nb).then_with(|| b.cmp(a)));
+        let Some(((left, right), _)) = best else {
+            break;
+        };
+        let (left, right) = (left.to_owned(), right.to_owned());
+        let joined = format!("{left}{right}");
+        for (symbols, _) in &mut words {
+            let mut i = 0;
+            while i + 1 < symbols.len() {
+                if symbols[i] == left && symbols[i + 1] == right {
+                    symbols[i] = joined.clone();
+                    symbols.remove(i + 1);
+                }
+                i += 1;
+            }
+        }
+        known.insert(joined);
+        learned.push((left, right));
+    }
+    Ok(learned)
+}
+
+/// `text` without its added tokens: the pieces between them.
+fn split_special(text: &str) -> Vec<&str> {
+    let mut pieces = vec![text];
+    for (token, _) in ADDED {
+        pieces = pieces.iter().flat_map(|p| p.split(token)).collect();
+    }
+    pieces.retain(|p| !p.is_empty());
+    pieces
 }
 
 /// ChatML with tools, in the Qwen2.5 style: tool signatures in the system turn, calls as
@@ -232,14 +349,10 @@ pub(crate) fn generation_config_json() -> Value {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::str::FromStr;
-
-    use tokenizers::Tokenizer;
-
     use super::*;
 
-    fn tokenizer() -> Tokenizer {
-        Tokenizer::from_str(&tokenizer_json().to_string()).unwrap()
+    fn base() -> Tokenizer {
+        tokenizer(&[]).unwrap()
     }
 
     #[test]
@@ -254,7 +367,7 @@ mod tests {
 
     #[test]
     fn loads_and_round_trips_text() {
-        let tok = tokenizer();
+        let tok = base();
         assert_eq!(tok.get_vocab_size(true), VOCAB_SIZE);
         for text in [
             "Hello, world",
@@ -272,7 +385,7 @@ mod tests {
 
     #[test]
     fn special_tokens_are_single_ids() {
-        let tok = tokenizer();
+        let tok = base();
         let (start, end) = (
             added_token_id(IM_START).unwrap(),
             added_token_id(IM_END).unwrap(),
@@ -286,6 +399,56 @@ mod tests {
         assert_eq!(tok.decode(&ids, false).unwrap(), text);
         assert_eq!(tok.decode(&ids, true).unwrap(), "user\nHi\n");
         assert!(ids.iter().all(|i| (*i as usize) < VOCAB_SIZE));
+    }
+
+    #[test]
+    fn learned_merges_spell_the_corpus_words_whole_and_keep_the_built_in_ids() {
+        let texts: Vec<String> = (0..40)
+            .map(|i| {
+                format!(
+                    "<|im_start|>assistant\n<tool_call>\n{{\"name\": \"refund_order\", \
+                     \"arguments\": {{\"order\": \"{i:05}\"}}}}\n</tool_call><|im_end|>\n"
+                )
+            })
+            .collect();
+        let merges = learn_merges(&texts, 500).unwrap();
+        assert_eq!(merges, learn_merges(&texts, 500).unwrap());
+        // Every repeated word merged whole, then nothing occurs twice any more.
+        assert!((10..500).contains(&merges.len()), "{}", merges.len());
+        assert_eq!(learn_merges(&texts, 5).unwrap(), merges[..5]);
+
+        let (plain, learned) = (base(), tokenizer(&merges).unwrap());
+        assert_eq!(learned.get_vocab_size(true), VOCAB_SIZE + merges.len());
+        for (token, id) in plain.get_vocab(true) {
+            assert_eq!(learned.token_to_id(&token), Some(id), "{token}");
+        }
+        let text = texts[7].as_str();
+        let before = plain.encode(text, false).unwrap().len();
+        let ids = learned.encode(text, false).unwrap().get_ids().to_vec();
+        assert!(
+            ids.len() * 2 < before,
+            "{} tokens against {before}",
+            ids.len()
+        );
+        assert_eq!(learned.decode(&ids, false).unwrap(), text);
+        let call = learned
+            .encode(" \"refund_order\", \"arguments", false)
+            .unwrap();
+        assert_eq!(
+            call.get_tokens(),
+            ["Ġ\"", "refund", "_order", "\",", "Ġ\"", "arguments"]
+        );
+        // Special tokens are never parts of a merge; digits stay single.
+        assert!(
+            merges
+                .iter()
+                .all(|(l, r)| !l.contains("im_") && !r.contains("im_"))
+        );
+        assert!(
+            merges
+                .iter()
+                .all(|(l, r)| !format!("{l}{r}").contains("00"))
+        );
     }
 
     #[test]

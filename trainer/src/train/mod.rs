@@ -14,7 +14,8 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 
 use crate::data::{
-    ChatFormat, Example, ExampleStats, Placeholders, build_examples, read_lake, render_step,
+    ChatFormat, Example, ExampleStats, Placeholders, assign_credit, build_examples, read_lake,
+    render_step,
 };
 use crate::manifest::{self, Manifest, RewardVersions};
 use crate::model::{Adapter, LoadOptions, Model, Span, TokenStats};
@@ -114,10 +115,11 @@ fn train(
         config.max_len,
     )?;
     let credited = step_returns(&data.steps, &data.rewards, &config.rewards)?;
-    let (examples, returns): (Vec<Example>, Vec<f64>) = examples
+    let (mut examples, returns): (Vec<Example>, Vec<f64>) = examples
         .into_iter()
         .filter_map(|e| credited.of(&e.key()).map(|g| (e, g)))
         .unzip();
+    assign_credit(&mut examples, &chat, config.credit)?;
     if examples.is_empty() {
         let names: Vec<&str> = config.rewards.weights.keys().map(String::as_str).collect();
         return Err(Error::EmptySelection(format!(
@@ -209,7 +211,7 @@ fn train(
         let metrics = StepMetrics {
             step,
             total_steps,
-            loss: sums.loss / tokens,
+            loss: sums.loss,
             reward_mean: mean_std(&step_returns).0,
             advantage_mean: adv_mean,
             advantage_std: adv_std,
@@ -368,6 +370,8 @@ impl Order {
 /// Sums over one optimizer step.
 struct StepSums {
     grads: Vec<Tensor>,
+    /// The step's loss (already a mean: the policy term over the credited tokens, the KL
+    /// penalty over every completion token).
     loss: f64,
     kl: f64,
     entropy: f64,
@@ -388,8 +392,14 @@ fn accumulate(
     step: u64,
 ) -> Result<StepSums> {
     let vars = lora.vars();
+    // The mean over the tokens the reward is credited to (every completion token unless
+    // weighted).
+    // The policy term is a mean over the tokens the reward is credited to (every completion
+    // token unless weighted), the KL penalty a mean over every completion token.
     let total_tokens: usize = batch.iter().map(|(e, _)| e.completion_len()).sum();
-    let scale = 1.0 / total_tokens.max(1) as f64;
+    let credited: f64 = batch.iter().map(|(e, _)| e.credited_tokens()).sum();
+    let policy_scale = if credited > 0.0 { 1.0 / credited } else { 0.0 };
+    let kl_scale = config.loss.kl_coef / total_tokens.max(1) as f64;
     let mut sums = StepSums {
         grads: vars
             .iter()
@@ -461,7 +471,22 @@ fn accumulate(
                     *advantage,
                     &config.loss,
                 )?;
-                let row_loss = terms.loss.sum_all()?;
+                let policy = match &e.weights {
+                    Some(w) if w.len() == n => terms
+                        .policy
+                        .mul(&Tensor::new(w.as_slice(), device)?.to_dtype(lp.dtype())?)?
+                        .sum_all()?,
+                    Some(w) => {
+                        return Err(Error::invalid(
+                            "weights",
+                            format!("{} token weights for {n} completion tokens", w.len()),
+                        ));
+                    }
+                    None => terms.policy.sum_all()?,
+                };
+                let row_loss = policy
+                    .affine(policy_scale, 0.0)?
+                    .add(&terms.kl.sum_all()?.affine(kl_scale, 0.0)?)?;
                 sums.loss += scalar(&row_loss)?;
                 sums.kl += scalar(&terms.kl.sum_all()?)?;
                 sums.entropy += scalar(&stats.entropy.narrow(0, offset, n)?.sum_all()?)?;
@@ -471,10 +496,7 @@ fn accumulate(
                 });
                 offset += n;
             }
-            match loss_sum {
-                Some(loss) => Ok(loss.affine(scale, 0.0)?),
-                None => Err(Error::invalid("batch", "a micro-batch without examples")),
-            }
+            loss_sum.ok_or_else(|| Error::invalid("batch", "a micro-batch without examples"))
         };
         let grads = model.backward(
             &input,

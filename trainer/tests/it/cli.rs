@@ -120,6 +120,63 @@ fn init_model_writes_a_working_tokenizer_and_chat_settings() {
 }
 
 #[test]
+fn init_model_learns_merges_from_a_corpus() {
+    let root = tempfile::tempdir().unwrap();
+    let corpus = root.path().join("corpus.txt");
+    let call = "<tool_call>\n{\"name\": \"refund_order\", \"arguments\": {\"order\": \"8812\"}}\n</tool_call>\n";
+    std::fs::write(&corpus, call.repeat(30)).unwrap();
+    let dir = root.path().join("m");
+    let out = atdp_train(&[
+        "init-model",
+        "--arch",
+        "qwen2",
+        "--tiny",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--merges",
+        "40",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tok = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    let config = ModelConfig::from_file(&dir).unwrap();
+    // Up to 40: learning stops once no pair occurs twice.
+    assert!(
+        (310..=340).contains(&config.vocab_size),
+        "{}",
+        config.vocab_size
+    );
+    assert_eq!(tok.get_vocab_size(true), config.vocab_size);
+    // The built-in ids stay; the corpus's words are single tokens now.
+    assert_eq!(tok.token_to_id("<|im_start|>"), Some(296));
+    assert_eq!(tok.token_to_id("<|im_end|>"), Some(297));
+    let ids = tok.encode(call, false).unwrap().get_ids().to_vec();
+    assert!(ids.len() < 30, "{} tokens", ids.len());
+    assert!(ids.iter().any(|&id| id >= 300));
+    assert_eq!(tok.decode(&ids, false).unwrap(), call);
+    let model = Model::load(&dir, &LoadOptions::default()).unwrap();
+    let logits = model.forward(&batch(&[&ids]), Adapter::Off).unwrap();
+    assert_eq!(logits.dims(), &[1, ids.len(), config.vocab_size]);
+
+    // A corpus without a count, or a count without a corpus, is refused.
+    let out = atdp_train(&[
+        "init-model",
+        "--arch",
+        "qwen2",
+        "--tiny",
+        "--merges",
+        "4",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--corpus"));
+}
+
+#[test]
 fn init_model_size_flags_override_the_preset() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("m");

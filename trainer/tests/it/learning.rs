@@ -241,3 +241,93 @@ fn grpo_raises_the_rewarded_reply_and_lowers_the_punished_one() {
     assert_eq!(metrics.lines().count(), 10);
     assert!(setup.out("run").join("report.html").exists());
 }
+
+/// A reply calling `name` (the same arguments every time).
+fn call(name: &str) -> Message {
+    Message {
+        role: "assistant".into(),
+        tool_calls: vec![atdp_schema::ToolCall {
+            id: "call_1".into(),
+            name: name.into(),
+            arguments: r#"{"order": "8812"}"#.into(),
+        }],
+        ..Message::default()
+    }
+}
+
+/// Mean log-prob per completion token of answering [`prompt`] with `reply`.
+fn call_log_prob(model: &Model, chat: &ChatFormat, adapter: Adapter<'_>, reply: Message) -> f64 {
+    let (mut s, _) = episode("", 0.0, None, 0);
+    s.response_message = Some(reply);
+    let (examples, _) = build_examples(&[s], chat, 300, 512).unwrap();
+    let e = &examples[0];
+    let input = Tensor::new(e.tokens.as_slice(), model.device())
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let lp = model.next_token_log_probs(&input, adapter).unwrap();
+    let n = e.completion_len();
+    let lp = lp.get(0).unwrap().narrow(0, e.prompt_len - 1, n).unwrap();
+    lp.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64 / n as f64
+}
+
+#[test]
+fn crediting_only_a_calls_choices_still_learns_which_tool_to_call() {
+    let setup = Setup::new();
+    let base = 1_795_910_400_000_000;
+    let mut records = Vec::new();
+    for i in 0..2 {
+        for (j, (name, value)) in [("refund", 1.0), ("search", -1.0)].into_iter().enumerate() {
+            let (mut s, r) = episode("", value, Some("v1"), base + (2 * i + j) as i64 * 1_000_000);
+            s.response_message = Some(call(name));
+            records.push(s.into());
+            records.push(r.into());
+        }
+    }
+    write_lake(&setup.lake(), records);
+    let config = setup.config(
+        "run",
+        r#"
+        [select]
+        tenant = "acme"
+        [rewards]
+        weights = { ok = 1.0 }
+        [objective]
+        kind = "grpo"
+        tool_call_credit = "tool_choices"
+        [train]
+        steps = 10
+        lr = 0.05
+        min_lr_ratio = 1.0
+        batch_size = 4
+        seed = 3
+        [lora]
+        r = 4
+        alpha = 8
+        "#,
+    );
+    let mut lines = Vec::new();
+    atdp_trainer::run(&config, &TrainOptions::default(), &mut |m| {
+        lines.push(m.clone())
+    })
+    .unwrap();
+    assert!(lines.iter().all(|m| m.loss.is_finite()));
+
+    let model = Model::load(setup.model(), &LoadOptions::default()).unwrap();
+    let chat = ChatFormat::load(setup.model()).unwrap();
+    let trained: Lora = load_adapter(setup.out("run"), &model).unwrap();
+    let lp = |adapter, name| call_log_prob(&model, &chat, adapter, call(name));
+    let good = lp(Adapter::On(&trained), "refund") - lp(Adapter::Off, "refund");
+    let bad = lp(Adapter::On(&trained), "search") - lp(Adapter::Off, "search");
+    eprintln!("rewarded call {good:+.3}, punished call {bad:+.3} nats per token");
+    assert!(good > bad + 0.2, "rewarded {good}, punished {bad}");
+
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(setup.out("run").join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["hyper_parameters"]["tool_call_credit"],
+        "tool_choices"
+    );
+}
