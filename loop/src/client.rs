@@ -28,6 +28,15 @@ impl ChatMessage {
             content: content.into(),
         }
     }
+
+    /// The message as the lake records it (and chat templates render it).
+    pub fn to_record(&self) -> atdp_schema::Message {
+        atdp_schema::Message {
+            role: self.role.clone(),
+            content: Some(self.content.clone()),
+            ..Default::default()
+        }
+    }
 }
 
 /// A first request as a chat template renders it: messages and the tools offered.

@@ -254,11 +254,7 @@ impl Env {
             let mut messages: Vec<atdp_schema::Message> = request
                 .messages
                 .iter()
-                .map(|m| atdp_schema::Message {
-                    role: m.role.clone(),
-                    content: Some(m.content.clone()),
-                    ..Default::default()
-                })
+                .map(ChatMessage::to_record)
                 .collect();
             if request.tools.is_empty() {
                 texts.push(chat.render(&messages, &[], true)?);

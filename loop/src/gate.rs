@@ -336,14 +336,7 @@ pub fn request_ids(
     messages: &[ChatMessage],
     tools: &[atdp_schema::Tool],
 ) -> Result<Vec<u32>> {
-    let messages: Vec<atdp_schema::Message> = messages
-        .iter()
-        .map(|m| atdp_schema::Message {
-            role: m.role.clone(),
-            content: Some(m.content.clone()),
-            ..Default::default()
-        })
-        .collect();
+    let messages: Vec<atdp_schema::Message> = messages.iter().map(ChatMessage::to_record).collect();
     Ok(chat.encode(&chat.render(&messages, tools, true)?)?)
 }
 

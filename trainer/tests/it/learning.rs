@@ -159,7 +159,18 @@ pub fn write_lake(lake: &Path, records: Vec<Record>) {
 
 /// Mean log-prob per completion token of replying `text` to [`prompt`].
 pub fn reply_log_prob(model: &Model, chat: &ChatFormat, adapter: Adapter<'_>, text: &str) -> f64 {
-    let (s, _) = episode(text, 0.0, None, 0);
+    message_log_prob(model, chat, adapter, reply(text))
+}
+
+/// Mean log-prob per completion token of answering [`prompt`] with `message`.
+fn message_log_prob(
+    model: &Model,
+    chat: &ChatFormat,
+    adapter: Adapter<'_>,
+    message: Message,
+) -> f64 {
+    let (mut s, _) = episode("", 0.0, None, 0);
+    s.response_message = Some(message);
     let (examples, _) = build_examples(&[s], chat, 300, 512).unwrap();
     let e = &examples[0];
     let input = Tensor::new(e.tokens.as_slice(), model.device())
@@ -255,22 +266,6 @@ fn call(name: &str) -> Message {
     }
 }
 
-/// Mean log-prob per completion token of answering [`prompt`] with `reply`.
-fn call_log_prob(model: &Model, chat: &ChatFormat, adapter: Adapter<'_>, reply: Message) -> f64 {
-    let (mut s, _) = episode("", 0.0, None, 0);
-    s.response_message = Some(reply);
-    let (examples, _) = build_examples(&[s], chat, 300, 512).unwrap();
-    let e = &examples[0];
-    let input = Tensor::new(e.tokens.as_slice(), model.device())
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let lp = model.next_token_log_probs(&input, adapter).unwrap();
-    let n = e.completion_len();
-    let lp = lp.get(0).unwrap().narrow(0, e.prompt_len - 1, n).unwrap();
-    lp.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64 / n as f64
-}
-
 #[test]
 fn crediting_only_a_calls_choices_still_learns_which_tool_to_call() {
     let setup = Setup::new();
@@ -316,7 +311,7 @@ fn crediting_only_a_calls_choices_still_learns_which_tool_to_call() {
     let model = Model::load(setup.model(), &LoadOptions::default()).unwrap();
     let chat = ChatFormat::load(setup.model()).unwrap();
     let trained: Lora = load_adapter(setup.out("run"), &model).unwrap();
-    let lp = |adapter, name| call_log_prob(&model, &chat, adapter, call(name));
+    let lp = |adapter, name| message_log_prob(&model, &chat, adapter, call(name));
     let good = lp(Adapter::On(&trained), "refund") - lp(Adapter::Off, "refund");
     let bad = lp(Adapter::On(&trained), "search") - lp(Adapter::Off, "search");
     eprintln!("rewarded call {good:+.3}, punished call {bad:+.3} nats per token");
