@@ -392,8 +392,6 @@ fn accumulate(
     step: u64,
 ) -> Result<StepSums> {
     let vars = lora.vars();
-    // The mean over the tokens the reward is credited to (every completion token unless
-    // weighted).
     // The policy term is a mean over the tokens the reward is credited to (every completion
     // token unless weighted), the KL penalty a mean over every completion token.
     let total_tokens: usize = batch.iter().map(|(e, _)| e.completion_len()).sum();
