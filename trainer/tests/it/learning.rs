@@ -119,21 +119,47 @@ pub fn episode(text: &str, value: f64, version: Option<&str>, at: i64) -> (Step,
 
 /// `n` episodes answering [`GOOD`] (+1) and `n` answering [`BAD`] (−1).
 pub fn good_and_bad(n: usize) -> Vec<Record> {
+    rewarded_pairs(n, &reply(GOOD), &reply(BAD))
+}
+
+/// `n` episodes answering [`prompt`] with `good` (+1) and `n` with `bad` (−1), alternating.
+fn rewarded_pairs(n: usize, good: &Message, bad: &Message) -> Vec<Record> {
     let base = 1_795_910_400_000_000; // 2026-11-29
     let mut records = Vec::new();
     for i in 0..n {
-        for (j, (text, value)) in [(GOOD, 1.0), (BAD, -1.0)].into_iter().enumerate() {
-            let (s, r) = episode(
-                text,
-                value,
-                Some("v1"),
-                base + (2 * i + j) as i64 * 1_000_000,
-            );
+        for (j, (message, value)) in [(good, 1.0), (bad, -1.0)].into_iter().enumerate() {
+            let (mut s, r) = episode("", value, Some("v1"), base + (2 * i + j) as i64 * 1_000_000);
+            s.response_message = Some(message.clone());
             records.push(s.into());
             records.push(r.into());
         }
     }
     records
+}
+
+/// The settings of a ten-step GRPO run on the `ok` reward, `objective` added to its
+/// `[objective]`.
+fn ten_grpo_steps(objective: &str) -> String {
+    format!(
+        r#"
+        [select]
+        tenant = "acme"
+        [rewards]
+        weights = {{ ok = 1.0 }}
+        [objective]
+        kind = "grpo"
+        {objective}
+        [train]
+        steps = 10
+        lr = 0.05
+        min_lr_ratio = 1.0
+        batch_size = 4
+        seed = 3
+        [lora]
+        r = 4
+        alpha = 8
+        "#
+    )
 }
 
 /// Writes `records` to the lake at `lake` (small segments, flushed and shut down).
@@ -187,26 +213,7 @@ fn message_log_prob(
 fn grpo_raises_the_rewarded_reply_and_lowers_the_punished_one() {
     let setup = Setup::new();
     write_lake(&setup.lake(), good_and_bad(2));
-    let config = setup.config(
-        "run",
-        r#"
-        [select]
-        tenant = "acme"
-        [rewards]
-        weights = { ok = 1.0 }
-        [objective]
-        kind = "grpo"
-        [train]
-        steps = 10
-        lr = 0.05
-        min_lr_ratio = 1.0
-        batch_size = 4
-        seed = 3
-        [lora]
-        r = 4
-        alpha = 8
-        "#,
-    );
+    let config = setup.config("run", &ten_grpo_steps(""));
     let mut lines = Vec::new();
     let report = atdp_trainer::run(&config, &TrainOptions::default(), &mut |m| {
         lines.push(m.clone())
@@ -269,37 +276,13 @@ fn call(name: &str) -> Message {
 #[test]
 fn crediting_only_a_calls_choices_still_learns_which_tool_to_call() {
     let setup = Setup::new();
-    let base = 1_795_910_400_000_000;
-    let mut records = Vec::new();
-    for i in 0..2 {
-        for (j, (name, value)) in [("refund", 1.0), ("search", -1.0)].into_iter().enumerate() {
-            let (mut s, r) = episode("", value, Some("v1"), base + (2 * i + j) as i64 * 1_000_000);
-            s.response_message = Some(call(name));
-            records.push(s.into());
-            records.push(r.into());
-        }
-    }
-    write_lake(&setup.lake(), records);
+    write_lake(
+        &setup.lake(),
+        rewarded_pairs(2, &call("refund"), &call("search")),
+    );
     let config = setup.config(
         "run",
-        r#"
-        [select]
-        tenant = "acme"
-        [rewards]
-        weights = { ok = 1.0 }
-        [objective]
-        kind = "grpo"
-        tool_call_credit = "tool_choices"
-        [train]
-        steps = 10
-        lr = 0.05
-        min_lr_ratio = 1.0
-        batch_size = 4
-        seed = 3
-        [lora]
-        r = 4
-        alpha = 8
-        "#,
+        &ten_grpo_steps("tool_call_credit = \"tool_choices\""),
     );
     let mut lines = Vec::new();
     atdp_trainer::run(&config, &TrainOptions::default(), &mut |m| {
