@@ -7,9 +7,11 @@
 //! A key's calls in flight are bounded so that one key cannot take every connection and
 //! buffer of the proxy from the others. Large bodies are parsed and masked off the worker
 //! threads, a bounded number at a time ([`HeavyWork`]), so that they cannot take the workers
-//! from small calls either.
+//! from small calls either. Shadow copies have places of their own ([`ShadowSlots`]), a
+//! bounded number per tenant.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -193,6 +195,73 @@ impl HeavyWork {
     }
 }
 
+/// Most shadow copies in flight at once.
+pub const SHADOW_MAX_IN_FLIGHT: usize = 32;
+
+/// Most shadow copies of one tenant in flight at once.
+pub const SHADOW_MAX_PER_TENANT: u32 = 8;
+
+/// Places for shadow copies: at most `total` in flight, and at most `per_tenant` of them
+/// for one tenant, so that one tenant's traffic cannot take the places of every other.
+#[derive(Debug)]
+pub struct ShadowSlots {
+    total: usize,
+    per_tenant: u32,
+    in_flight: Arc<AtomicUsize>,
+    tenants: InFlight,
+}
+
+/// One shadow copy in flight; its places come back when it is dropped.
+#[derive(Debug)]
+pub struct ShadowSlot {
+    in_flight: Arc<AtomicUsize>,
+    _tenant: InFlightSlot,
+}
+
+impl ShadowSlots {
+    /// Places for `total` copies, `per_tenant` of them for one tenant.
+    pub fn new(total: usize, per_tenant: u32) -> ShadowSlots {
+        ShadowSlots {
+            total,
+            per_tenant,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            tenants: InFlight::default(),
+        }
+    }
+
+    /// A place for a copy of `tenant`'s, when both the tenant and the whole have one free.
+    pub fn enter(&self, tenant: &str) -> Option<ShadowSlot> {
+        let tenant = self.tenants.enter(tenant, self.per_tenant)?;
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.total).then_some(n + 1)
+            })
+            .ok()?;
+        Some(ShadowSlot {
+            in_flight: self.in_flight.clone(),
+            _tenant: tenant,
+        })
+    }
+
+    /// Copies in flight, of every tenant.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+}
+
+impl Default for ShadowSlots {
+    /// [`SHADOW_MAX_IN_FLIGHT`] places, [`SHADOW_MAX_PER_TENANT`] of them for one tenant.
+    fn default() -> ShadowSlots {
+        ShadowSlots::new(SHADOW_MAX_IN_FLIGHT, SHADOW_MAX_PER_TENANT)
+    }
+}
+
+impl Drop for ShadowSlot {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +309,24 @@ mod tests {
             std::mem::forget(slots.enter("unlimited", 0).unwrap());
         }
         assert_eq!(slots.count("unlimited"), 10);
+    }
+
+    #[test]
+    fn one_tenant_cannot_take_every_shadow_place() {
+        let slots = ShadowSlots::new(3, 2);
+        let a1 = slots.enter("a").unwrap();
+        let a2 = slots.enter("a").unwrap();
+        assert!(slots.enter("a").is_none(), "a has its two places");
+        let b1 = slots.enter("b").unwrap();
+        assert_eq!(slots.in_flight(), 3);
+        assert!(slots.enter("c").is_none(), "all three places are taken");
+        assert_eq!(slots.tenants.count("c"), 0, "a refused tenant holds no place");
+        drop(a1);
+        let c1 = slots.enter("c").unwrap();
+        assert!(slots.enter("a").is_none());
+        drop((a2, b1, c1));
+        assert_eq!(slots.in_flight(), 0);
+        assert!(slots.tenants.counts.lock().unwrap().is_empty());
     }
 
     #[tokio::test(flavor = "current_thread")]

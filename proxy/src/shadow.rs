@@ -12,10 +12,15 @@
 //! consent would have let it be), `policy_version` the shadow's. Its audit event
 //! (`request_allowed`, with `shadow_of` in its detail) is written before it leaves, durable in
 //! strict audit mode. The header is taken off every reply, so no client sees it; from an
-//! upstream that is not internal it is ignored. At most
-//! [`MAX_IN_FLIGHT`] copies run at once, a copy beyond that is skipped, and none starts under
-//! back-pressure or while the proxy shuts down; each ends counted in
-//! `atdp_shadow_calls_total` (`recorded`, `failed`, `skipped`).
+//! upstream that is not internal it is ignored.
+//!
+//! A copy spends the tenant's token budget like a call (its tokens are charged once it has
+//! answered; the key is not charged, it did not ask for the copy), and none starts while that
+//! budget is spent. At most [`SHADOW_MAX_IN_FLIGHT`](crate::limits::SHADOW_MAX_IN_FLIGHT)
+//! copies run at once, [`SHADOW_MAX_PER_TENANT`](crate::limits::SHADOW_MAX_PER_TENANT) of one
+//! tenant's; a copy beyond that is skipped, as is one under back-pressure or while the proxy
+//! shuts down. Each ends counted in `atdp_shadow_calls_total` (`recorded`, `failed`,
+//! `skipped`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,15 +30,14 @@ use atdp_policies::VaultItem;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use crate::limits::ShadowSlot;
+use crate::stages::admit::tenant_token_bucket;
 use crate::stages::forward::COPY_HEADER;
 use crate::stages::record::{SHADOW_TAG, StepStart, decision_event, now_micros};
 use crate::stages::restore::Pump;
 use crate::state::State;
 use crate::upstream::{Dispatch, Upstreams};
 use crate::wire::{Added, RequestView};
-
-/// Most shadow copies in flight at once.
-pub const MAX_IN_FLIGHT: usize = 32;
 
 /// A served call whose copy is to be answered in shadow.
 pub struct Copy {
@@ -58,38 +62,26 @@ pub struct Copy {
     pub policies: Vec<String>,
 }
 
-/// Counts a copy in flight while it lives.
-struct Slot(Arc<State>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.shadows_in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Starts the copy on a task of its own, or skips it (too many in flight, back-pressure,
-/// shutting down).
+/// Starts the copy on a task of its own, or skips it (the tenant's token budget spent, no
+/// place free, back-pressure, shutting down).
 pub fn spawn(state: &Arc<State>, upstreams: &Arc<Upstreams>, copy: Copy) {
-    if state.draining.load(Ordering::SeqCst) || state.backlogged() {
+    let tenant = &copy.served.tenant_id;
+    let budget = state.config.limits.tenant_tokens_per_minute;
+    if state.draining.load(Ordering::SeqCst)
+        || state.backlogged()
+        || state.limiter.check(&tenant_token_bucket(tenant), budget).is_err()
+    {
         state.metrics.shadow("skipped");
         return;
     }
-    let taken = state
-        .shadows_in_flight
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < MAX_IN_FLIGHT).then_some(n + 1)
-        });
-    if taken.is_err() {
+    let Some(slot) = state.shadows.enter(tenant) else {
         state.metrics.shadow("skipped");
         return;
-    }
-    let slot = Slot(state.clone());
-    let upstreams = upstreams.clone();
+    };
+    let (state, upstreams) = (state.clone(), upstreams.clone());
     tokio::spawn(async move {
-        let state = slot.0.clone();
-        let outcome = run(&state, &upstreams, copy).await;
+        let outcome = run(&state, &upstreams, copy, slot).await;
         state.metrics.shadow(outcome);
-        drop(slot);
     });
 }
 
@@ -103,7 +95,13 @@ fn copy_body(body: &[u8], model: &str) -> Option<Bytes> {
 }
 
 /// Sends the copy and records its reply; returns how it ended.
-async fn run(state: &Arc<State>, upstreams: &Upstreams, copy: Copy) -> &'static str {
+/// The place is held until the step is queued for recording.
+async fn run(
+    state: &Arc<State>,
+    upstreams: &Upstreams,
+    copy: Copy,
+    slot: ShadowSlot,
+) -> &'static str {
     let Some(body) = copy_body(&copy.body, &copy.model) else {
         return "failed";
     };
@@ -163,12 +161,21 @@ async fn run(state: &Arc<State>, upstreams: &Upstreams, copy: Copy) -> &'static 
     let outcome = upstreams.exchange_unseen(&dispatch, body, &mut pump).await;
     let failure = outcome.err().map(|f| (f.from_upstream, f.kind));
     let end = pump.finish(failure);
+    if let Some(response) = &end.response {
+        let tokens = response.prompt_tokens.unwrap_or(0) + response.completion_tokens.unwrap_or(0);
+        state.limiter.charge(
+            &tenant_token_bucket(&start.tenant_id),
+            state.config.limits.tenant_tokens_per_minute,
+            u64::try_from(tokens).unwrap_or(0),
+        );
+    }
     let ended = if end.status == "ok" {
         "recorded"
     } else {
         "failed"
     };
     state.record_step(start, copy.request, end).await;
+    drop(slot);
     ended
 }
 

@@ -11,7 +11,7 @@ use atdp_schema::AuditEvent;
 use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::grouping::Trajectories;
-use crate::limits::{HeavyWork, InFlight, RateLimiter};
+use crate::limits::{HeavyWork, InFlight, RateLimiter, ShadowSlots};
 use crate::metrics::Metrics;
 use crate::recorder::{Job, Recorder, Sink};
 use crate::stages::record::{StepEnd, StepStart, build_step, store_step};
@@ -43,8 +43,8 @@ pub struct State {
     pub metrics: Metrics,
     /// Requests being handled now.
     pub in_flight: AtomicUsize,
-    /// Shadow copies in flight (`crate::shadow`).
-    pub shadows_in_flight: AtomicUsize,
+    /// Places for shadow copies (`crate::shadow`).
+    pub shadows: ShadowSlots,
     /// Set once a graceful shutdown starts: new requests get 503.
     pub draining: AtomicBool,
     /// The queue to the recording thread.
@@ -116,7 +116,7 @@ impl State {
             heavy: HeavyWork::for_this_machine(),
             metrics: Metrics::default(),
             in_flight: AtomicUsize::new(0),
-            shadows_in_flight: AtomicUsize::new(0),
+            shadows: ShadowSlots::default(),
             draining: AtomicBool::new(false),
             recorder,
             config,

@@ -25,9 +25,14 @@ impl Caller {
     pub fn token_buckets(&self) -> (String, String) {
         (
             format!("key-tokens:{}", self.key_hash),
-            format!("tokens:{}", self.identity.tenant),
+            tenant_token_bucket(&self.identity.tenant),
         )
     }
+}
+
+/// The name of a tenant's token bucket.
+pub fn tenant_token_bucket(tenant: &str) -> String {
+    format!("tokens:{tenant}")
 }
 
 /// Finds and checks the API key: `Authorization: Bearer …` or `x-api-key`.

@@ -246,3 +246,43 @@ fn in_strict_audit_mode_a_copy_leaves_only_after_its_event_is_durable() {
     assert!(request.contains("<PHONE_NUMBER_"), "{request}");
     assert!(!request.contains("7946"), "{request}");
 }
+
+#[test]
+fn a_copy_spends_the_tenants_token_budget_and_none_leaves_once_it_is_spent() {
+    let upstream = Upstream::start();
+    // What one served call costs, from a proxy without budgets.
+    let free = Proxy::start(upstream.port, &["--upstream-trust", "internal"]);
+    let cost = chat(free.port, "[[shadow]] hello", false).json()["usage"]["total_tokens"]
+        .as_u64()
+        .unwrap();
+    let _ = free.stop();
+    assert_eq!(upstream_chats(&upstream, 2).len(), 2);
+
+    // A budget of one and a half calls a minute: the served call leaves some, the copy takes
+    // the rest, and the tenant's next call waits.
+    let budget = (cost * 3 / 2).to_string();
+    let proxy = Proxy::start(
+        upstream.port,
+        &["--upstream-trust", "internal", "--tenant-tpm", &budget],
+    );
+    assert_eq!(chat(proxy.port, "[[shadow]] hello", false).status, 200);
+    assert_eq!(upstream_chats(&upstream, 4).len(), 4, "the copy left");
+    // The copy is charged once it has answered.
+    std::thread::sleep(Duration::from_millis(500));
+    let limited = chat(proxy.port, "[[shadow]] hello", false);
+    assert_eq!(limited.status, 429);
+    let _ = proxy.stop();
+
+    // A call that spends the budget itself is served, and its copy does not leave.
+    let proxy = Proxy::start(
+        upstream.port,
+        &["--upstream-trust", "internal", "--tenant-tpm", "1"],
+    );
+    assert_eq!(chat(proxy.port, "[[shadow]] hello", false).status, 200);
+    std::thread::sleep(Duration::from_millis(500));
+    let data = proxy.stop();
+    assert_eq!(upstream_chats(&upstream, 5).len(), 5, "no copy left");
+    let steps = read_lake(data.path()).steps;
+    assert_eq!(steps.len(), 1);
+    assert!(!steps[0].tags.contains_key("shadow_of"));
+}
