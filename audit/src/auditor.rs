@@ -90,8 +90,7 @@ impl Auditor {
     /// other auditors' logins or their searches across tenants. The console's audit page and
     /// `atdp-audit sql` read through this one filter.
     pub fn visible_rows(&self, table: Table) -> Expr {
-        let tenants =
-            col("tenant_id").in_list(self.tenants.iter().map(|t| lit(t.clone())).collect(), false);
+        let tenants = tenant_in(&self.tenants);
         match table {
             Table::Audit => {
                 let policy_change =

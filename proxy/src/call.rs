@@ -20,6 +20,7 @@ use crate::refusal::Refusal;
 use crate::respond::{refuse, respond_error};
 use crate::stages::admit::{self, Caller};
 use crate::stages::decide::{self, CallFacts};
+use crate::stages::mask::Outbound;
 use crate::stages::place::{Named, place};
 use crate::stages::record::{StepEnd, StepStart, decision_event, masked_request, now_micros};
 use crate::stages::restore::Pump;
@@ -101,33 +102,9 @@ async fn prepare(
     ));
     // Only the proxy marks a shadow copy, never a client.
     forwarded.retain(|(name, _)| name.as_str() != forward::COPY_HEADER);
-
-    // Mask: what the upstream is sent; the same pass gives Cedar its entity types.
-    let tenant = caller.identity.tenant.clone();
     let keys = state.keys();
-    let (trust, enabled) = (upstream.trust, state.config.mask);
-    let (task_policy, task_keys, task_tenant) = (policy.clone(), keys.clone(), tenant.clone());
-    let masked = state
-        .heavy
-        .run_if(heavy, move || {
-            let mut document = document;
-            mask::mask_outbound(
-                &task_policy,
-                &task_keys,
-                &task_tenant,
-                trust,
-                enabled,
-                &mut document,
-            )
-            .map(|outbound| (document, outbound))
-        })
-        .await;
-    let (mut document, mut outbound) = stage!(masked.unwrap_or(Err(Refusal::Internal)));
-    for entity in &outbound.found {
-        state.metrics.masked(entity);
-    }
-
-    // Decide: Cedar on the model, the fallbacks and every offer.
+    let (mut document, mut outbound) =
+        stage!(mask_for_upstream(state, &policy, &keys, &caller, &upstream, heavy, document).await);
     let decision = decide::decide(
         &policy.access,
         &caller,
@@ -139,8 +116,6 @@ async fn prepare(
             request_bytes: bytes,
         },
     );
-
-    // Place.
     let mut start = place(
         &state.trajectories,
         &caller,
@@ -152,59 +127,163 @@ async fn prepare(
     );
     start.consent = consent;
     start.sent_masked = Arc::new(std::mem::take(&mut outbound.values));
-    state
-        .trajectories
-        .note_step(&tenant, &start.trajectory_id, &start.step_id);
+    state.trajectories.note_step(
+        &caller.identity.tenant,
+        &start.trajectory_id,
+        &start.step_id,
+    );
+    let policies = decision.policies();
+    let decided = Decided {
+        model: &model,
+        upstream: &upstream,
+        entities: &outbound.entities,
+        policies: &policies,
+        denial: decision.denial(),
+        record,
+        heavy,
+    };
+    let (start, request) =
+        stage!(record_decision(state, &policy, &keys, decided, start, request).await);
+    let added = forward::prepare(api, &mut document, &model, &upstream);
+    let body = stage!(forward::body(&document));
+    let dispatch = stage!(
+        dispatch(
+            state, session, api, upstream, query, forwarded, record, &start, &request
+        )
+        .await
+    );
+    Ok(Ok(Prepared {
+        caller,
+        _slot: slot,
+        request,
+        dispatch,
+        body,
+        restore: Arc::new(outbound.restore),
+        start,
+        named,
+        record,
+        added,
+        policies,
+    }))
+}
 
-    // Record the decision: a denial ends the call here.
+/// Mask: what the upstream is sent, off the worker threads for a large body; the same pass
+/// gives Cedar its entity types.
+async fn mask_for_upstream(
+    state: &State,
+    policy: &Arc<Policy>,
+    keys: &Arc<KeyRing>,
+    caller: &Caller,
+    upstream: &Upstream,
+    heavy: bool,
+    document: Value,
+) -> std::result::Result<(Value, Outbound), Refusal> {
+    let (policy, keys, tenant) = (policy.clone(), keys.clone(), caller.identity.tenant.clone());
+    let (trust, enabled) = (upstream.trust, state.config.mask);
+    let masked = state
+        .heavy
+        .run_if(heavy, move || {
+            let mut document = document;
+            mask::mask_outbound(&policy, &keys, &tenant, trust, enabled, &mut document)
+                .map(|outbound| (document, outbound))
+        })
+        .await;
+    let (document, outbound) = masked.unwrap_or(Err(Refusal::Internal))?;
+    for entity in &outbound.found {
+        state.metrics.masked(entity);
+    }
+    Ok((document, outbound))
+}
+
+/// What the decision event says of a decided call.
+struct Decided<'a> {
+    model: &'a str,
+    upstream: &'a Upstream,
+    /// Entity types found in what the upstream is sent.
+    entities: &'a [String],
+    /// The Cedar policies behind the verdict.
+    policies: &'a [String],
+    /// Why the call is denied, when it is.
+    denial: Option<String>,
+    record: bool,
+    /// Whether the body is large (masked off the worker threads).
+    heavy: bool,
+}
+
+/// Records the decision. A denial ends the call here: its event and the step as `denied`
+/// are recorded (when the call is). An allow is recorded as an event, in strict audit mode
+/// durable before anything leaves. Gives the step back.
+async fn record_decision(
+    state: &State,
+    policy: &Arc<Policy>,
+    keys: &Arc<KeyRing>,
+    decided: Decided<'_>,
+    start: StepStart,
+    request: RequestView,
+) -> std::result::Result<(StepStart, RequestView), Refusal> {
+    if !decided.record {
+        return match decided.denial {
+            Some(why) => Err(Refusal::PolicyDenied { why }),
+            None => Ok((start, request)),
+        };
+    }
     let offers: Vec<&str> = request.offers.iter().map(|o| o.entity.as_str()).collect();
     let detail = serde_json::json!({
-        "model": model,
-        "upstream": upstream.name,
-        "entities": outbound.entities,
+        "model": decided.model,
+        "upstream": decided.upstream.name,
+        "entities": decided.entities,
         "tools": offers,
         "unscannable": request.unscannable,
         "fallback_models": request.extra_models,
     });
-    let policies = decision.policies();
-    let denial = decision.denial();
-    let event = record.then(|| {
-        decision_event(
-            &tenant,
-            &caller.identity.agent,
-            &start.step_id,
-            denial.is_none(),
-            &policies,
-            denial.clone(),
-            detail,
-        )
-    });
-    if let Some(why) = denial {
-        if let Some(event) = event {
-            state.record_event(event).await;
-            let end = StepEnd {
-                status: "denied",
-                error: Some(why.clone()),
-                response: None,
-                policy_version: None,
-            };
-            state.record_step(start, request, end).await;
-        }
-        return Ok(Err(Refusal::PolicyDenied { why }));
+    let event = decision_event(
+        &start.tenant_id,
+        &start.agent_id,
+        &start.step_id,
+        decided.denial.is_none(),
+        decided.policies,
+        decided.denial.clone(),
+        detail,
+    );
+    if let Some(why) = decided.denial {
+        state.record_event(event).await;
+        let end = StepEnd {
+            status: "denied",
+            error: Some(why.clone()),
+            response: None,
+            policy_version: None,
+        };
+        state.record_step(start, request, end).await;
+        return Err(Refusal::PolicyDenied { why });
     }
-    let (start, request) = match event {
-        Some(event) => {
-            let strict = state.config.audit_mode(&upstream) == AuditMode::Strict;
-            stage!(
-                record_allowed(state, &policy, &keys, strict, heavy, event, start, request).await
-            )
-        }
-        None => (start, request),
-    };
+    let strict = state.config.audit_mode(decided.upstream) == AuditMode::Strict;
+    record_allowed(
+        state,
+        policy,
+        keys,
+        strict,
+        decided.heavy,
+        event,
+        start,
+        request,
+    )
+    .await
+}
 
-    // Forward.
-    let added = forward::prepare(api, &mut document, &model, &upstream);
-    let body = stage!(forward::body(&document));
+/// Forward: where the body goes (the upstream's address, path and headers). An upstream that
+/// cannot be resolved refuses the call, recorded as an upstream error.
+#[allow(clippy::too_many_arguments)]
+async fn dispatch(
+    state: &State,
+    session: &Session,
+    api: ApiKind,
+    upstream: Upstream,
+    query: Option<&'static str>,
+    forwarded: Vec<(HeaderName, HeaderValue)>,
+    record: bool,
+    start: &StepStart,
+    request: &RequestView,
+) -> std::result::Result<Dispatch, Refusal> {
     let address = match crate::upstream::resolve(&upstream).await {
         Ok(address) => address,
         Err(error) => {
@@ -219,38 +298,23 @@ async fn prepare(
                     response: None,
                     policy_version: None,
                 };
-                state.record_step(start, request, end).await;
+                state.record_step(start.clone(), request.clone(), end).await;
             }
-            return Ok(Err(refusal));
+            return Err(refusal);
         }
     };
+    let path = session.req_header().uri.path();
     let path = match query {
-        Some(query) => format!(
-            "{}{}?{query}",
-            upstream.prefix,
-            session.req_header().uri.path()
-        ),
-        None => format!("{}{}", upstream.prefix, session.req_header().uri.path()),
+        Some(query) => format!("{}{path}?{query}", upstream.prefix),
+        None => format!("{}{path}", upstream.prefix),
     };
-    Ok(Ok(Prepared {
-        caller,
-        _slot: slot,
-        request,
-        dispatch: Dispatch {
-            upstream,
-            address,
-            api,
-            path,
-            headers: forwarded,
-        },
-        body,
-        restore: Arc::new(outbound.restore),
-        start,
-        named,
-        record,
-        added,
-        policies,
-    }))
+    Ok(Dispatch {
+        upstream,
+        address,
+        api,
+        path,
+        headers: forwarded,
+    })
 }
 
 /// Admit: the API key, the rate and in-flight limits, and whether the call is recorded.

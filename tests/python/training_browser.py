@@ -3,7 +3,7 @@ Chromium, as a reviewer would: log in, open the training page, and stay on it wh
 goes on. The page reloads itself while a run is running (a <meta> refresh: the console has no
 script), so the browser is never told to reload; it only reads what each load shows. Prints
 `ready` once the run is on screen (the Rust test then makes it go on), and at the end one
-JSON object of what it saw; the Rust test (audit/tests/it/training.rs) decides whether that is
+JSON object of what it saw; the Rust test (audit/tests/it/runs.rs) decides whether that is
 right.
 
     python training_browser.py --base http://127.0.0.1:8710 --key sk-... --run RUN_ID

@@ -106,7 +106,7 @@ pub(crate) struct Console {
     catalog: tokio::sync::Mutex<Option<(Option<Instant>, Arc<Catalog>)>>,
     verified: tokio::sync::Mutex<Option<Arc<VerifyReport>>>,
     /// Training run and registry files read so far.
-    training: crate::training::Files,
+    training: crate::runs::Files,
 }
 
 /// What a throttled login is told: wait this long.
@@ -351,7 +351,7 @@ pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Resul
         evidence: Mutex::new(Evidence::new(evidence::MAX_TALLIES)),
         catalog: tokio::sync::Mutex::new(None),
         verified: tokio::sync::Mutex::new(None),
-        training: crate::training::Files::default(),
+        training: crate::runs::Files::default(),
     });
     // Load the tables now, so that the first request does not pay for it.
     console.catalog().await?;
@@ -375,7 +375,7 @@ pub async fn serve(lake: Lake, trail: Trail, mut config: ConsoleConfig) -> Resul
             get(pages::reveal::form).post(pages::reveal::reveal),
         )
         .route("/audit", get(pages::audit::audit))
-        .route("/training", get(pages::training::training))
+        .route("/training", get(pages::runs::training))
         .route("/metrics", get(pages::metrics::metrics))
         .layer(axum::middleware::map_response(headers::secure))
         .with_state(console.clone());

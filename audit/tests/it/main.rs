@@ -17,7 +17,7 @@ mod html;
 mod key_file;
 mod paging;
 mod retention;
+mod runs;
 mod tenants;
 mod tls;
-mod training;
 mod verify;

@@ -22,7 +22,7 @@
 //! The weights (`detect/data/names/tagger.bin`) were trained by
 //! `detect/train/names/train.py` on generated corpora (`scripts/train-names` runs it end to
 //! end); the file's layout is written there and read by [`Tagger::from_bytes`]. The training
-//! reads its features from the `names-features` example (`policies/examples/`), which calls
+//! reads its features from the `names-features` example (`detect/examples/`), which calls
 //! this module, so that what the network learned from is what it is given.
 
 use serde::Deserialize;

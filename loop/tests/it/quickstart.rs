@@ -182,8 +182,8 @@ async fn the_loop_learns_swaps_under_load_rolls_back_gates_a_pytorch_adapter_and
     // The console's training page shows the run that made v1: finished, every step's
     // metrics, the reward trained on, and its promotion with the gate's numbers.
     let console_lake = Lake::new(&lake, Default::default()).unwrap();
-    let files = atdp_audit::training::Files::default();
-    let runs = atdp_audit::training::runs_where(&console_lake, &files, |_| true)
+    let files = atdp_audit::runs::Files::default();
+    let runs = atdp_audit::runs::runs_where(&console_lake, &files, |_| true)
         .await
         .unwrap();
     let made_v1 = runs
@@ -196,7 +196,7 @@ async fn the_loop_learns_swaps_under_load_rolls_back_gates_a_pytorch_adapter_and
         made_v1.info.rewards.contains_key("routing_correct"),
         "{made_v1:?}"
     );
-    let metrics = atdp_audit::training::metrics(&console_lake, &files, made_v1)
+    let metrics = atdp_audit::runs::metrics(&console_lake, &files, made_v1)
         .await
         .unwrap();
     assert_eq!(metrics.len() as u64, made_v1.info.total_steps);

@@ -59,7 +59,9 @@ fn steps_are_recorded_with_the_policy_marks_and_consent_only_narrows() {
         tempfile::tempdir().unwrap(),
         &[],
     );
-    let cases: [(&str, &str, &str, &[(&str, &str)]); 6] = [
+    // (name, key, text, headers)
+    type Case<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: [Case; 6] = [
         ("default", DEMO_KEY, "hello there", &[]),
         (
             "card",

@@ -4,7 +4,7 @@
 //! exact resume, and finally the PEFT adapter with its manifest.
 
 mod checkpoint;
-mod live;
+mod runs;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -28,7 +28,7 @@ use crate::rng::Rng;
 use crate::run_config::{Length, RunConfig};
 use crate::{Error, Lora, Result};
 pub use checkpoint::CHECKPOINT_DIR;
-use live::Live;
+use runs::RunPublisher;
 
 /// Above this estimate of a micro-batch's activations, layers are recomputed in the
 /// backward pass unless `train.recompute_activations` says otherwise.
@@ -84,9 +84,9 @@ pub fn run(
     options: &TrainOptions,
     progress: &mut dyn FnMut(&StepMetrics),
 ) -> Result<RunReport> {
-    let mut live = Live::none();
-    let outcome = train(config, options, progress, &mut live);
-    live.finish(
+    let mut publisher = RunPublisher::none();
+    let outcome = train(config, options, progress, &mut publisher);
+    publisher.finish(
         outcome
             .as_ref()
             .map(|report| report.steps_done >= report.total_steps),
@@ -98,7 +98,7 @@ fn train(
     config: &RunConfig,
     options: &TrainOptions,
     progress: &mut dyn FnMut(&StepMetrics),
-    live: &mut Live,
+    publisher: &mut RunPublisher,
 ) -> Result<RunReport> {
     let model = Model::load(&config.model_dir, &options.load)?;
     let chat = ChatFormat::load(&config.model_dir)?;
@@ -167,7 +167,7 @@ fn train(
     }
     let metrics_path = config.out_dir.join(METRICS_FILE);
     let mut metrics_file = open_metrics(&metrics_path, start)?;
-    *live = Live::start(config, &data.rewards, examples.len(), start, total_steps);
+    *publisher = RunPublisher::start(config, &data.rewards, examples.len(), start, total_steps);
 
     let mut order = Order::new(config.seed, examples.len());
     let mut last = None;
@@ -228,7 +228,7 @@ fn train(
         let line = serde_json::to_string(&metrics).map_err(|e| Error::json(&metrics_path, e))?;
         writeln!(metrics_file, "{line}").map_err(|e| Error::io(&metrics_path, e))?;
         progress(&metrics);
-        live.step(&metrics);
+        publisher.step(&metrics);
         last = Some(metrics);
         let state = checkpoint::LoopState {
             step,
@@ -254,7 +254,7 @@ fn train(
         rewarded_examples: examples.len(),
         unmatched_step_rewards: credited.unmatched_step_rewards,
         final_metrics: last,
-        run_id: live.run_id(),
+        run_id: publisher.run_id(),
     };
     if step < total_steps {
         return Ok(report);
@@ -288,7 +288,7 @@ fn train(
         step,
         final_metrics,
         manifest::Lineage::of(&examples),
-        live.run_id(),
+        publisher.run_id(),
     )?;
     manifest.write(&config.out_dir)?;
     let all_metrics: Vec<StepMetrics> = std::fs::read_to_string(&metrics_path)

@@ -1,5 +1,5 @@
 //! `GET /metrics`: the training page's figures for Prometheus (text exposition format 0.0.4),
-//! for the runs of every tenant, newest [`crate::training::MAX_RUNS`]: each run's state and
+//! for the runs of every tenant, newest [`crate::runs::MAX_RUNS`]: each run's state and
 //! steps, its last step's reward, loss, KL, entropy, gradient norm and throughput, each
 //! reward's distribution and alerts, and the registry events of the versions it produced.
 //! Served only with a configured bearer token (`atdp-audit serve --metrics-token-file`), which
@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
-use crate::training::{RunView, last_metrics, live, runs_where};
+use crate::runs::{RunView, last_metrics, running, runs_where};
 use crate::web::Console;
 
 /// Shortest token accepted.
@@ -110,7 +110,13 @@ pub(crate) fn exposition(runs: &[(RunView, Option<serde_json::Value>)]) -> Strin
     family(
         "running",
         "1 while the run is running and writing, else 0.",
-        each(&|run, _| Some(format!("{{{}}} {}", run_labels(run), u8::from(live(run))))),
+        each(&|run, _| {
+            Some(format!(
+                "{{{}}} {}",
+                run_labels(run),
+                u8::from(running(run))
+            ))
+        }),
     );
     family(
         "steps_done",

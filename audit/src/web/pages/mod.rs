@@ -6,9 +6,9 @@ pub(crate) mod audit;
 pub(crate) mod login;
 pub(crate) mod metrics;
 pub(crate) mod reveal;
+pub(crate) mod runs;
 pub(crate) mod search;
 pub(crate) mod text;
-pub(crate) mod training;
 pub(crate) mod trajectory;
 
 use std::net::IpAddr;

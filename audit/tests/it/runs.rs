@@ -395,7 +395,7 @@ fn check_training_alerts(scrape: &str) {
 
 #[tokio::test]
 async fn registry_events_and_runs_stay_with_the_tenants_they_concern() {
-    use atdp_audit::training::{Files, RunView, runs_where};
+    use atdp_audit::runs::{Files, RunView, runs_where};
     let f = fixture().await;
     let spread: Vec<f64> = (0..40).map(|i| 0.4 + 0.05 * f64::from(i % 5)).collect();
     finished(

@@ -30,16 +30,16 @@ enum Message {
 }
 
 /// A run's publication, while it lasts.
-pub(crate) struct Live {
+pub(crate) struct RunPublisher {
     run_id: Option<String>,
     tx: Option<mpsc::Sender<Message>>,
     done: Option<mpsc::Receiver<()>>,
 }
 
-impl Live {
+impl RunPublisher {
     /// Nothing published (before the run knows what it trains on).
-    pub(crate) fn none() -> Live {
-        Live {
+    pub(crate) fn none() -> RunPublisher {
+        RunPublisher {
             run_id: None,
             tx: None,
             done: None,
@@ -54,7 +54,7 @@ impl Live {
         examples: usize,
         done: u64,
         total_steps: u64,
-    ) -> Live {
+    ) -> RunPublisher {
         let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         for reward in rewards {
             if config.rewards.weights.contains_key(&reward.name) {
@@ -90,9 +90,9 @@ impl Live {
             });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "training progress is not published");
-            return Live::none();
+            return RunPublisher::none();
         }
-        Live {
+        RunPublisher {
             run_id: Some(run_id),
             tx: Some(tx),
             done: Some(done_rx),
@@ -202,7 +202,7 @@ fn publisher(
     }
 }
 
-impl Drop for Live {
+impl Drop for RunPublisher {
     /// A run dropped without an end (the training panicked) is published as failed, without
     /// waiting.
     fn drop(&mut self) {

@@ -106,7 +106,7 @@ pub struct RunView {
 }
 
 /// Whether a run is still running (neither finished, failed nor stopped, nor silent).
-pub fn live(view: &RunView) -> bool {
+pub fn running(view: &RunView) -> bool {
     view.info.state == RunState::Running && !view.silent
 }
 

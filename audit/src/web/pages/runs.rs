@@ -16,7 +16,7 @@ use axum::response::Response;
 
 use super::{failure, html, signed_in};
 use crate::error::Error;
-use crate::training::{RegistryEvent, RunView, live, metrics, visible_runs};
+use crate::runs::{RegistryEvent, RunView, metrics, running, visible_runs};
 
 /// Points drawn at most per chart: longer runs are drawn from evenly spaced steps and the
 /// last.
@@ -257,7 +257,7 @@ pub(crate) async fn training(State(console): State<Arc<Console>>, headers: Heade
             versions: frame.versions.clone(),
             elapsed_ms: frame.elapsed_ms(),
             csrf: frame.csrf.clone(),
-            reload: runs.iter().any(|r| live(&r.run)).then_some(RELOAD_S),
+            reload: runs.iter().any(|r| running(&r.run)).then_some(RELOAD_S),
             runs,
         }
         .render(),
