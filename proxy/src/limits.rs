@@ -320,7 +320,11 @@ mod tests {
         let b1 = slots.enter("b").unwrap();
         assert_eq!(slots.in_flight(), 3);
         assert!(slots.enter("c").is_none(), "all three places are taken");
-        assert_eq!(slots.tenants.count("c"), 0, "a refused tenant holds no place");
+        assert_eq!(
+            slots.tenants.count("c"),
+            0,
+            "a refused tenant holds no place"
+        );
         drop(a1);
         let c1 = slots.enter("c").unwrap();
         assert!(slots.enter("a").is_none());

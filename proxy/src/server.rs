@@ -250,8 +250,7 @@ impl ShutdownSignalWatch for Drain {
         );
         // Shadow copies in flight are waited for too: their steps and audit events are
         // queued before the recording thread drains.
-        while self.state.in_flight.load(Ordering::SeqCst) > 0
-            || self.state.shadows.in_flight() > 0
+        while self.state.in_flight.load(Ordering::SeqCst) > 0 || self.state.shadows.in_flight() > 0
         {
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!(

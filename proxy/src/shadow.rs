@@ -69,7 +69,10 @@ pub fn spawn(state: &Arc<State>, upstreams: &Arc<Upstreams>, copy: Copy) {
     let budget = state.config.limits.tenant_tokens_per_minute;
     if state.draining.load(Ordering::SeqCst)
         || state.backlogged()
-        || state.limiter.check(&tenant_token_bucket(tenant), budget).is_err()
+        || state
+            .limiter
+            .check(&tenant_token_bucket(tenant), budget)
+            .is_err()
     {
         state.metrics.shadow("skipped");
         return;

@@ -52,6 +52,22 @@ fn upstream_chats(upstream: &Upstream, n: usize) -> Vec<Value> {
     }
 }
 
+/// Waits until the proxy counts `n` copies that ended `outcome` (a copy is charged to its
+/// tenant before it is counted).
+fn wait_for_copies(proxy: &Proxy, outcome: &str, n: u64) {
+    let line = format!("atdp_shadow_calls_total{{outcome=\"{outcome}\"}} {n}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let scraped = http(proxy.admin, "GET", "/metrics", &[], b"").body;
+        let text = String::from_utf8(scraped).unwrap();
+        if text.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {line} in:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_shadow_copy_is_recorded_masked_never_trained_on_and_never_returned() {
     let upstream = Upstream::start();
@@ -268,7 +284,7 @@ fn a_copy_spends_the_tenants_token_budget_and_none_leaves_once_it_is_spent() {
     assert_eq!(chat(proxy.port, "[[shadow]] hello", false).status, 200);
     assert_eq!(upstream_chats(&upstream, 4).len(), 4, "the copy left");
     // The copy is charged once it has answered.
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_copies(&proxy, "recorded", 1);
     let limited = chat(proxy.port, "[[shadow]] hello", false);
     assert_eq!(limited.status, 429);
     let _ = proxy.stop();
@@ -279,7 +295,7 @@ fn a_copy_spends_the_tenants_token_budget_and_none_leaves_once_it_is_spent() {
         &["--upstream-trust", "internal", "--tenant-tpm", "1"],
     );
     assert_eq!(chat(proxy.port, "[[shadow]] hello", false).status, 200);
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_copies(&proxy, "skipped", 1);
     let data = proxy.stop();
     assert_eq!(upstream_chats(&upstream, 5).len(), 5, "no copy left");
     let steps = read_lake(data.path()).steps;
