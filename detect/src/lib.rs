@@ -15,6 +15,7 @@
 mod cache;
 mod canonical;
 mod error;
+mod keys;
 mod names;
 mod normal;
 mod patterns;
@@ -86,6 +87,9 @@ pub struct Scanner {
     name_detector: Option<&'static names::Names>,
     /// What recent texts were found to hold, by tenant (`None`: off).
     cache: Option<cache::ScanCache>,
+    /// The words that make an object key the context of its value, with the text the value
+    /// is read after (`keys.rs`).
+    key_words: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -281,9 +285,19 @@ impl Scanner {
                 (name, *score)
             })
             .collect();
+        let name_context = names::ENTITIES.map(|entity| context(entity, &[], &[]));
+        let detector_words = detectors.iter().flat_map(|d| {
+            d.raise
+                .iter()
+                .map(String::as_str)
+                .chain(d.cue.iter().copied())
+        });
+        let name_words = name_context
+            .iter()
+            .flat_map(|(raise, _)| raise.iter().map(String::as_str));
+        let key_words = keys::key_words(detector_words.chain(name_words));
         Ok(Scanner {
             sets,
-            detectors,
             threshold: config.threshold,
             thresholds,
             names: name_types,
@@ -292,9 +306,19 @@ impl Scanner {
             } else {
                 None
             },
-            name_context: names::ENTITIES.map(|entity| context(entity, &[], &[])),
+            name_context,
             cache: cache::ScanCache::new(config.cache_bytes),
+            key_words,
+            detectors,
         })
+    }
+
+    /// The context an object key gives its value, when it holds a credential keyword or a
+    /// context or cue word of a detector (`password`, `apiKey`, `employeeSSN`, `mobile`): the
+    /// word, spelled as the detectors read it (`password`, `api_key`, `ssn`, `mobile`). The
+    /// JSON masker then reads the value also after it, as `word: value`.
+    pub fn key_context(&self, key: &str) -> Option<&str> {
+        keys::context_of(&self.key_words, key)
     }
 
     /// The score a span of `entity` needs to be reported.

@@ -14,9 +14,13 @@
 //!   hyphen-minus …) and the minus sign U+2212 is `'-'`;
 //! - the small forms of ASCII punctuation (U+FE50–U+FE6B: `﹫`, `﹒`, `﹢` …) are that
 //!   ASCII, and the ideographic full stops `。` and `｡` are `'.'` (as in domain names);
+//! - the superscript, subscript and circled digits (`²`, `₄`, `①`, `⓿`, `❶`) are their
+//!   ASCII digit, and the one dot leader `․` is `'.'`;
 //! - format characters (Cf: zero-width space, joiners, word joiner, byte order mark, soft
 //!   hyphen, bidirectional marks …) and the other default-ignorable code points (variation
-//!   selectors, the combining grapheme joiner, Hangul fillers) are removed.
+//!   selectors, the combining grapheme joiner, Hangul fillers) are removed, and so are the
+//!   combining diacritical marks (U+0300–U+036F: `4̲1̲1̲1̲`, `jose\u{301}@…`) and the
+//!   combining enclosing marks (U+20DD–U+20E4: a keycap `4️⃣`).
 //!
 //! - a percent escape of printable ASCII (`%40`, `%2e`) is that character, as in a URL's
 //!   query or a form body (`email=jane%40example.com`);
@@ -205,6 +209,9 @@ enum Fold {
     Digits,
     /// Fullwidth ASCII (U+FF01–U+FF5E): replaced by the ASCII character.
     Fullwidth,
+    /// Digits that are no decimal digits (superscripts, subscripts, circled), in order from
+    /// this value: replaced by the ASCII digit.
+    DigitsFrom(u8),
 }
 
 /// Whether the eight bytes of `word` hold `byte`.
@@ -238,9 +245,9 @@ fn next_fold(text: &str, from: usize, escapes: bool) -> Option<(usize, usize, Fo
                 at += 1;
             }
             0..0x80 => at += 1,
-            // U+00C0–U+033F and U+0380–U+057F (Latin letters, combining marks, Greek,
-            // Cyrillic, Armenian letters): two bytes each, none folded.
-            0xC3..=0xCC | 0xCE..=0xD5 => at += 2,
+            // U+00C0–U+02FF and U+0380–U+057F (Latin letters, Greek, Cyrillic, Armenian
+            // letters): two bytes each, none folded.
+            0xC3..=0xCB | 0xCE..=0xD5 => at += 2,
             _ => {
                 let c = text.get(at..)?.chars().next()?;
                 if let Some(folded) = fold(c) {
@@ -415,18 +422,23 @@ fn fold(c: char) -> Option<Folded> {
         Fold::Byte(byte) => Some(Folded::Ascii(byte)),
         Fold::Digits => ascii(u32::from(b'0') + (code - first) % 10),
         Fold::Fullwidth => ascii(code - 0xFEE0),
+        Fold::DigitsFrom(start) => ascii(u32::from(b'0') + u32::from(start) + (code - first)),
     }
 }
 
 /// The folded characters, by range `(first, last)`, sorted and disjoint. Made from the
 /// Unicode 16.0 tables of `regex-syntax` 0.8 (the `regex` crate's `\d`, `\p{Zs}`, `\p{Pd}`,
-/// `\p{Cf}` and `\p{Default_Ignorable_Code_Point}`), plus the minus sign, the small forms
-/// and the ideographic full stops; `folds_agree_with_the_regex_unicode_tables` checks them.
+/// `\p{Cf}` and `\p{Default_Ignorable_Code_Point}`), plus the minus sign, the small forms,
+/// the ideographic full stops and the one dot leader, the combining diacritical marks and
+/// enclosing marks (a keycap), and the superscript, subscript and circled digits;
+/// `folds_agree_with_the_regex_unicode_tables` checks them.
 #[rustfmt::skip]
 const FOLDS: &[(u32, u32, Fold)] = &[
     (0x00A0, 0x00A0, Fold::Byte(b' ')),
     (0x00AD, 0x00AD, Fold::Drop),
-    (0x034F, 0x034F, Fold::Drop),
+    (0x00B2, 0x00B3, Fold::DigitsFrom(2)),
+    (0x00B9, 0x00B9, Fold::DigitsFrom(1)),
+    (0x0300, 0x036F, Fold::Drop),
     (0x058A, 0x058A, Fold::Byte(b'-')),
     (0x05BE, 0x05BE, Fold::Byte(b'-')),
     (0x0600, 0x0605, Fold::Drop),
@@ -472,11 +484,23 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0x2000, 0x200A, Fold::Byte(b' ')),
     (0x200B, 0x200F, Fold::Drop),
     (0x2010, 0x2015, Fold::Byte(b'-')),
+    (0x2024, 0x2024, Fold::Byte(b'.')),
     (0x202A, 0x202E, Fold::Drop),
     (0x202F, 0x202F, Fold::Byte(b' ')),
     (0x205F, 0x205F, Fold::Byte(b' ')),
     (0x2060, 0x206F, Fold::Drop),
+    (0x2070, 0x2070, Fold::DigitsFrom(0)),
+    (0x2074, 0x2079, Fold::DigitsFrom(4)),
+    (0x2080, 0x2089, Fold::DigitsFrom(0)),
+    (0x20DD, 0x20E4, Fold::Drop),
     (0x2212, 0x2212, Fold::Byte(b'-')),
+    (0x2460, 0x2468, Fold::DigitsFrom(1)),
+    (0x24EA, 0x24EA, Fold::DigitsFrom(0)),
+    (0x24F5, 0x24FD, Fold::DigitsFrom(1)),
+    (0x24FF, 0x24FF, Fold::DigitsFrom(0)),
+    (0x2776, 0x277E, Fold::DigitsFrom(1)),
+    (0x2780, 0x2788, Fold::DigitsFrom(1)),
+    (0x278A, 0x2792, Fold::DigitsFrom(1)),
     (0x2E17, 0x2E17, Fold::Byte(b'-')),
     (0x2E1A, 0x2E1A, Fold::Byte(b'-')),
     (0x2E3A, 0x2E3B, Fold::Byte(b'-')),

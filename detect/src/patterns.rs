@@ -78,6 +78,10 @@ const SSN_CUES: &[&str] = &[
 
 const SSN_SHAPE: &str = r"[0-9]{3}-[0-9]{2}-[0-9]{4}|[0-9]{3} [0-9]{2} [0-9]{4}";
 
+/// What a cue word makes an SSN: also `536.22.1234` and `536221234`.
+const SSN_CUED_SHAPE: &str =
+    r"[0-9]{3}-[0-9]{2}-[0-9]{4}|[0-9]{3} [0-9]{2} [0-9]{4}|[0-9]{3}\.[0-9]{2}\.[0-9]{4}|[0-9]{9}";
+
 /// An e-mail address: a local part, `@`, labels each followed by `.`, and a top-level domain.
 /// Letters of every script count. A local part or a label is a run of either the letters,
 /// marks and digits of the scripts written with spaces between words (all but Han, Hiragana,
@@ -193,7 +197,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // American Express in its printed 4-6-5 grouping.
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"3[47][0-9]{2}[ -][0-9]{6}[ -][0-9]{5}",
+        pattern: r"3[47][0-9]{2}[ \t.-]{1,2}[0-9]{6}[ \t.-]{1,2}[0-9]{5}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -203,7 +207,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     },
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"[2-6][0-9]{3}(?:[ -]?[0-9]{4}){2}[ -]?[0-9]{1,7}",
+        pattern: r"[2-6][0-9]{3}(?:[ \t.-]{0,2}[0-9]{4}){2}[ \t.-]{0,2}[0-9]{1,7}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -216,7 +220,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // with a digit the pattern above takes).
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ -]?[0-9]{4}){2}(?:[ -]?[0-9]{1,7})?|1800[ -]?[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{3}",
+        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ \t.-]{0,2}[0-9]{4}){2}(?:[ \t.-]{0,2}[0-9]{1,7})?|1800[ \t.-]{0,2}[0-9]{4}[ \t.-]{0,2}[0-9]{4}[ \t.-]{0,2}[0-9]{3}",
         score: 1.0,
         validate: Some(validate::luhn_maestro),
         context: &[],
@@ -235,10 +239,10 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
         group: 0,
         trigger: None,
     },
-    // Any SSN-shaped number after a cue word.
+    // Any SSN-shaped number after a cue word, its groups also dotted or not separated.
     PatternSpec {
         entity: "US_SSN",
-        pattern: SSN_SHAPE,
+        pattern: SSN_CUED_SHAPE,
         score: 0.6,
         validate: None,
         context: &[],
@@ -301,6 +305,29 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     PatternSpec {
         entity: "SECRET",
         pattern: r#"(?i)(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)["']?\s*[:=]\s*["']?([^\s"',;&]{12,})"#,
+        score: 0.9,
+        validate: Some(validate::generic_secret),
+        context: &[],
+        cue: &[],
+        group: 1,
+        trigger: None,
+    },
+    // A bearer token: `Authorization: Bearer …`, `bearer …`.
+    PatternSpec {
+        entity: "SECRET",
+        pattern: r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{12,})",
+        score: 0.9,
+        validate: Some(validate::generic_secret),
+        context: &[],
+        cue: &[],
+        group: 1,
+        trigger: None,
+    },
+    // A credential given as a command-line option: `--password …`, `-token=…`,
+    // `--client-secret …`.
+    PatternSpec {
+        entity: "SECRET",
+        pattern: r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+[-_])*(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)[ =]["']?([^\s"',;&]{12,})"#,
         score: 0.9,
         validate: Some(validate::generic_secret),
         context: &[],

@@ -87,6 +87,26 @@ fn credit_cards() {
         r#""card":"3782-822463-10005""#,
         "3782-822463-10005",
     );
+    // Groups set apart by two spaces, a tab or dots; and in other digits.
+    for card in [
+        "4111  1111  1111  1111",
+        "4111\t1111\t1111\t1111",
+        "4111.1111.1111.1111",
+        "3782  822463  10005",
+    ] {
+        assert_finds("CREDIT_CARD", &format!("card {card} exp"), card);
+    }
+    assert_finds(
+        "CREDIT_CARD",
+        "card ⁴¹¹¹ ①①①① 1111 1111",
+        "⁴¹¹¹ ①①①① 1111 1111",
+    );
+    assert_finds(
+        "CREDIT_CARD",
+        "card 4\u{20E3}1\u{20E3}1\u{20E3}1\u{20E3}111111111111",
+        "4\u{20E3}1\u{20E3}1\u{20E3}1\u{20E3}111111111111",
+    );
+    assert_clean("versions 4111.1111.1111.1112 and 1.2.3");
     // Digits of a UUID that happen to pass Luhn are part of the UUID.
     assert_clean(r#""trace_id":"51714236-0245-4106-9d26-63cce608e14f""#);
     assert_clean("order SO-536-22-1234 shipped");
@@ -100,6 +120,10 @@ fn ssns() {
     assert_finds("US_SSN", "SSN 536-22-1234 on file", "536-22-1234");
     assert_clean("000-12-3456 666-12-3456 912-12-3456 536-00-1234 078-05-1120");
     assert_clean("phone ext 555-12-34567");
+    // After a cue word, dotted or without separators as well.
+    assert_finds("US_SSN", "SSN: 536221234", "536221234");
+    assert_finds("US_SSN", "ssn 536.22.1234 on file", "536.22.1234");
+    assert_clean("order 536221234 shipped, version 536.22.1234");
 }
 
 #[test]
@@ -178,6 +202,32 @@ fn secrets() {
         "trace 01a22695-3978-7e64-8c41-cf8e07b43936 commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
     );
     assert_clean("token: aaaaaaaaaaaaaaaaaaaa and password=passwordpassword");
+    // A bearer token, and a credential given as a command-line option.
+    assert_finds(
+        "SECRET",
+        "Authorization: Bearer q8Xz2LmP0vR7tK4wN9bY.aB3",
+        "q8Xz2LmP0vR7tK4wN9bY.aB3",
+    );
+    assert_finds(
+        "SECRET",
+        "mysql -u ops --password Zr7kq2Lm9xP4vB8 -h db1",
+        "Zr7kq2Lm9xP4vB8",
+    );
+    assert_finds(
+        "SECRET",
+        "deploy -token=q8Xz2LmP0vR7tK4w",
+        "q8Xz2LmP0vR7tK4w",
+    );
+    assert_finds(
+        "SECRET",
+        "login --client-secret q8Xz2LmP0vR7tK4w --db-password=Zr7kq2Lm9xP4vB8",
+        "q8Xz2LmP0vR7tK4w",
+    );
+    let options = found("the bearer of this letter, and the --password-file option");
+    assert!(
+        options.iter().all(|(entity, _)| *entity != "SECRET"),
+        "{options:?}"
+    );
 }
 
 #[test]

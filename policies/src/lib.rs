@@ -43,7 +43,9 @@ pub use check::check_dir;
 pub use config::{Destination, MASKING_FILE, MaskingConfig};
 pub use error::{Error, Result, json_error_kind};
 pub use forwarding::{FORWARDING_FILE, Forwarding};
-pub use json::{FoundValues, JsonMasked, JsonMasker, KnownValues, MIN_KNOWN_CHARS};
+pub use json::{
+    FoundValues, JsonMasked, JsonMasker, KnownValues, MIN_KNOWN_CHARS, decode_json_escapes,
+};
 pub use keyfile::{EnsuredKeys, KeyFile, MissingKeys};
 pub use mask::{Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, unmask};
 pub use store::{Policy, PolicyStore};

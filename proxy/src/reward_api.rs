@@ -136,8 +136,7 @@ fn check_stored_as_given(
         fields.push((format!("tags.{key}"), value));
     }
     for (field, text) in fields {
-        let kept = scanner
-            .scan(text)
+        let kept = crate::stages::decide::scan_as_read(scanner, text)
             .into_iter()
             .find(|span| storage.action(span.entity) != Action::Allow);
         if let Some(span) = kept {

@@ -51,7 +51,7 @@ impl JsonMasker<'_> {
                 }
                 Ok(changed)
             }
-            Node::Object(members) => self.walk_node_object(members, path, depth, pass, false),
+            Node::Object(members) => self.walk_node_object(members, path, depth, pass, None),
             Node::Null | Node::Bool(_) => Ok(false),
         }
     }
@@ -64,7 +64,7 @@ impl JsonMasker<'_> {
         path: &Path<'_>,
         depth: usize,
         pass: &mut Pass,
-        part: bool,
+        part: Option<&str>,
     ) -> Result<bool> {
         let depth = deeper(depth)?;
         let keys = members.iter().map(|(key, _)| key.as_ref());
@@ -75,10 +75,15 @@ impl JsonMasker<'_> {
                 *key = Cow::Owned(name);
             }
         }
+        let names = members.iter().filter_map(|(key, value)| match value {
+            Node::String(name) if key == "name" || key == "key" => Some(name.as_ref()),
+            _ => None,
+        });
+        let pair = self.pair_context(names);
         for (key, value) in members.iter_mut() {
             let member = Path::Key(path, key);
             changed |= match value {
-                Node::String(text) if part && key == "text" => {
+                Node::String(text) if part == Some(key.as_ref()) => {
                     match self.mask_string(text, &member, depth, pass, true)? {
                         Some(masked) => {
                             *text = Cow::Owned(masked);
@@ -87,10 +92,30 @@ impl JsonMasker<'_> {
                         None => false,
                     }
                 }
-                _ => self.walk_node(value, &member, depth, pass)?,
+                _ => match self.member_context(key, plain_node(value), pair) {
+                    Some(word) => {
+                        pass.context = Some(format!("{word}: "));
+                        let walked = self.walk_node(value, &member, depth, pass);
+                        pass.context = None;
+                        walked?
+                    }
+                    None => self.walk_node(value, &member, depth, pass)?,
+                },
             };
         }
         Ok(changed)
+    }
+}
+
+/// Whether `node` is read after its key's context word: a string, a number, or an array of
+/// them.
+fn plain_node(node: &Node<'_>) -> bool {
+    match node {
+        Node::String(_) | Node::Number(_) => true,
+        Node::Array(items) => items
+            .iter()
+            .all(|item| matches!(item, Node::String(_) | Node::Number(_))),
+        _ => false,
     }
 }
 

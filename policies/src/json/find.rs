@@ -30,8 +30,11 @@ impl Hit<'_> {
 impl<'a> JsonMasker<'a> {
     /// What to mask in `text`, ordered and not overlapping. Short texts found clean are
     /// remembered for the rest of the document.
+    /// A member's value whose key gives it context is read also after its key
+    /// (`Pass::context`), and is never remembered as clean (the same text may be clean
+    /// elsewhere).
     pub(super) fn find(&self, text: &str, pass: &mut Pass) -> Result<Vec<Hit<'a>>> {
-        let short = text.len() <= MEMO_BYTES;
+        let short = text.len() <= MEMO_BYTES && pass.context.is_none();
         if short && pass.clean.contains(text) {
             return Ok(Vec::new());
         }
@@ -45,6 +48,32 @@ impl<'a> JsonMasker<'a> {
                 entity: s.entity,
             })
             .collect();
+        if let Some(prefix) = &pass.context {
+            let joined = format!("{prefix}{text}");
+            // What lies in the value, of what is found after the key; a span that starts in
+            // the key is cut at the value's start.
+            let after: Vec<Hit<'a>> = self
+                .scanner
+                .scan_for(self.tenant, &joined)
+                .into_iter()
+                .filter(|s| s.end > prefix.len())
+                .map(|s| Hit {
+                    start: s.start.max(prefix.len()) - prefix.len(),
+                    end: s.end - prefix.len(),
+                    entity: s.entity,
+                })
+                .filter(|hit| !hits.contains(hit))
+                .collect();
+            if !after.is_empty() {
+                for hit in &after {
+                    let value = text.get(hit.range()).unwrap_or_default();
+                    pass.by_context
+                        .push((value.to_owned(), hit.entity.to_owned()));
+                }
+                hits.extend(after);
+                hits = merged(hits);
+            }
+        }
         if let Some(known) = self.known {
             let mut found = Vec::new();
             known.find(text, &mut found)?;

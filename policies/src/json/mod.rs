@@ -33,6 +33,13 @@ use serde_json::{Map, Value};
 
 pub use known::{FoundValues, KnownValues, MIN_KNOWN_CHARS};
 
+/// `text` with its JSON escapes (`\u0040`, `\n`) decoded until none is left, as a reader
+/// that decodes them would see it: for checking text that is not masked but must not carry
+/// a value in any spelling (names and ids).
+pub fn decode_json_escapes(text: &str) -> String {
+    escape::decode_all(text)
+}
+
 use crate::error::{Error, Result};
 use crate::mask::{Action, MaskPolicy, MaskedSpan, VaultItem, mask_ranges};
 use crate::vault::KeyRing;
@@ -95,6 +102,12 @@ struct Pass {
     /// The spans (in `found.spans`) whose tokens a run of text parts wrote into the part being
     /// walked, one range per run around it: scans there must not mask them again.
     protected: Vec<Range<usize>>,
+    /// `word: ` while the value of a member whose key gives it context
+    /// ([`Scanner::key_context`]) is masked: the value is read also after it.
+    context: Option<String>,
+    /// What was found in values only after their key, with its entity: masked wherever else
+    /// the document holds it ([`JsonMasker::mask`]).
+    by_context: Vec<(String, String)>,
 }
 
 impl Pass {
@@ -139,6 +152,18 @@ fn hidden_too_deep() -> Error {
     ))
 }
 
+/// Whether `value` is read after its key's context word: a string, a number, or an array of
+/// them.
+fn plain_value(value: &Value) -> bool {
+    match value {
+        Value::String(_) | Value::Number(_) => true,
+        Value::Array(items) => items
+            .iter()
+            .all(|item| matches!(item, Value::String(_) | Value::Number(_))),
+        _ => false,
+    }
+}
+
 /// The depth one level below `depth`, or the error that refuses the document.
 fn deeper(depth: usize) -> Result<usize> {
     if depth >= MAX_DEPTH {
@@ -154,10 +179,56 @@ impl<'a> JsonMasker<'a> {
     /// Masks every string value, object key and number of `document`, and the JSON inside
     /// its strings. Any failure is an error and the document must not be used: nesting too
     /// deep to check, escapes hidden too many levels deep, or a masking error.
+    ///
+    /// A value found only after its key (a password in a tool call's arguments) is masked
+    /// wherever else the document holds it as well: a second walk reads the document with it
+    /// as a known value, leaving the placeholders of the first alone. Only a document with
+    /// such a value pays for it.
     pub fn mask(&self, document: &mut Value) -> Result<JsonMasked> {
         let mut pass = Pass::default();
         self.walk(document, &Path::Root, 0, &mut pass)?;
+        let by_context = std::mem::take(&mut pass.by_context);
+        let masked: Vec<(&str, &str)> = by_context
+            .iter()
+            .map(|(value, entity)| (value.as_str(), entity.as_str()))
+            .filter(|(_, entity)| self.policy.action(entity) != Action::Allow)
+            .collect();
+        if masked.is_empty() {
+            return Ok(pass.found);
+        }
+        let known = KnownValues::new(masked)?;
+        let again = JsonMasker {
+            scanner: self.scanner,
+            policy: self.policy,
+            tenant: self.tenant,
+            keys: self.keys,
+            known: Some(&known),
+        };
+        let first_walk = 0..pass.found.spans.len();
+        pass.protected = Vec::from([first_walk]);
+        pass.clean.clear();
+        again.walk(document, &Path::Root, 0, &mut pass)?;
+        pass.protected.clear();
         Ok(pass.found)
+    }
+
+    /// The word the member `key` gives its value to be read after, when its value is `plain`
+    /// (a string, a number, or an array of them) and the key holds a context word; or, for
+    /// the member `value`, the word its object's `name` or `key` gives (`pair`:
+    /// `{"name": "DB_PASSWORD", "value": "…"}`).
+    fn member_context(&self, key: &str, plain: bool, pair: Option<&'a str>) -> Option<&'a str> {
+        if !plain {
+            return None;
+        }
+        self.scanner
+            .key_context(key)
+            .or(pair.filter(|_| key == "value"))
+    }
+
+    /// The word an object's `name` or `key` member gives its `value` member.
+    fn pair_context<'k>(&self, names: impl Iterator<Item = &'k str>) -> Option<&'a str> {
+        let scanner: &'a Scanner = self.scanner;
+        names.into_iter().find_map(|name| scanner.key_context(name))
     }
 
     fn walk(
@@ -203,36 +274,46 @@ impl<'a> JsonMasker<'a> {
                     }
                 }
             }
-            Value::Object(map) => self.walk_object(map, path, depth, pass, false)?,
+            Value::Object(map) => self.walk_object(map, path, depth, pass, None)?,
             Value::Null | Value::Bool(_) => {}
         }
         Ok(())
     }
 
-    /// Walks an object one level below `depth`: its keys, then its members. The `text` of a
-    /// text part in a run (`part`) is not scanned again as it stands.
+    /// Walks an object one level below `depth`: its keys, then its members. The text of a text
+    /// part in a run (its member `part`: `text`, or `refusal`) is not scanned again as it
+    /// stands.
     fn walk_object(
         &self,
         map: &mut Map<String, Value>,
         path: &Path<'_>,
         depth: usize,
         pass: &mut Pass,
-        part: bool,
+        part: Option<&str>,
     ) -> Result<()> {
         let depth = deeper(depth)?;
         let renamed = self.mask_keys(map.keys().map(String::as_str), path, depth, pass)?;
         if !renamed.is_empty() {
             rename(map, renamed);
         }
+        let pair = self.pair_context(["name", "key"].iter().filter_map(|k| map.get(*k)?.as_str()));
         for (key, item) in map.iter_mut() {
             let member = Path::Key(path, key);
             match item {
-                Value::String(text) if part && key == "text" => {
+                Value::String(text) if part == Some(key.as_str()) => {
                     if let Some(masked) = self.mask_string(text, &member, depth, pass, true)? {
                         *text = masked;
                     }
                 }
-                _ => self.walk(item, &member, depth, pass)?,
+                _ => match self.member_context(key, plain_value(item), pair) {
+                    Some(word) => {
+                        pass.context = Some(format!("{word}: "));
+                        let walked = self.walk(item, &member, depth, pass);
+                        pass.context = None;
+                        walked?;
+                    }
+                    None => self.walk(item, &member, depth, pass)?,
+                },
             }
         }
         Ok(())
@@ -255,8 +336,12 @@ impl<'a> JsonMasker<'a> {
             let inside = deeper(depth)?;
             match parse::parse(text, MAX_DEPTH - inside) {
                 Ok(mut parsed) => {
-                    let changed =
-                        self.walk_node(&mut parsed.root, &Path::Inside(path), inside, pass)?;
+                    // The JSON inside is a document of its own: its members have their keys.
+                    let context = pass.context.take();
+                    let walked =
+                        self.walk_node(&mut parsed.root, &Path::Inside(path), inside, pass);
+                    pass.context = context;
+                    let changed = walked?;
                     if !changed && !parsed.duplicates {
                         return Ok(None);
                     }
@@ -447,5 +532,7 @@ pub(super) fn absorb_vault(vault: &mut Vec<VaultItem>, items: Vec<VaultItem>) {
     }
 }
 
+#[cfg(test)]
+mod context_tests;
 #[cfg(test)]
 mod tests;

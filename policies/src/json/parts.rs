@@ -2,8 +2,9 @@
 //!
 //! A message's content can be an array of parts, and the provider reads the texts of adjacent
 //! text parts as one text, with no separator: OpenAI's chat content parts
-//! (`{"type": "text", "text": …}`), the Responses API's `input_text` and `output_text` parts,
-//! Anthropic's `text` blocks. A value split across two parts (`write to ja` | `ne@example.com`)
+//! (`{"type": "text", "text": …}`, and `{"type": "refusal", "refusal": …}` in an assistant's
+//! content), the Responses API's `input_text`, `output_text` and `refusal` parts, Anthropic's
+//! `text` blocks. A value split across two parts (`write to ja` | `ne@example.com`)
 //! or a context word in one part and its value in the next (`mobile:` | `0612345678`) shows
 //! only in the joined text.
 //!
@@ -33,23 +34,35 @@ use crate::error::{Error, Result};
 use crate::mask::{Action, MaskedSpan, mask_ranges};
 
 /// The `type` of a text part: OpenAI chat content parts and Anthropic blocks (`text`), the
-/// OpenAI Responses API's input and output parts.
-pub(crate) const TEXT_TYPES: [&str; 3] = ["text", "input_text", "output_text"];
+/// OpenAI Responses API's input and output parts; and a refusal part (OpenAI chat and
+/// Responses), whose text is its `refusal`.
+pub(crate) const TEXT_TYPES: [&str; 4] = ["text", "input_text", "output_text", "refusal"];
 
-/// The text of `item` when it is a text part.
-pub(super) fn value_text(item: &Value) -> Option<&str> {
+/// The member that holds the text of a part of type `kind`, when it is a text part.
+fn text_key(kind: &str) -> Option<&'static str> {
+    match kind {
+        "refusal" => Some("refusal"),
+        _ if TEXT_TYPES.contains(&kind) => Some("text"),
+        _ => None,
+    }
+}
+
+/// The text of `item` when it is a text part, with the member that holds it.
+fn value_part(item: &Value) -> Option<(&'static str, &str)> {
     let Value::Object(map) = item else {
         return None;
     };
-    let kind = map.get("type")?.as_str()?;
-    if !TEXT_TYPES.contains(&kind) {
-        return None;
-    }
-    map.get("text")?.as_str()
+    let key = text_key(map.get("type")?.as_str()?)?;
+    Some((key, map.get(key)?.as_str()?))
 }
 
 /// The text of `item` when it is a text part.
-pub(super) fn node_text<'n>(item: &'n Node<'_>) -> Option<&'n str> {
+pub(super) fn value_text(item: &Value) -> Option<&str> {
+    value_part(item).map(|(_, text)| text)
+}
+
+/// The text of `item` when it is a text part, with the member that holds it.
+fn node_part<'n>(item: &'n Node<'_>) -> Option<(&'static str, &'n str)> {
     let Node::Object(members) = item else {
         return None;
     };
@@ -57,13 +70,16 @@ pub(super) fn node_text<'n>(item: &'n Node<'_>) -> Option<&'n str> {
     let Some(Node::String(kind)) = member("type") else {
         return None;
     };
-    if !TEXT_TYPES.contains(&kind.as_ref()) {
-        return None;
-    }
-    match member("text") {
-        Some(Node::String(text)) => Some(text),
+    let key = text_key(kind)?;
+    match member(key) {
+        Some(Node::String(text)) => Some((key, text)),
         _ => None,
     }
+}
+
+/// The text of `item` when it is a text part.
+pub(super) fn node_text<'n>(item: &'n Node<'_>) -> Option<&'n str> {
+    node_part(item).map(|(_, text)| text)
 }
 
 /// How many items from the start of `items` are text parts.
@@ -90,18 +106,18 @@ impl<'a> JsonMasker<'a> {
         depth: usize,
         pass: &mut Pass,
     ) -> Result<()> {
-        let texts: Vec<&str> = items.iter().filter_map(value_text).collect();
-        let parts = self.mask_run(&texts, path, first, pass)?;
-        for (offset, (item, part)) in items.iter_mut().zip(parts).enumerate() {
+        let (keys, texts): (Vec<&str>, Vec<&str>) = items.iter().filter_map(value_part).unzip();
+        let parts = self.mask_run(&texts, &keys, path, first, pass)?;
+        for (offset, ((item, part), key)) in items.iter_mut().zip(parts).zip(keys).enumerate() {
             let Value::Object(map) = item else {
                 continue;
             };
-            if let (Some(text), Some(slot)) = (part.text, map.get_mut("text")) {
+            if let (Some(text), Some(slot)) = (part.text, map.get_mut(key)) {
                 *slot = Value::String(text);
             }
             pass.protected.push(part.spans);
-            let walked =
-                self.walk_object(map, &Path::Index(path, first + offset), depth, pass, true);
+            let at = Path::Index(path, first + offset);
+            let walked = self.walk_object(map, &at, depth, pass, Some(key));
             pass.protected.pop();
             walked?;
         }
@@ -117,16 +133,17 @@ impl<'a> JsonMasker<'a> {
         depth: usize,
         pass: &mut Pass,
     ) -> Result<bool> {
-        let texts: Vec<&str> = items.iter().filter_map(node_text).collect();
-        let parts = self.mask_run(&texts, path, first, pass)?;
+        let (keys, texts): (Vec<&str>, Vec<&str>) = items.iter().filter_map(node_part).unzip();
+        let parts = self.mask_run(&texts, &keys, path, first, pass)?;
         let mut changed = false;
-        for (offset, (item, part)) in items.iter_mut().zip(parts).enumerate() {
+        for (offset, ((item, part), text_key)) in items.iter_mut().zip(parts).zip(keys).enumerate()
+        {
             let Node::Object(members) = item else {
                 continue;
             };
             if let Some(text) = part.text {
                 for (key, value) in members.iter_mut() {
-                    if key == "text" {
+                    if key == text_key {
                         *value = Node::String(text.into());
                         changed = true;
                         break;
@@ -135,7 +152,7 @@ impl<'a> JsonMasker<'a> {
             }
             pass.protected.push(part.spans);
             let item = Path::Index(path, first + offset);
-            let walked = self.walk_node_object(members, &item, depth, pass, true);
+            let walked = self.walk_node_object(members, &item, depth, pass, Some(text_key));
             pass.protected.pop();
             changed |= walked?;
         }
@@ -174,10 +191,12 @@ impl<'a> JsonMasker<'a> {
     }
 
     /// Scans the texts of a run alone and joined, masks what was found in the joined text and
-    /// splits the result back into the parts; records the spans and the vault entries.
+    /// splits the result back into the parts; records the spans (at each part's member
+    /// `keys[i]`) and the vault entries.
     fn mask_run(
         &self,
         texts: &[&str],
+        keys: &[&str],
         path: &Path<'_>,
         first: usize,
         pass: &mut Pass,
@@ -237,7 +256,7 @@ impl<'a> JsonMasker<'a> {
                     .insert(piece(&joined, hit.range())?, hit.entity);
             }
             let item = Path::Index(path, first + index);
-            let text = Path::Key(&item, "text");
+            let text = Path::Key(&item, keys.get(index).copied().unwrap_or("text"));
             pass.found.spans.push((text.render(), span));
             if let Some(part) = parts.get_mut(index) {
                 part.spans.end = pass.found.spans.len();

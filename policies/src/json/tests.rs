@@ -7,14 +7,14 @@ use super::*;
 use crate::mask::{Action, unmask};
 
 /// A scanner, a tenant's keys and one action for everything.
-struct Fixture {
+pub(super) struct Fixture {
     scanner: Scanner,
     keys: KeyRing,
-    policy: MaskPolicy,
+    pub(super) policy: MaskPolicy,
 }
 
 impl Fixture {
-    fn new(action: Action) -> Fixture {
+    pub(super) fn new(action: Action) -> Fixture {
         let mut keys = KeyRing::default();
         keys.generate("acme");
         Fixture {
@@ -34,7 +34,7 @@ impl Fixture {
         }
     }
 
-    fn mask(&self, document: &mut Value) -> JsonMasked {
+    pub(super) fn mask(&self, document: &mut Value) -> JsonMasked {
         self.masker().mask(document).unwrap()
     }
 
@@ -47,7 +47,7 @@ impl Fixture {
         unmask(text, "acme", &vault, &self.keys).unwrap()
     }
 
-    fn token(&self, entity: &str, value: &str) -> String {
+    pub(super) fn token(&self, entity: &str, value: &str) -> String {
         self.keys.token("acme", entity, value).unwrap()
     }
 }
@@ -630,6 +630,40 @@ fn a_value_split_across_adjacent_text_parts_is_masked_as_one_value() {
     );
     let values: Vec<(&str, &str)> = masked.values.iter().collect();
     assert_eq!(values, [("jane@example.com", "EMAIL_ADDRESS")]);
+}
+
+#[test]
+fn a_value_split_between_a_text_and_a_refusal_part_is_masked_as_one_value() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let parts = json!([
+        {"type": "text", "text": "I wrote to ja"},
+        {"type": "refusal", "refusal": "ne@example.com and will not again"}
+    ]);
+    let mut document = json!({
+        "messages": [{"role": "assistant", "content": parts.clone()}],
+        "echo": parts.to_string(),
+    });
+    let masked = fixture.mask(&mut document);
+    let token = fixture.token("EMAIL_ADDRESS", "jane@example.com");
+    let expected = json!([
+        {"type": "text", "text": format!("I wrote to {token}")},
+        {"type": "refusal", "refusal": " and will not again"}
+    ]);
+    assert_eq!(document["messages"][0]["content"], expected);
+    let inside: Value = serde_json::from_str(document["echo"].as_str().unwrap()).unwrap();
+    assert_eq!(inside, expected);
+    assert_eq!(
+        paths(&masked),
+        ["messages[0].content[0].text", "echo#[0].text"]
+    );
+    // A refusal part's own text is read like a text part's.
+    let mut document = json!({"content": [
+        {"type": "refusal", "refusal": "not for "},
+        {"type": "refusal", "refusal": "jane@example.com"}
+    ]});
+    let masked = fixture.mask(&mut document);
+    assert_eq!(document["content"][1]["refusal"], token);
+    assert_eq!(paths(&masked), ["content[1].refusal"]);
 }
 
 #[test]

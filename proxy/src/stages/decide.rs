@@ -14,7 +14,7 @@
 
 use atdp_detect::Scanner;
 
-use atdp_policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Verdict};
+use atdp_policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Verdict, decode_json_escapes};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
@@ -33,10 +33,12 @@ const BETA_HEADERS: [(&str, &[&str]); 2] = [
 /// Refuses a request whose names or ids hold a value the detectors find and that the policy
 /// masks for storage or for this upstream (`masked`: the masking policies of both): the model
 /// and the fallback models, the entities of its offers (tool names, MCP server URLs, skill and
-/// prompt ids), the trajectory or session header, and the client headers that are forwarded.
-/// They are routed on, decided on, forwarded and stored as given (names are not text to mask:
-/// a masked model name reaches no model), so none may carry what the policy keeps from the
-/// lake or the provider. The refusal names the field and the entity type, never the value.
+/// prompt ids), the media types of its unscannable parts, the trajectory or session header,
+/// and the client headers that are forwarded. They are routed on, decided on, forwarded and
+/// stored as given (names are not text to mask: a masked model name reaches no model), so none
+/// may carry what the policy keeps from the lake or the provider. Each is read as it stands
+/// and with its JSON escapes decoded ([`scan_as_read`]). The refusal names the field and the
+/// entity type, never the value.
 pub fn check_names(
     scanner: &Scanner,
     masked: [&MaskPolicy; 2],
@@ -45,8 +47,7 @@ pub fn check_names(
     forwarded: &[(HeaderName, HeaderValue)],
 ) -> Result<(), Refusal> {
     let kept = |entity: &str| masked.iter().any(|p| p.action(entity) != Action::Allow);
-    let found = |field: &str, text: &str| match scanner
-        .scan(text)
+    let found = |field: &str, text: &str| match scan_as_read(scanner, text)
         .into_iter()
         .find(|span| kept(span.entity))
     {
@@ -66,6 +67,9 @@ pub fn check_names(
     for offer in &request.offers {
         found(&offer.field, &offer.entity)?;
     }
+    for media in &request.unscannable {
+        found("a media type", media)?;
+    }
     match named {
         Named::Trajectory(id) => found("header x-atdp-trajectory-id", id)?,
         Named::Session(id) => found("header x-atdp-session-id", id)?,
@@ -76,6 +80,18 @@ pub fn check_names(
         found(&format!("header {name}"), &text)?;
     }
     Ok(())
+}
+
+/// What the detectors find in a name or id that is stored and forwarded as given: in the text
+/// as it stands and, when it has JSON escapes, as a reader that decodes them sees it
+/// (`jane\u0040example.com`; the scanner decodes percent and HTML escapes itself). The spans
+/// are for their entity types only (those of the decoded text lie elsewhere).
+pub fn scan_as_read(scanner: &Scanner, text: &str) -> Vec<atdp_detect::Span> {
+    let mut spans = scanner.scan(text);
+    if text.contains('\\') {
+        spans.extend(scanner.scan(&decode_json_escapes(text)));
+    }
+    spans
 }
 
 /// Refuses what the proxy cannot judge towards an external upstream (a top-level field or a

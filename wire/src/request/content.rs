@@ -149,12 +149,31 @@ impl Content {
 
     fn unscannable(&mut self, kind: &str, media: Option<&str>) {
         self.unscannable.insert(kind.to_owned());
-        if let Some(media) = media.map(str::trim).filter(|m| !m.is_empty()) {
-            let media = media.to_ascii_lowercase();
+        if let Some(media) = media.and_then(media_type) {
             self.unscannable.insert(format!("{kind}:{media}"));
             self.unscannable.insert(media);
         }
     }
+}
+
+/// A media type as RFC 6838 writes one (`type/subtype`, each a restricted name of at most 64
+/// characters), in lower case; `None` for anything else, and the part is then named by its
+/// kind alone. The names are decided on, audited and stored as given, so what is not a media
+/// type (free text, an address) is not carried into them.
+fn media_type(text: &str) -> Option<String> {
+    let media = text.trim().to_ascii_lowercase();
+    let (top, sub) = media.split_once('/')?;
+    let name = |part: &str| {
+        part.len() <= 64
+            && part
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
+    };
+    (name(top) && name(sub)).then_some(media)
 }
 
 /// Reads the content of a request body of `api`. The body's shape was checked by the
@@ -217,7 +236,7 @@ fn chat_part(kind: &str, part: &Map<String, Value>, content: &mut Content) {
     match kind {
         "image_url" => content.unscannable("image", data_url_media(text("image_url", "url"))),
         "input_audio" => {
-            let media = text("input_audio", "format").map(audio_media);
+            let media = text("input_audio", "format").and_then(audio_media);
             content.unscannable("audio", media);
         }
         "file" => content.unscannable("file", data_url_media(text("file", "file_data"))),
@@ -225,16 +244,17 @@ fn chat_part(kind: &str, part: &Map<String, Value>, content: &mut Content) {
     }
 }
 
-/// An OpenAI audio format as a media type.
-fn audio_media(format: &str) -> &str {
-    match format {
+/// An OpenAI audio format as a media type; `None` for a format the API does not define.
+fn audio_media(format: &str) -> Option<&'static str> {
+    Some(match format {
         "wav" => "audio/wav",
         "mp3" => "audio/mpeg",
         "flac" => "audio/flac",
         "opus" => "audio/opus",
         "pcm16" => "audio/pcm",
-        other => other,
-    }
+        "aac" => "audio/aac",
+        _ => return None,
+    })
 }
 
 fn responses(obj: &Map<String, Value>, content: &mut Content) -> Result<(), WireError> {
@@ -267,7 +287,41 @@ fn responses(obj: &Map<String, Value>, content: &mut Content) -> Result<(), Wire
             "image_generation_call" if item.get("result").is_some_and(|r| !r.is_null()) => {
                 content.unscannable("image", None);
             }
+            "code_interpreter_call" => {
+                let outputs = field_path(&path, "outputs");
+                for (_, output, output_kind) in typed(item.get("outputs"), &outputs)? {
+                    if output_kind == Some("image") {
+                        let url = output.get("url").and_then(Value::as_str);
+                        content.unscannable("image", data_url_media(url));
+                    }
+                }
+            }
             _ => {}
+        }
+    }
+    // A saved prompt's variables may be images and files as well as text.
+    if let Some(variables) = obj
+        .get("prompt")
+        .and_then(|p| p.get("variables"))
+        .and_then(Value::as_object)
+    {
+        for variable in variables.values().filter_map(Value::as_object) {
+            let kind = variable.get("type").and_then(Value::as_str);
+            responses_part(kind.unwrap_or_default(), variable, content);
+        }
+    }
+    // The image generation tool's mask is an image sent with the request.
+    for tool in obj
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if tool.get("type").and_then(Value::as_str) == Some("image_generation")
+            && let Some(mask) = tool.get("input_image_mask").and_then(Value::as_object)
+        {
+            let url = mask.get("image_url").and_then(Value::as_str);
+            content.unscannable("image", data_url_media(url));
         }
     }
     Ok(())
@@ -443,6 +497,61 @@ mod tests {
                 "image:image/jpeg",
                 "image:image/webp",
                 "text/csv"
+            ])
+        );
+    }
+
+    #[test]
+    fn images_and_files_outside_the_input_are_named() {
+        let body = json!({
+            "input": [
+                {"type": "code_interpreter_call", "id": "ci", "container_id": "c", "code": "plot()",
+                 "status": "completed",
+                 "outputs": [{"type": "logs", "logs": "ok"}, {"type": "image", "url": "data:image/png;base64,AA"}]}
+            ],
+            "prompt": {"id": "pmpt_1", "variables": {
+                "name": "text",
+                "scan": {"type": "input_image", "image_url": "data:image/tiff;base64,AA"},
+                "doc": {"type": "input_file", "file_id": "file-1"}
+            }},
+            "tools": [{"type": "image_generation", "input_image_mask": {"file_id": "file-2"}}]
+        });
+        let content = read_body(ApiKind::OpenAiResponses, body);
+        assert_eq!(
+            content.unscannable,
+            set(&[
+                "file",
+                "image",
+                "image/png",
+                "image/tiff",
+                "image:image/png",
+                "image:image/tiff"
+            ])
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_media_type_names_the_part_by_its_kind_alone() {
+        let body = json!({"messages": [{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "jane@example.com"}},
+            {"type": "image_url", "image_url": {"url": "data:image/call me on 415 555 0172;base64,AA"}},
+            {"type": "file", "file": {"file_data": "data:Jane Doe;base64,AA"}}
+        ]}]});
+        assert_eq!(
+            read_body(ApiKind::OpenAiChat, body).unscannable,
+            set(&["audio", "file", "image"])
+        );
+        let body = json!({"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jane@example.com", "data": "AA"}},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/vnd.ms-excel", "data": "AA"}}
+        ]}]});
+        assert_eq!(
+            read_body(ApiKind::AnthropicMessages, body).unscannable,
+            set(&[
+                "application/vnd.ms-excel",
+                "document",
+                "document:application/vnd.ms-excel",
+                "image"
             ])
         );
     }

@@ -10,7 +10,7 @@
 //! | a function or custom tool the client runs (chat `tools`, legacy `functions`, Responses `function`/`custom`, Anthropic custom tools) | its name, as the client gave it |
 //! | a tool the provider defines (web search, code execution, computer use, bash, text editor, file search, image generation, …) | `openai:<type>` or `anthropic:<type>`, a trailing `_YYYYMMDD` version dropped: `anthropic:web_search`, `openai:file_search` |
 //! | chat `web_search_options` | `openai:web_search` |
-//! | an MCP server (Responses `mcp` tool, Anthropic `mcp_servers` and `mcp_toolset`) | `mcp:<server URL>` (scheme and host in lower case, no user information, trailing dot or default port), and `mcp:<connector id>` for an OpenAI connector (both when both are given) |
+//! | an MCP server (Responses `mcp` tool, Anthropic `mcp_servers` and `mcp_toolset`) | `mcp:<server URL>` (scheme and host in lower case, no user information, trailing dot or default port; an http(s) URL as WHATWG reads it, its host percent-decoded and mapped to ASCII), and `mcp:<connector id>` for an OpenAI connector (both when both are given) |
 //! | a Responses `namespace` of tools | `openai:namespace`, and each tool inside it as its own offer |
 //! | a skill in Anthropic's `container.skills` | `skill:<skill id>` |
 //! | a saved prompt (Responses `prompt`), which can carry tools of its own | `prompt:<prompt id>` |
@@ -87,14 +87,26 @@ pub(crate) fn offers(
     Ok((found, models))
 }
 
-/// `web_search_20250305` → `web_search`: a trailing `_` and eight digits is a version.
+/// `web_search_20250305` → `web_search`, `web_search_2025_08_26` → `web_search`: a trailing
+/// date, as Anthropic (`_YYYYMMDD`) or OpenAI (`_YYYY_MM_DD`) writes it, is a version.
 fn without_version(kind: &str) -> &str {
-    match kind.rsplit_once('_') {
-        Some((base, date))
-            if !base.is_empty() && date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit()) =>
+    let digits = |text: &str, n: usize| text.len() == n && text.bytes().all(|b| b.is_ascii_digit());
+    let bytes = kind.len();
+    // `_YYYY_MM_DD`: eleven bytes.
+    if bytes > 11
+        && let (Some(base), Some(date)) = (kind.get(..bytes - 11), kind.get(bytes - 11..))
+    {
+        let parts: Vec<&str> = date.split('_').collect();
+        if let ["", year, month, day] = parts.as_slice()
+            && digits(year, 4)
+            && digits(month, 2)
+            && digits(day, 2)
         {
-            base
+            return base;
         }
+    }
+    match kind.rsplit_once('_') {
+        Some((base, date)) if !base.is_empty() && digits(date, 8) => base,
         _ => kind,
     }
 }
@@ -254,11 +266,37 @@ fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<
 }
 
 /// An MCP server URL as one name for one server: scheme and host in lower case, without a
-/// trailing dot of the host or the scheme's default port. A URL whose authority carries user
-/// information, a backslash, whitespace or a control character is refused: URL readers
-/// disagree on where such a host begins, so the server decided might not be the one reached.
-/// What does not look like `scheme://host…` is kept as given.
+/// trailing dot of the host or the scheme's default port. An `http` or `https` URL is read as
+/// a browser and the providers read it (WHATWG): its host percent-decoded and mapped to ASCII
+/// (`%65vil.example`, fullwidth letters and ideographic full stops all name `evil.example`),
+/// its path normalised, and a bare `/` path dropped. A URL whose authority carries user
+/// information, a backslash, whitespace or a control character, or an `http(s):` URL not
+/// followed by `//`, is refused: URL readers disagree on where such a host begins, so the
+/// server decided might not be the one reached. What does not look like `scheme://host…` is
+/// kept as given.
 fn mcp_url(url: &str, field: &str) -> Result<String, WireError> {
+    let invalid = |why: &'static str| WireError::Invalid {
+        field: field.to_owned(),
+        why,
+    };
+    // A WHATWG reader drops leading and trailing spaces and controls and every tab and line
+    // break, so ` https://h` and `ht\ttps://h` would name `https://h` to it and something
+    // else here.
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(
+            "an MCP server URL may not hold whitespace or control characters",
+        ));
+    }
+    let web = url.split_once(':').filter(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+    });
+    if let Some((_, after)) = web
+        && !after.starts_with("//")
+    {
+        return Err(invalid(
+            "an http(s) MCP server URL must be written scheme://host…",
+        ));
+    }
     let Some((scheme, rest)) = url.split_once("://") else {
         return Ok(url.to_owned());
     };
@@ -270,10 +308,13 @@ fn mcp_url(url: &str, field: &str) -> Result<String, WireError> {
             .chars()
             .any(|c| c.is_whitespace() || c.is_control())
     {
-        return Err(WireError::Invalid {
-            field: field.to_owned(),
-            why: "an MCP server URL may not carry user information, a backslash, whitespace or control characters before its path",
-        });
+        return Err(invalid(
+            "an MCP server URL may not carry user information, a backslash, whitespace or control characters before its path",
+        ));
+    }
+    if web.is_some() {
+        return web_url(url)
+            .ok_or_else(|| invalid("an http(s) MCP server URL must parse as a URL"));
     }
     // A port is digits after the last `:` (in `[::1]` that is `1]`, not a port).
     let (host, port) = match authority.rsplit_once(':') {
@@ -283,14 +324,63 @@ fn mcp_url(url: &str, field: &str) -> Result<String, WireError> {
         _ => (authority, None),
     };
     let host = host.trim_end_matches('.').to_ascii_lowercase();
-    let default = matches!(
-        (scheme.as_str(), port),
-        ("https", Some(443)) | ("http", Some(80))
-    );
     Ok(match port {
-        Some(port) if !default => format!("{scheme}://{host}:{port}{tail}"),
-        _ => format!("{scheme}://{host}{tail}"),
+        Some(port) => format!("{scheme}://{host}:{port}{tail}"),
+        None => format!("{scheme}://{host}{tail}"),
     })
+}
+
+/// An http(s) URL as WHATWG reads it, written back without a trailing dot of its host, its
+/// default port, a bare `/` path, an empty query or a fragment (which no request carries),
+/// and with the percent escapes of unreserved characters in its path decoded (`/%73se` is
+/// `/sse`, RFC 3986 §6.2.2.2); `None` when it does not parse or has no host.
+fn web_url(url: &str) -> Option<String> {
+    let mut parsed = url::Url::parse(url).ok()?;
+    parsed.set_fragment(None);
+    if parsed.query() == Some("") {
+        parsed.set_query(None);
+    }
+    let path = unreserved_decoded(parsed.path());
+    parsed.set_path(&path);
+    let host = match parsed.host()? {
+        url::Host::Domain(domain) => domain.trim_end_matches('.').to_owned(),
+        url::Host::Ipv4(ip) => ip.to_string(),
+        url::Host::Ipv6(ip) => format!("[{ip}]"),
+    };
+    let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let tail = &parsed[url::Position::BeforePath..];
+    let tail = if tail == "/" { "" } else { tail };
+    Some(format!("{}://{host}{port}{tail}", parsed.scheme()))
+}
+
+/// `path` with the percent escapes of unreserved characters (letters, digits, `-._~`)
+/// decoded; other escapes are kept, with upper-case hex digits.
+fn unreserved_decoded(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let hex = rest
+            .get(at + 1..at + 3)
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            Some(byte) if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) => {
+                out.push(char::from(byte));
+                rest = &rest[at + 3..];
+            }
+            Some(_) => {
+                out.push('%');
+                out.push_str(&rest[at + 1..at + 3].to_ascii_uppercase());
+                rest = &rest[at + 3..];
+            }
+            None => {
+                out.push('%');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Messages: `tools` (custom and Anthropic-defined, `mcp_toolset`), `mcp_servers`,
@@ -506,6 +596,13 @@ mod tests {
             without_version("tool_search_tool_bm25_20251119"),
             "tool_search_tool_bm25"
         );
+        assert_eq!(without_version("web_search_2025_08_26"), "web_search");
+        assert_eq!(
+            without_version("web_search_preview_2025_03_11"),
+            "web_search_preview"
+        );
+        assert_eq!(without_version("_2025_08_26"), "_2025_08_26");
+        assert_eq!(without_version("x_2025_8_26"), "x_2025_8_26");
         assert_eq!(without_version("web_search_preview"), "web_search_preview");
         assert_eq!(without_version("_20250305"), "_20250305");
         assert_eq!(without_version("x_2025030"), "x_2025030");
@@ -569,7 +666,22 @@ mod tests {
             "https://h/a@b",
             "an @ in the path"
         );
-        assert_eq!(name("not a url").unwrap(), "not a url");
+        assert_eq!(name("https://h/").unwrap(), "https://h");
+        assert_eq!(name("not-a-url").unwrap(), "not-a-url");
+        assert_eq!(name("sse://H.example.:9/x").unwrap(), "sse://h.example:9/x");
+        // Spellings of one host that a WHATWG reader (the provider's) takes as that host.
+        for url in [
+            "https://%65vil.example/sse",
+            "https://\u{ff45}vil.example/sse",
+            "https://evil\u{3002}example/sse",
+            "https://EVIL.example./sse",
+            "https://evil.example/a/../sse",
+            "https://evil.example/%73se",
+            "https://evil.example/sse#x",
+            "https://evil.example/sse?",
+        ] {
+            assert_eq!(name(url).unwrap(), "https://evil.example/sse", "{url}");
+        }
         // Readers disagree on the host of these: refused.
         for url in [
             "https://someone:secret@mcp.example.com/sse",
@@ -577,6 +689,14 @@ mod tests {
             "https://good.example\\evil.example/sse",
             "https://good.example evil/sse",
             "https://good.example\u{0}/sse",
+            "https:evil.example/sse",
+            " https://evil.example/sse",
+            "\u{1}https://evil.example/sse",
+            "ht\ttps://evil.example/sse",
+            "https://evil.example/s\nse",
+            "not a url",
+            "https:/evil.example/sse",
+            "HTTPS:\\\\evil.example/sse",
         ] {
             assert!(name(url).is_err(), "{url}");
         }

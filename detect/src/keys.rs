@@ -1,0 +1,171 @@
+//! Object keys that give their value its context. A detector that needs a word before a
+//! value (a credential keyword before a secret, `mobile` before a bare number, `ssn` before
+//! an SSN-shaped one) finds it in running text, but in JSON (`{"password": "…"}`, tool-call
+//! arguments, tool results) the word is the key and the value is read alone. Where a key
+//! holds one of the scanner's context words, the JSON masker reads its value also after that
+//! word, as `word: value`.
+//!
+//! A key is read as words: its normalised view (`normal.rs`: fullwidth letters, zero-width
+//! characters), lower case, split at `_`, `-`, `.`, `/`, `:`, spaces, digits and a lower-case
+//! letter followed by a capital (`apiKey`, `db_password2`, `x-auth-token`, `employeeSSN` →
+//! `employee ssn`). A word matches as a whole word, or with a plural `s`; the long credential
+//! words also inside a longer word (`dbpassword`, `secretkey`); a word of another script
+//! anywhere.
+
+use crate::normal::Normalized;
+
+/// Credential keywords, as words of a key; each with the spelling the generic secret detector
+/// (`patterns.rs`) reads before `:`.
+const CREDENTIAL_WORDS: &[(&str, &str)] = &[
+    ("api key", "api_key"),
+    ("apikey", "apikey"),
+    ("access key", "access_key"),
+    ("accesskey", "accesskey"),
+    ("secret", "secret"),
+    ("token", "token"),
+    ("password", "password"),
+    ("passwd", "passwd"),
+    ("pwd", "pwd"),
+    ("auth", "auth"),
+];
+
+/// Credential words also found inside a longer word of a key.
+const INSIDE_WORDS: &[&str] = &["password", "passwd", "secret"];
+
+/// Keys longer than this are text, not names of a field.
+const MAX_KEY_BYTES: usize = 64;
+
+/// The words that make a key a context, lower-case, once each, with the text the value is
+/// read after: the credential keywords and every detector's context and cue words.
+pub(crate) fn key_words<'w>(words: impl IntoIterator<Item = &'w str>) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = CREDENTIAL_WORDS
+        .iter()
+        .map(|(word, read)| ((*word).to_owned(), (*read).to_owned()))
+        .chain(words.into_iter().map(|w| {
+            let word = w.trim().to_lowercase();
+            (word.clone(), word)
+        }))
+        .filter(|(w, _)| !w.is_empty())
+        .collect();
+    all.sort_unstable();
+    all.dedup_by(|a, b| a.0 == b.0);
+    all
+}
+
+/// `key` as words between single spaces, with a space at each end.
+fn spaced(key: &str) -> String {
+    let view = Normalized::new(key);
+    let mut out = String::with_capacity(key.len() + 8);
+    out.push(' ');
+    let mut before: Option<char> = None;
+    for c in view.as_str().chars() {
+        let split = matches!(c, '_' | '-' | '.' | '/' | ':') || c.is_whitespace();
+        if split {
+            before = None;
+            if !out.ends_with(' ') {
+                out.push(' ');
+            }
+            continue;
+        }
+        let boundary = match before {
+            Some(b) => {
+                (b.is_lowercase() && c.is_uppercase()) || (b.is_ascii_digit() != c.is_ascii_digit())
+            }
+            None => false,
+        };
+        if boundary && !out.ends_with(' ') {
+            out.push(' ');
+        }
+        before = Some(c);
+        out.extend(c.to_lowercase());
+    }
+    if !out.ends_with(' ') {
+        out.push(' ');
+    }
+    out
+}
+
+/// The text `key`'s value is read after (`password`, `ssn`), when the key holds one of
+/// `words` (from [`key_words`]).
+pub(crate) fn context_of<'w>(words: &'w [(String, String)], key: &str) -> Option<&'w str> {
+    if key.len() > MAX_KEY_BYTES || words.is_empty() {
+        return None;
+    }
+    let spaced = spaced(key);
+    let whole = |word: &str| {
+        spaced.match_indices(word).any(|(at, _)| {
+            let after = &spaced[at + word.len()..];
+            spaced[..at].ends_with(' ') && (after.starts_with(' ') || after.starts_with("s "))
+        })
+    };
+    words
+        .iter()
+        .find(|(word, _)| {
+            if !word.is_ascii() || INSIDE_WORDS.contains(&word.as_str()) {
+                spaced.contains(word.as_str())
+            } else {
+                whole(word)
+            }
+        })
+        .map(|(_, read)| read.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words() -> Vec<(String, String)> {
+        key_words(["mobile", "ssn", "social security", "電話"])
+    }
+
+    fn context(key: &str) -> Option<String> {
+        context_of(&words(), key).map(str::to_owned)
+    }
+
+    #[test]
+    fn keys_holding_a_context_word_give_the_word_to_read_the_value_after() {
+        for (key, read) in [
+            ("password", "password"),
+            ("db_password", "password"),
+            ("dbpassword", "password"),
+            ("password2", "password"),
+            ("password_confirmation", "password"),
+            ("apiKey", "api_key"),
+            ("API_KEY", "api_key"),
+            ("api_keys", "api_key"),
+            ("x-auth-token", "auth"),
+            ("client.secret", "secret"),
+            ("secretKey", "secret"),
+            ("SECRET_KEY", "secret"),
+            ("secrets", "secret"),
+            ("mobile", "mobile"),
+            ("customerMobile", "mobile"),
+            ("SSN", "ssn"),
+            ("employeeSSN", "ssn"),
+            ("patientSsn", "ssn"),
+            ("social_security", "social security"),
+            ("ｐａｓｓｗｏｒｄ", "password"),
+            ("pass\u{200B}word", "password"),
+            ("電話番号", "電話"),
+        ] {
+            assert_eq!(context(key).as_deref(), Some(read), "{key}");
+        }
+    }
+
+    #[test]
+    fn other_keys_are_not() {
+        for key in [
+            "content",
+            "text",
+            "arguments",
+            "passwords_reset_count_is_long_enough_to_be_text_and_not_a_field_name_at_all",
+            "author",
+            "tokenizer",
+            "automobile",
+            "lesson",
+            "",
+        ] {
+            assert_eq!(context(key), None, "{key}");
+        }
+    }
+}

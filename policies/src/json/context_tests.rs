@@ -1,0 +1,111 @@
+//! Values whose context is their object key: `{"password": "…"}` read alone is a random
+//! string; after its key it is a secret.
+
+use serde_json::json;
+
+use super::tests::Fixture;
+use crate::mask::Action;
+
+const SECRET: &str = "Zx8vQ2mLp9Rt4KwB";
+
+#[test]
+fn a_secret_under_a_credential_key_is_masked_wherever_the_object_is() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let token = fixture.token("SECRET", SECRET);
+    let arguments = json!({"db_password": SECRET, "host": "db1"}).to_string();
+    let mut document = json!({
+        "messages": [
+            {"role": "tool", "content": json!({"password": SECRET}).to_string()},
+            {"role": "assistant", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "connect", "arguments": arguments}}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "login",
+                 "input": {"apiKey": SECRET, "user": "ops"}}
+            ]}
+        ]
+    });
+    fixture.mask(&mut document);
+    let text = document.to_string();
+    assert!(!text.contains(SECRET), "{text}");
+    assert_eq!(text.matches(&token).count(), 3, "{text}");
+    // What is not a secret stays.
+    assert!(text.contains("db1") && text.contains("ops"), "{text}");
+}
+
+#[test]
+fn a_bare_number_under_a_phone_or_ssn_key_is_masked() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let mut document = json!({"customer": {"mobile": "4155550172", "ssn": "900-12-3456"}});
+    let masked = fixture.mask(&mut document);
+    let text = document.to_string();
+    assert!(!text.contains("4155550172"), "{text}");
+    assert!(!text.contains("900-12-3456"), "{text}");
+    let mut entities: Vec<&str> = masked
+        .spans
+        .iter()
+        .map(|(_, s)| s.entity.as_str())
+        .collect();
+    entities.sort_unstable();
+    assert_eq!(entities, ["PHONE_NUMBER", "US_SSN"]);
+}
+
+#[test]
+fn the_same_values_under_other_keys_stay_as_they_are() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let mut document = json!({"build": SECRET, "count": "4155550172", "code": "900-12-3456"});
+    let before = document.clone();
+    let masked = fixture.mask(&mut document);
+    assert_eq!(document, before);
+    assert!(masked.spans.is_empty());
+}
+
+#[test]
+fn a_value_found_after_its_key_is_masked_wherever_else_the_document_holds_it() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let token = fixture.token("SECRET", SECRET);
+    // Met first where nothing tells it is a secret (and remembered there as clean), then
+    // under a credential key, then quoted in a message.
+    let mut document = json!({"messages": [
+        {"role": "tool", "content": json!({"build": SECRET}).to_string()},
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+            "name": "login", "arguments": json!({"token": SECRET}).to_string()}}]},
+        {"role": "user", "content": format!("it is {SECRET}, right?")}
+    ]});
+    let masked = fixture.mask(&mut document);
+    let text = document.to_string();
+    assert!(!text.contains(SECRET), "{text}");
+    assert_eq!(text.matches(&token).count(), 3, "{text}");
+    assert_eq!(masked.vault.len(), 1);
+    // Each placeholder is recorded once, where it was written.
+    assert_eq!(masked.spans.len(), 3, "{:?}", masked.spans);
+}
+
+#[test]
+fn keys_are_read_as_words_and_values_in_arrays_and_name_value_pairs_have_their_context() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let mut document = json!({
+        "employeeSSN": "536221234",
+        "SECRET_KEY": SECRET,
+        "backup_passwords": ["Qm4vT8xL2pR9wK7z"],
+        "env": [{"name": "DB_PASSWORD", "value": "Hn5cW2yJ8rT4mQ6v"}, {"name": "HOST", "value": "db1"}]
+    });
+    let masked = fixture.mask(&mut document);
+    let text = document.to_string();
+    for value in ["536221234", SECRET, "Qm4vT8xL2pR9wK7z", "Hn5cW2yJ8rT4mQ6v"] {
+        assert!(!text.contains(value), "{value}: {text}");
+    }
+    assert!(text.contains("db1"), "{text}");
+    assert_eq!(masked.spans.len(), 4, "{:?}", masked.spans);
+}
+
+#[test]
+fn a_value_found_after_its_key_is_left_everywhere_when_its_entity_is_allowed() {
+    let mut fixture = Fixture::new(Action::Tokenize);
+    fixture.policy = crate::mask::MaskPolicy::all(Action::Allow);
+    let mut document = json!({"password": SECRET, "note": SECRET});
+    let before = document.clone();
+    fixture.mask(&mut document);
+    assert_eq!(document, before);
+}
