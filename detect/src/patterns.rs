@@ -197,7 +197,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // American Express in its printed 4-6-5 grouping.
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"3[47][0-9]{2}[ \t.-]{1,2}[0-9]{6}[ \t.-]{1,2}[0-9]{5}",
+        pattern: r"3[47][0-9]{2}[ .-]{1,2}[0-9]{6}[ .-]{1,2}[0-9]{5}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -207,7 +207,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     },
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"[2-6][0-9]{3}(?:[ \t.-]{0,2}[0-9]{4}){2}[ \t.-]{0,2}[0-9]{1,7}",
+        pattern: r"[2-6][0-9]{3}(?:[ .-]{0,2}[0-9]{4}){2}[ .-]{0,2}[0-9]{1,7}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -220,7 +220,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // with a digit the pattern above takes).
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ \t.-]{0,2}[0-9]{4}){2}(?:[ \t.-]{0,2}[0-9]{1,7})?|1800[ \t.-]{0,2}[0-9]{4}[ \t.-]{0,2}[0-9]{4}[ \t.-]{0,2}[0-9]{3}",
+        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ .-]{0,2}[0-9]{4}){2}(?:[ .-]{0,2}[0-9]{1,7})?|1800[ .-]{0,2}[0-9]{4}[ .-]{0,2}[0-9]{4}[ .-]{0,2}[0-9]{3}",
         score: 1.0,
         validate: Some(validate::luhn_maestro),
         context: &[],

@@ -87,10 +87,9 @@ fn credit_cards() {
         r#""card":"3782-822463-10005""#,
         "3782-822463-10005",
     );
-    // Groups set apart by two spaces, a tab or dots; and in other digits.
+    // Groups set apart by two spaces or dots; and in other digits.
     for card in [
         "4111  1111  1111  1111",
-        "4111\t1111\t1111\t1111",
         "4111.1111.1111.1111",
         "3782  822463  10005",
     ] {
@@ -107,6 +106,8 @@ fn credit_cards() {
         "4\u{20E3}1\u{20E3}1\u{20E3}1\u{20E3}111111111111",
     );
     assert_clean("versions 4111.1111.1111.1112 and 1.2.3");
+    // Tab-separated figures are a table's columns (years here, Luhn-valid by chance).
+    assert_clean("Year\t2023\t2024\t2025\t2026");
     // Digits of a UUID that happen to pass Luhn are part of the UUID.
     assert_clean(r#""trace_id":"51714236-0245-4106-9d26-63cce608e14f""#);
     assert_clean("order SO-536-22-1234 shipped");
