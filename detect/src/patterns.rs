@@ -41,6 +41,21 @@ const fn secret(pattern: &'static str) -> PatternSpec {
     }
 }
 
+/// A secret after the words that announce one: its capture group 1 is the value, reported
+/// when it looks random (`validate::generic_secret`).
+const fn keyed_secret(pattern: &'static str) -> PatternSpec {
+    PatternSpec {
+        entity: "SECRET",
+        pattern,
+        score: 0.9,
+        validate: Some(validate::generic_secret),
+        context: &[],
+        cue: &[],
+        group: 1,
+        trigger: None,
+    }
+}
+
 /// A phone number format, validated by `validate`.
 const fn phone(pattern: &'static str, score: f32, validate: fn(&str) -> bool) -> PatternSpec {
     PatternSpec {
@@ -302,37 +317,14 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     secret(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     secret(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----"),
     // Anything long and random right after a credential keyword.
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r#"(?i)(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)["']?\s*[:=]\s*["']?([^\s"',;&]{12,})"#,
-        score: 0.9,
-        validate: Some(validate::generic_secret),
-        context: &[],
-        cue: &[],
-        group: 1,
-        trigger: None,
-    },
+    keyed_secret(
+        r#"(?i)(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)["']?\s*[:=]\s*["']?([^\s"',;&]{12,})"#,
+    ),
     // A bearer token: `Authorization: Bearer …`, `bearer …`.
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{12,})",
-        score: 0.9,
-        validate: Some(validate::generic_secret),
-        context: &[],
-        cue: &[],
-        group: 1,
-        trigger: None,
-    },
+    keyed_secret(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{12,})"),
     // A credential given as a command-line option: `--password …`, `-token=…`,
     // `--client-secret …`.
-    PatternSpec {
-        entity: "SECRET",
-        pattern: r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+[-_])*(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)[ =]["']?([^\s"',;&]{12,})"#,
-        score: 0.9,
-        validate: Some(validate::generic_secret),
-        context: &[],
-        cue: &[],
-        group: 1,
-        trigger: None,
-    },
+    keyed_secret(
+        r#"(?i)(?:^|[\s"'])--?(?:[a-z0-9]+[-_])*(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)[ =]["']?([^\s"',;&]{12,})"#,
+    ),
 ];
