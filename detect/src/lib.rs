@@ -89,7 +89,7 @@ pub struct Scanner {
     cache: Option<cache::ScanCache>,
     /// The words that make an object key the context of its value, with the text the value
     /// is read after (`keys.rs`).
-    key_words: Vec<(String, String)>,
+    key_words: keys::KeyWords,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -295,7 +295,7 @@ impl Scanner {
         let name_words = name_context
             .iter()
             .flat_map(|(raise, _)| raise.iter().map(String::as_str));
-        let key_words = keys::key_words(detector_words.chain(name_words));
+        let key_words = keys::KeyWords::new(detector_words.chain(name_words));
         Ok(Scanner {
             sets,
             threshold: config.threshold,
@@ -318,7 +318,7 @@ impl Scanner {
     /// word, spelled as the detectors read it (`password`, `api_key`, `ssn`, `mobile`). The
     /// JSON masker then reads the value also after it, as `word: value`.
     pub fn key_context(&self, key: &str) -> Option<&str> {
-        keys::context_of(&self.key_words, key)
+        self.key_words.context_of(key)
     }
 
     /// The score a span of `entity` needs to be reported.
