@@ -42,7 +42,8 @@ pub(crate) struct KeyWords {
     /// Each word, lower-case, once, with the text a value is read after.
     words: Vec<(String, String)>,
     /// Every space-separated piece of every word, ASCII case-insensitively: an ASCII key that
-    /// holds none of them holds no word (`role`, `content`, `type` are ruled out by one pass).
+    /// holds none of them and no escape holds no word (`role`, `content`, `type` are ruled
+    /// out by one pass).
     pieces: Option<AhoCorasick>,
 }
 
@@ -64,7 +65,9 @@ impl KeyWords {
 
     /// The text `key`'s value is read after, when the key holds one of the words.
     pub(crate) fn context_of(&self, key: &str) -> Option<&str> {
+        // A key with escapes (`pass%77ord`) is read through its normalised view.
         if key.is_ascii()
+            && !key.contains(['%', '&'])
             && let Some(pieces) = &self.pieces
             && !pieces.is_match(key)
         {
@@ -185,6 +188,8 @@ mod tests {
             ("social_security", "social security"),
             ("ｐａｓｓｗｏｒｄ", "password"),
             ("pass\u{200B}word", "password"),
+            ("pass%77ord", "password"),
+            ("mo&#98;ile", "mobile"),
             ("電話番号", "電話"),
         ] {
             assert_eq!(context(key).as_deref(), Some(read), "{key}");
