@@ -4,7 +4,9 @@
 //! reaches and one reveal names.
 //!
 //! - Every value: its normalised view (`normal.rs`: digits, spaces, dashes, fullwidth and
-//!   small forms folded, invisible characters removed, escapes decoded).
+//!   small forms folded, invisible characters removed, escapes decoded), with letters of
+//!   other scripts kept as written: `jаne@example.com` with a Cyrillic `а` is found as an
+//!   address, but it is another address than `jane@example.com`, and gets its own token.
 //! - An e-mail address spelled out: `[at]`, `(@)`, ` at ` as `@`; `[dot]`, `[.]`, ` dot ` as
 //!   `.`. Case is kept: `Jane@Example.com` stays another spelling, as the address may be.
 //! - A card, phone, SSN or IBAN: the separators (spaces, dashes, dots, parentheses) removed,
@@ -29,7 +31,7 @@ static SPELLED_DOT: LazyLock<Option<Regex>> =
 
 /// The canonical spelling of `value`, detected as `entity`.
 pub fn canonical<'a>(entity: &str, value: &'a str) -> Cow<'a, str> {
-    let view = Normalized::new(value);
+    let view = Normalized::keeping_letters(value);
     let folded: Cow<'a, str> = if view.is_identity() {
         Cow::Borrowed(value)
     } else {

@@ -30,6 +30,9 @@ use serde::Serialize;
 
 pub use canonical::canonical;
 pub use error::{Error, Result};
+/// The entity types the names tagger finds. The scanner never lets one of them cover a value
+/// of another type: where they overlap, the shaped value is kept whole.
+pub use names::ENTITIES as NAME_ENTITIES;
 
 #[doc(hidden)]
 pub use normal::Normalized;
@@ -67,6 +70,8 @@ struct Detector {
     lower: Vec<String>,
     /// Lower-case words of which one must precede a match as a whole word (empty: none).
     cue: &'static [&'static str],
+    /// Declared in the policy file: it reads the view that keeps letters of other scripts.
+    custom: bool,
 }
 
 /// The compiled detectors.
@@ -234,6 +239,7 @@ impl Scanner {
                 raise,
                 lower,
                 cue: spec.cue,
+                custom: false,
             });
         }
         let custom: Vec<&CustomEntity> = config.custom.iter().filter(|c| wanted(&c.name)).collect();
@@ -355,26 +361,35 @@ impl Scanner {
 
     /// The spans of personal data and secrets in `text`, ordered by start, never overlapping.
     pub fn scan(&self, text: &str) -> Vec<Span> {
+        self.scan_without(text, &|_| false)
+    }
+
+    /// The spans [`Scanner::scan`] finds in `text` as if the entity types that `skip` names
+    /// were not looked for: what they would have covered is open to the other types. A masker
+    /// that leaves a type in the clear reads the text so, so that a value of a type it masks
+    /// never hides inside or behind one it leaves. Not cached.
+    pub fn scan_without(&self, text: &str, skip: &dyn Fn(&str) -> bool) -> Vec<Span> {
         // The pattern and dictionary detectors read the normalised view; their spans are
         // mapped back to `text`. The name detectors read `text` itself: the tagger was trained
         // on text as it is written, and its features (capitals, the lists' words with their
         // accents) are read from it.
         let view = normal::Normalized::new(text);
-        let mut candidates = self.shaped(&view);
+        let mut candidates = self.shaped(text, &view, true, skip);
         // Where escapes were decoded, the text read with its escapes as written comes first:
         // a value whose escapes are part of it (a password with `%2F` in a URL) is found whole
         // there, and what the decoded view adds (`jane%40example.com`) joins it.
         if view.decoded_escapes() {
             let written = normal::Normalized::without_escapes(text);
-            let decoded = resolve_overlaps(candidates);
-            candidates = resolve_overlaps(self.shaped(&written));
+            let decoded = resolve_overlaps(text, candidates);
+            candidates = resolve_overlaps(text, self.shaped(text, &written, false, skip));
             join_decoded(&mut candidates, decoded);
         }
-        if let Some(detector) = self.name_detector {
+        let names_wanted = names::ENTITIES.iter().any(|entity| !skip(entity));
+        if let Some(detector) = self.name_detector.filter(|_| names_wanted) {
             let mut found = Vec::new();
             let mut names = Vec::new();
             names::find(detector, text, &self.names, &mut found);
-            for mut span in found {
+            for mut span in found.into_iter().filter(|span| !skip(span.entity)) {
                 let which = names::ENTITIES.iter().position(|e| *e == span.entity);
                 if let Some((raise, lower)) = which.map(|i| &self.name_context[i]) {
                     span.score = adjusted(span.score, text, span.start, raise, lower);
@@ -387,29 +402,61 @@ impl Scanner {
             // name, whatever the scores: its own type decides how it is masked and what Cedar
             // is told, so a card cannot pass as part of an address. A name's span keeps what
             // lies outside the shaped values the scanner keeps.
-            let mut kept = resolve_overlaps(candidates);
+            let mut kept = resolve_overlaps(text, candidates);
             let pieces: Vec<Span> = names
                 .into_iter()
                 .flat_map(|name| outside(text, name, &kept))
                 .collect();
             kept.extend(pieces);
-            return resolve_overlaps(kept);
+            return resolve_overlaps(text, kept);
         }
-        resolve_overlaps(candidates)
+        resolve_overlaps(text, candidates)
     }
 
-    /// The shaped detectors' candidates in `view`, mapped back to the text.
-    fn shaped(&self, view: &normal::Normalized<'_>) -> Vec<Span> {
+    /// The shaped detectors' candidates in `view` (the view of `text`, with its escapes
+    /// decoded or not as `escapes` says), mapped back to the text. Where the view folded
+    /// letters of other scripts, the custom entities read the view that keeps them: their
+    /// patterns and words may be written in those scripts.
+    fn shaped(
+        &self,
+        text: &str,
+        view: &normal::Normalized<'_>,
+        escapes: bool,
+        skip: &dyn Fn(&str) -> bool,
+    ) -> Vec<Span> {
+        let mut candidates = Vec::new();
+        if view.folded_letters() && self.detectors.iter().any(|d| d.custom) {
+            let kept = normal::Normalized::with(text, escapes, false);
+            self.shaped_in(view, &|d| !d.custom && !skip(d.entity), &mut candidates);
+            self.shaped_in(&kept, &|d| d.custom && !skip(d.entity), &mut candidates);
+        } else {
+            self.shaped_in(view, &|d| !skip(d.entity), &mut candidates);
+        }
+        candidates
+    }
+
+    /// Adds the candidates in `view` of the detectors `reads` chooses, mapped back to the
+    /// text.
+    fn shaped_in(
+        &self,
+        view: &normal::Normalized<'_>,
+        reads: &dyn Fn(&Detector) -> bool,
+        out: &mut Vec<Span>,
+    ) {
         let mut candidates = Vec::new();
         for (set, members) in &self.sets {
             for index in set.matches(view.as_str()).iter() {
-                if let Some(detector) = members.get(index).and_then(|i| self.detectors.get(*i)) {
+                if let Some(detector) = members
+                    .get(index)
+                    .and_then(|i| self.detectors.get(*i))
+                    .filter(|d| reads(d))
+                {
                     self.candidates(detector, view, &mut candidates);
                 }
             }
         }
         for detector in &self.detectors {
-            if matches!(detector.matcher, Matcher::Words(_)) {
+            if matches!(detector.matcher, Matcher::Words(_)) && reads(detector) {
                 self.candidates(detector, view, &mut candidates);
             }
         }
@@ -418,7 +465,7 @@ impl Scanner {
                 (span.start, span.end) = view.original(span.start, span.end);
             }
         }
-        candidates
+        out.append(&mut candidates);
     }
 
     /// The spans one detector finds in `text`, `(value, whole match)` for each.
@@ -545,6 +592,7 @@ fn custom_detector(
         raise,
         lower,
         cue: &[],
+        custom: true,
     }
 }
 
@@ -733,23 +781,60 @@ fn join_decoded(kept: &mut Vec<Span>, decoded: Vec<Span>) {
     kept.sort_by_key(|s| s.start);
 }
 
-fn resolve_overlaps(mut candidates: Vec<Span>) -> Vec<Span> {
+/// The best of overlapping spans, by higher score, then longer, then earlier; of a span that
+/// loses to others, the pieces of it outside them (trimmed of spaces, each with a letter or
+/// digit), so that no part of a value found stays in the clear because another value was
+/// glued to it (`4111 1111 1111 1111-jane@example.com`, where the address starts in the
+/// card).
+fn resolve_overlaps(text: &str, mut candidates: Vec<Span>) -> Vec<Span> {
     candidates.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
             .then((b.end - b.start).cmp(&(a.end - a.start)))
             .then(a.start.cmp(&b.start))
     });
-    // The kept spans by start. They never overlap, so a candidate overlaps one of them exactly
-    // when it overlaps the last one that starts before the candidate ends.
+    // The kept spans by start. They never overlap, so by start they are also by end: the
+    // ones a candidate overlaps are the last that start before it ends, back to the first
+    // that ends after it starts.
     let mut kept: std::collections::BTreeMap<usize, Span> = std::collections::BTreeMap::new();
     for span in candidates {
-        let clear = kept
+        if span.start >= span.end {
+            continue;
+        }
+        let mut taken: Vec<(usize, usize)> = kept
             .range(..span.end)
-            .next_back()
-            .is_none_or(|(_, before)| before.end <= span.start);
-        if clear && span.start < span.end {
+            .rev()
+            .take_while(|(_, before)| before.end > span.start)
+            .map(|(_, before)| (before.start, before.end))
+            .collect();
+        if taken.is_empty() {
             kept.insert(span.start, span);
+            continue;
+        }
+        taken.reverse();
+        let mut at = span.start;
+        let mut pieces = Vec::new();
+        for (start, end) in taken.into_iter().chain([(span.end, span.end)]) {
+            if at < start {
+                pieces.push((at, start));
+            }
+            at = at.max(end);
+        }
+        for (start, end) in pieces {
+            let Some(raw) = text.get(start..end) else {
+                continue;
+            };
+            let trimmed = raw.trim();
+            if !trimmed.chars().any(char::is_alphanumeric) {
+                continue;
+            }
+            let start = start + (raw.len() - raw.trim_start().len());
+            let piece = Span {
+                start,
+                end: start + trimmed.len(),
+                ..span.clone()
+            };
+            kept.insert(piece.start, piece);
         }
     }
     kept.into_values().collect()

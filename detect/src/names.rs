@@ -48,7 +48,7 @@ use words::{fold, words};
 pub(super) const DFA_CACHE: usize = 8 << 20;
 
 /// The entity types found here.
-pub(crate) const ENTITIES: [&str; 3] = ["PERSON", "LOCATION", "ORGANIZATION"];
+pub const ENTITIES: [&str; 3] = ["PERSON", "LOCATION", "ORGANIZATION"];
 
 pub(super) const PERSON: &str = "PERSON";
 pub(super) const LOCATION: &str = "LOCATION";

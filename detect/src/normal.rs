@@ -16,6 +16,14 @@
 //!   ASCII, and the ideographic full stops `。` and `｡` are `'.'` (as in domain names);
 //! - the superscript, subscript and circled digits (`²`, `₄`, `①`, `⓿`, `❶`) are their
 //!   ASCII digit, and the one dot leader `․` is `'.'`;
+//! - the circled, squared and mathematical letters (`ⓙ`, `🅐`, `𝐣𝐚𝐧𝐞`) are their ASCII
+//!   letter;
+//! - a letter of Greek, Cyrillic or Armenian that is drawn as a Latin letter (Cyrillic `а`,
+//!   `е`, `о`, `р`, `с`, `С`, `Н`; Greek `ο`, `ν`, `Α`; the dotless `ı`) is that Latin letter:
+//!   `sk-prоj-…` with a Cyrillic `о` is the secret, `СН93 0076 …` typed on a Cyrillic layout
+//!   the Swiss IBAN. [`Normalized::keeping_letters`] leaves these letters as written, for
+//!   custom entities (a pattern such as `Договор №\d+` names Cyrillic letters) and for a
+//!   value's canonical spelling;
 //! - format characters (Cf: zero-width space, joiners, word joiner, byte order mark, soft
 //!   hyphen, bidirectional marks …) and the other default-ignorable code points (variation
 //!   selectors, the combining grapheme joiner, Hangul fillers) are removed, and so are the
@@ -56,6 +64,8 @@ pub struct Normalized<'a> {
     edits: Vec<Edit>,
     /// Whether an escape (`%40`, `&#64;`) was decoded.
     escapes: bool,
+    /// Whether a letter was folded ([`Normalized::folded_letters`]).
+    letters: bool,
 }
 
 /// One folded (`view_end == view + 1`) or removed (`view_end == view`) character or escape.
@@ -72,32 +82,44 @@ struct Edit {
 impl<'a> Normalized<'a> {
     /// The view of `text`.
     pub fn new(text: &'a str) -> Normalized<'a> {
-        Normalized::with(text, true)
+        Normalized::with(text, true, true)
+    }
+
+    /// The view of `text` with the letters of other scripts left as written (every other
+    /// fold made): what custom entities, whose patterns and words may be written in those
+    /// scripts, read, and what a value's canonical spelling is made from (a look-alike
+    /// spelling is another value: mail to it goes elsewhere).
+    pub fn keeping_letters(text: &'a str) -> Normalized<'a> {
+        Normalized::with(text, true, false)
     }
 
     /// The view of `text` with escapes left as written: what the shaped detectors read beside
     /// [`Normalized::new`]'s view when that one decoded escapes, so that a value whose
     /// escapes are part of it (a password with `%2F` in a URL) is still found whole.
     pub fn without_escapes(text: &'a str) -> Normalized<'a> {
-        Normalized::with(text, false)
+        Normalized::with(text, false, true)
     }
 
-    fn with(text: &'a str, escapes: bool) -> Normalized<'a> {
+    /// The view with escapes decoded or not, and letters of other scripts drawn as Latin ones
+    /// folded or not.
+    pub(crate) fn with(text: &'a str, escapes: bool, letters: bool) -> Normalized<'a> {
         let plain =
             text.is_ascii() && (!escapes || memchr::memchr2(b'%', b'&', text.as_bytes()).is_none());
         let next = if plain {
             None
         } else {
-            next_fold(text, 0, escapes)
+            next_fold(text, 0, escapes, letters)
         };
         let Some(mut next) = next else {
             return Normalized {
                 view: Cow::Borrowed(text),
                 edits: Vec::new(),
                 escapes: false,
+                letters: false,
             };
         };
         let mut decoded = false;
+        let mut folded_letters = false;
         let mut view = String::with_capacity(text.len());
         let mut edits = Vec::new();
         let mut from = 0;
@@ -113,6 +135,12 @@ impl<'a> Normalized<'a> {
                     original_end,
                 }),
                 Folded::Ascii(byte) => {
+                    folded_letters |= letters
+                        && byte.is_ascii_alphabetic()
+                        && text
+                            .get(at..)
+                            .and_then(|t| t.chars().next())
+                            .is_some_and(|c| look_alike(c).is_some() || c == '%' || c == '&');
                     let at = view.len();
                     view.push(char::from(byte));
                     edits.push(Edit {
@@ -123,7 +151,7 @@ impl<'a> Normalized<'a> {
                 }
             }
             from = original_end;
-            match next_fold(text, from, escapes) {
+            match next_fold(text, from, escapes, letters) {
                 Some(found) => next = found,
                 None => break,
             }
@@ -133,7 +161,15 @@ impl<'a> Normalized<'a> {
             view: Cow::Owned(view),
             edits,
             escapes: decoded,
+            letters: folded_letters,
         }
+    }
+
+    /// Whether a letter of another script drawn as a Latin one was folded: the view then
+    /// reads differently from [`Normalized::keeping_letters`]'s. (A letter decoded from an
+    /// escape counts too, whichever it was: that costs only a second reading.)
+    pub fn folded_letters(&self) -> bool {
+        self.letters
     }
 
     /// Whether an escape was decoded: the text then also has a view without escapes
@@ -212,6 +248,12 @@ enum Fold {
     /// Digits that are no decimal digits (superscripts, subscripts, circled), in order from
     /// this value: replaced by the ASCII digit.
     DigitsFrom(u8),
+    /// Letters drawn in a style (circled, squared), in order from this ASCII letter:
+    /// replaced by the ASCII letter.
+    LettersFrom(u8),
+    /// The mathematical alphanumeric letters (U+1D400–U+1D6A3): thirteen styles of `A`–`Z`
+    /// then `a`–`z`, replaced by the ASCII letter.
+    MathLetters,
 }
 
 /// Whether the eight bytes of `word` hold `byte`.
@@ -223,7 +265,13 @@ fn holds(word: u64, byte: u8) -> bool {
 
 /// The first character or escape (when `escapes`) at or after `from` (a character boundary)
 /// that the view folds or removes: its offset, its length in bytes and what it becomes.
-fn next_fold(text: &str, from: usize, escapes: bool) -> Option<(usize, usize, Folded)> {
+/// `letters`: whether letters of other scripts drawn as Latin ones are folded.
+fn next_fold(
+    text: &str,
+    from: usize,
+    escapes: bool,
+    letters: bool,
+) -> Option<(usize, usize, Folded)> {
     let bytes = text.as_bytes();
     let mut at = from;
     while at < bytes.len() {
@@ -239,18 +287,20 @@ fn next_fold(text: &str, from: usize, escapes: bool) -> Option<(usize, usize, Fo
         }
         match bytes[at] {
             b'%' | b'&' if escapes => {
-                if let Some((len, folded)) = escape(bytes, at) {
+                if let Some((len, folded)) = escape(bytes, at, letters) {
                     return Some((at, len, folded));
                 }
                 at += 1;
             }
             0..0x80 => at += 1,
             // U+00C0–U+02FF and U+0380–U+057F (Latin letters, Greek, Cyrillic, Armenian
-            // letters): two bytes each, none folded.
-            0xC3..=0xCB | 0xCE..=0xD5 => at += 2,
+            // letters): two bytes each, folded only when they are drawn as a Latin letter.
+            0xC3..=0xCB | 0xCE..=0xD5 if !letters => at += 2,
             _ => {
                 let c = text.get(at..)?.chars().next()?;
-                if let Some(folded) = fold(c) {
+                let folded =
+                    fold(c).or_else(|| letters.then(|| look_alike(c)).flatten().map(Folded::Ascii));
+                if let Some(folded) = folded {
                     return Some((at, c.len_utf8(), folded));
                 }
                 at += c.len_utf8();
@@ -308,7 +358,7 @@ const NAMED: &[(&[u8], char)] = &[
 ///   that reference (escaped twice). A numeric reference without its `;` (which browsers
 ///   read) is not decoded: whether it is one would depend on what follows it, and a span of
 ///   the view must read the same when its own text is normalised again.
-fn escape(bytes: &[u8], at: usize) -> Option<(usize, Folded)> {
+fn escape(bytes: &[u8], at: usize, letters: bool) -> Option<(usize, Folded)> {
     let (len, c) = if bytes[at] == b'%' {
         percent(bytes, at)?
     } else {
@@ -324,7 +374,7 @@ fn escape(bytes: &[u8], at: usize) -> Option<(usize, Folded)> {
     };
     let folded = match u8::try_from(c) {
         Ok(byte) if (0x20..0x7F).contains(&byte) => Folded::Ascii(byte),
-        _ => fold(c)?,
+        _ => fold(c).or_else(|| letters.then(|| look_alike(c)).flatten().map(Folded::Ascii))?,
     };
     Some((len, folded))
 }
@@ -408,6 +458,41 @@ fn reference(rest: &[u8]) -> Option<(usize, char)> {
     Some((end + 1, c))
 }
 
+/// The Latin letter that `c`, a letter of another script, is drawn as (Unicode's
+/// confusables for single Latin letters, of Greek, Cyrillic and Armenian, and the dotless
+/// `ı` and `ȷ`).
+fn look_alike(c: char) -> Option<u8> {
+    let code = u32::from(c);
+    // Accented Latin letters, most of those the view reads, are none.
+    if code < 0x0131 {
+        return None;
+    }
+    let at = LOOK_ALIKES.partition_point(|(first, _)| *first < code);
+    LOOK_ALIKES
+        .get(at)
+        .filter(|(first, _)| *first == code)
+        .map(|(_, latin)| *latin)
+}
+
+/// Letters of other scripts drawn as a Latin letter, by code point.
+#[rustfmt::skip]
+const LOOK_ALIKES: &[(u32, u8)] = &[
+    (0x0131, b'i'), (0x0237, b'j'),
+    (0x0391, b'A'), (0x0392, b'B'), (0x0395, b'E'), (0x0396, b'Z'), (0x0397, b'H'),
+    (0x0399, b'I'), (0x039A, b'K'), (0x039C, b'M'), (0x039D, b'N'), (0x039F, b'O'),
+    (0x03A1, b'P'), (0x03A4, b'T'), (0x03A5, b'Y'), (0x03A7, b'X'),
+    (0x03B1, b'a'), (0x03B3, b'y'), (0x03B9, b'i'), (0x03BA, b'k'), (0x03BD, b'v'),
+    (0x03BF, b'o'), (0x03C1, b'p'), (0x03C5, b'u'), (0x03C7, b'x'),
+    (0x0405, b'S'), (0x0406, b'I'), (0x0408, b'J'), (0x0410, b'A'), (0x0412, b'B'),
+    (0x0415, b'E'), (0x041A, b'K'), (0x041C, b'M'), (0x041D, b'H'), (0x041E, b'O'),
+    (0x0420, b'P'), (0x0421, b'C'), (0x0422, b'T'), (0x0423, b'Y'), (0x0425, b'X'),
+    (0x0430, b'a'), (0x0435, b'e'), (0x043E, b'o'), (0x0440, b'p'), (0x0441, b'c'),
+    (0x0443, b'y'), (0x0445, b'x'), (0x0455, b's'), (0x0456, b'i'), (0x0458, b'j'),
+    (0x04AE, b'Y'), (0x04AF, b'y'), (0x04BB, b'h'), (0x04C0, b'I'), (0x04CF, b'l'),
+    (0x0501, b'd'), (0x051A, b'Q'), (0x051B, b'q'), (0x051C, b'W'), (0x051D, b'w'),
+    (0x0570, b'h'), (0x0578, b'n'), (0x057D, b'u'), (0x0585, b'o'),
+];
+
 fn fold(c: char) -> Option<Folded> {
     let code = u32::from(c);
     // Nothing below U+00A0 is folded: ASCII and the C1 controls.
@@ -423,6 +508,14 @@ fn fold(c: char) -> Option<Folded> {
         Fold::Digits => ascii(u32::from(b'0') + (code - first) % 10),
         Fold::Fullwidth => ascii(code - 0xFEE0),
         Fold::DigitsFrom(start) => ascii(u32::from(b'0') + u32::from(start) + (code - first)),
+        Fold::LettersFrom(start) => ascii(u32::from(start) + (code - first)),
+        Fold::MathLetters => {
+            let letter = (code - first) % 52;
+            match letter {
+                0..26 => ascii(u32::from(b'A') + letter),
+                _ => ascii(u32::from(b'a') + letter - 26),
+            }
+        }
     }
 }
 
@@ -430,8 +523,9 @@ fn fold(c: char) -> Option<Folded> {
 /// Unicode 16.0 tables of `regex-syntax` 0.8 (the `regex` crate's `\d`, `\p{Zs}`, `\p{Pd}`,
 /// `\p{Cf}` and `\p{Default_Ignorable_Code_Point}`), plus the minus sign, the small forms,
 /// the ideographic full stops and the one dot leader, the combining diacritical marks and
-/// enclosing marks (a keycap), and the superscript, subscript and circled digits;
-/// `folds_agree_with_the_regex_unicode_tables` checks them.
+/// enclosing marks (a keycap), the superscript, subscript and circled digits, and the
+/// circled, squared and mathematical letters; `folds_agree_with_the_regex_unicode_tables`
+/// checks them.
 #[rustfmt::skip]
 const FOLDS: &[(u32, u32, Fold)] = &[
     (0x00A0, 0x00A0, Fold::Byte(b' ')),
@@ -495,6 +589,8 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0x20DD, 0x20E4, Fold::Drop),
     (0x2212, 0x2212, Fold::Byte(b'-')),
     (0x2460, 0x2468, Fold::DigitsFrom(1)),
+    (0x24B6, 0x24CF, Fold::LettersFrom(b'A')),
+    (0x24D0, 0x24E9, Fold::LettersFrom(b'a')),
     (0x24EA, 0x24EA, Fold::DigitsFrom(0)),
     (0x24F5, 0x24FD, Fold::DigitsFrom(1)),
     (0x24FF, 0x24FF, Fold::DigitsFrom(0)),
@@ -583,12 +679,16 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0x1BCA0, 0x1BCA3, Fold::Drop),
     (0x1CCF0, 0x1CCF9, Fold::Digits),
     (0x1D173, 0x1D17A, Fold::Drop),
+    (0x1D400, 0x1D6A3, Fold::MathLetters),
     (0x1D7CE, 0x1D7FF, Fold::Digits),
     (0x1E140, 0x1E149, Fold::Digits),
     (0x1E2F0, 0x1E2F9, Fold::Digits),
     (0x1E4F0, 0x1E4F9, Fold::Digits),
     (0x1E5F1, 0x1E5FA, Fold::Digits),
     (0x1E950, 0x1E959, Fold::Digits),
+    (0x1F130, 0x1F149, Fold::LettersFrom(b'A')),
+    (0x1F150, 0x1F169, Fold::LettersFrom(b'A')),
+    (0x1F170, 0x1F189, Fold::LettersFrom(b'A')),
     (0x1FBF0, 0x1FBF9, Fold::Digits),
     (0xE0000, 0xE0FFF, Fold::Drop),
 ];

@@ -344,6 +344,112 @@ fn internationalised_email_addresses() {
     );
 }
 
+/// Letters of another script drawn as Latin ones (Cyrillic `а`, `о`, `Е`, `А`, Greek `ο`),
+/// and the circled and mathematical letters, inside a word with ASCII letters.
+#[test]
+fn look_alike_letters_in_secrets_and_codes() {
+    // Cyrillic о in `proj`, Cyrillic А in `AKIA`, Greek ο and Cyrillic а in `password`.
+    assert_finds(
+        "SECRET",
+        "key sk-pr\u{43E}j-abcdefghijklmnopqrstuvwxyz012345 here",
+        "sk-pr\u{43E}j-abcdefghijklmnopqrstuvwxyz012345",
+    );
+    assert_finds(
+        "SECRET",
+        "aws \u{410}KIAABCDEFGHIJKLMNOP here",
+        "\u{410}KIAABCDEFGHIJKLMNOP",
+    );
+    assert_finds(
+        "SECRET",
+        "p\u{430}ssw\u{3BF}rd = Zx8vQ2mLp9Rt4KwB",
+        "Zx8vQ2mLp9Rt4KwB",
+    );
+    // Mathematical bold and circled letters.
+    assert_finds(
+        "SECRET",
+        "\u{1D429}\u{1D41A}\u{1D42C}\u{1D42C}word: Zx8vQ2mLp9Rt4KwB",
+        "Zx8vQ2mLp9Rt4KwB",
+    );
+    assert_finds(
+        "SECRET",
+        "\u{24DF}assword: Zx8vQ2mLp9Rt4KwB",
+        "Zx8vQ2mLp9Rt4KwB",
+    );
+    // Cyrillic Е in the bank code of an IBAN.
+    assert_finds(
+        "IBAN_CODE",
+        "IBAN GB82 W\u{415}ST 1234 5698 7654 32 please",
+        "GB82 W\u{415}ST 1234 5698 7654 32",
+    );
+    // A Swiss IBAN typed on a Cyrillic layout (С and Н), an Armenian օ, an escaped а.
+    assert_finds(
+        "IBAN_CODE",
+        "IBAN \u{421}\u{41D}93 0076 2011 6238 5295 7 please",
+        "\u{421}\u{41D}93 0076 2011 6238 5295 7",
+    );
+    assert_finds(
+        "SECRET",
+        "key sk-pr\u{585}j-abcdefghijklmnopqrstuvwxyz012345 here",
+        "sk-pr\u{585}j-abcdefghijklmnopqrstuvwxyz012345",
+    );
+    assert_finds(
+        "SECRET",
+        "p&#1072;ssword: Zx8vQ2mLp9Rt4KwB",
+        "Zx8vQ2mLp9Rt4KwB",
+    );
+    // A look-alike spelling is another value: its own canonical spelling, so its own token.
+    assert_eq!(
+        canonical("EMAIL_ADDRESS", "j\u{430}ne@example.com"),
+        "j\u{430}ne@example.com"
+    );
+}
+
+/// Custom entities read the text with letters of other scripts as written: their patterns
+/// and words may be written in Cyrillic or Greek, also where the built-in detectors read
+/// look-alikes as Latin letters in the same text.
+#[test]
+fn custom_entities_keep_the_letters_of_other_scripts() {
+    let custom = |name: &str, matcher: CustomMatch| CustomEntity {
+        name: name.into(),
+        matcher,
+        score: 0.9,
+        context: ContextWords::default(),
+    };
+    let config = DetectionConfig {
+        custom: vec![
+            custom("CONTRACT", CustomMatch::Pattern(r"Договор №\d+".into())),
+            custom(
+                "PLATE",
+                CustomMatch::Pattern(r"[АВЕКМНОРСТУХ]\d{3}[АВЕКМНОРСТУХ]{2}\d{2,3}".into()),
+            ),
+            custom(
+                "TAX_ID",
+                CustomMatch::Words {
+                    words: vec!["ΑΦΜ 123456789".into()],
+                    case_sensitive: true,
+                },
+            ),
+        ],
+        ..DetectionConfig::default()
+    };
+    let scanner = Scanner::with_config(&config, None).unwrap();
+    let text = "Договор №4471, машина А123ВС77, VAT/ΑΦΜ 123456789, \
+                key sk-pr\u{43E}j-abcdefghijklmnopqrstuvwxyz012345";
+    let found: Vec<(&str, &str)> = scanner
+        .scan(text)
+        .into_iter()
+        .map(|s| (s.entity, &text[s.start..s.end]))
+        .collect();
+    for expected in [
+        ("CONTRACT", "Договор №4471"),
+        ("PLATE", "А123ВС77"),
+        ("TAX_ID", "ΑΦΜ 123456789"),
+        ("SECRET", "sk-pr\u{43E}j-abcdefghijklmnopqrstuvwxyz012345"),
+    ] {
+        assert!(found.contains(&expected), "{expected:?} not in {found:?}");
+    }
+}
+
 #[test]
 fn phones_in_digits_of_other_scripts() {
     assert_each(

@@ -301,3 +301,46 @@ fn a_shaped_value_inside_a_name_keeps_its_own_type() {
         );
     }
 }
+
+/// Two values joined by a sign that is part of neither (`4111 1111 1111 1111+jane@example.com`,
+/// `https://u:p@host/x=4111 1111 1111 1111`) can be read as a longer value that takes the
+/// start of the next one: whichever wins, every letter and digit of each value is covered by
+/// some span. (Signs that can be part of a value, `-`, `_`, `.`, `:`, `@`, or none at all,
+/// make the reading ambiguous: `docs/security.md`, "glued values".)
+#[test]
+fn glued_values_are_covered_whole() {
+    let scanner = Scanner::new(None).unwrap();
+    let values = [
+        "jane.doe@example.com",
+        "+1 415 555 0132",
+        "415-555-0132",
+        "4111 1111 1111 1111",
+        "4111111111111111",
+        "536-22-1234",
+        "GB82WEST12345698765432",
+        "192.168.10.20",
+        "2001:db8::ff00:42:8329",
+        "sk-proj-abcdefghijklmnopqrstuvwxyz012345",
+        "AKIAABCDEFGHIJKLMNOP",
+        "https://bob:hunter22@db.example.com/x",
+    ];
+    let mut left = Vec::new();
+    for a in values {
+        for b in values {
+            for glue in [" ", ",", ";", "|", "\t", "\n", "/", "=", "+", " - "] {
+                let text = format!("x {a}{glue}{b} y");
+                let spans = scanner.scan(&text);
+                let covered = |i: usize| spans.iter().any(|s| s.start <= i && i < s.end);
+                for (value, at) in [(a, 2), (b, 2 + a.len() + glue.len())] {
+                    let clear = (at..at + value.len())
+                        .filter(|&i| text.as_bytes()[i].is_ascii_alphanumeric() && !covered(i))
+                        .count();
+                    if clear > 0 && (at..at + value.len()).any(covered) {
+                        left.push(format!("{value:?} in {text:?}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(left.is_empty(), "partly in the clear: {left:#?}");
+}

@@ -29,6 +29,19 @@ pub enum Action {
 }
 
 impl Action {
+    /// How little of a value the action lets through: where values found overlap, they are
+    /// masked as one, by the strictest of their actions (`redact`, then `hash`, `tokenize`,
+    /// `mask`, which shows the last four characters, and `allow`).
+    pub(crate) fn strictness(self) -> u8 {
+        match self {
+            Action::Allow => 0,
+            Action::Mask => 1,
+            Action::Tokenize => 2,
+            Action::Hash => 3,
+            Action::Redact => 4,
+        }
+    }
+
     /// The action's name as written in policies and in the `pii` column.
     pub fn name(self) -> &'static str {
         match self {

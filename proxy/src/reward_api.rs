@@ -136,10 +136,8 @@ fn check_stored_as_given(
         fields.push((format!("tags.{key}"), value));
     }
     for (field, text) in fields {
-        let kept = crate::stages::decide::scan_as_read(scanner, text)
-            .into_iter()
-            .find(|span| storage.action(span.entity) != Action::Allow);
-        if let Some(span) = kept {
+        let masked = |entity: &str| storage.action(entity) != Action::Allow;
+        if let Some(span) = crate::stages::decide::scan_as_read(scanner, text, &masked).first() {
             return Err(bad(format!(
                 "rewards[{index}].{field} holds a value the detectors find ({}); reward ids, \
                  names and tags are stored as given, so they may not carry personal data",

@@ -4,7 +4,7 @@ use super::*;
 fn found(text: &str) -> Vec<(&'static str, String)> {
     let mut spans = Vec::new();
     find(names().unwrap(), text, &[true; 3], &mut spans);
-    super::super::resolve_overlaps(spans)
+    super::super::resolve_overlaps(text, spans)
         .into_iter()
         .filter(|s| s.score >= 0.5)
         .map(|s| (s.entity, text[s.start..s.end].to_owned()))
@@ -25,7 +25,7 @@ fn assert_found(text: &str, expected: &[(&str, &str)]) {
 fn assert_covered(text: &str, expected: &[(&str, &str)]) {
     let mut spans = Vec::new();
     find(names().unwrap(), text, &[true; 3], &mut spans);
-    let spans: Vec<_> = super::super::resolve_overlaps(spans)
+    let spans: Vec<_> = super::super::resolve_overlaps(text, spans)
         .into_iter()
         .filter(|s| s.score >= 0.5)
         .collect();

@@ -115,6 +115,9 @@ fn folds_agree_with_the_regex_unicode_tables() {
             .unwrap();
     // Digits that are no decimal digits: superscripts, subscripts, circled.
     let other_digit = Regex::new(r"^\p{No}$").unwrap();
+    // Letters drawn in a style: symbols (circled, squared) or letters (mathematical), and
+    // the code points left unassigned between the mathematical styles.
+    let styled_letter = Regex::new(r"^[\p{So}\p{Lu}\p{Ll}\p{Cn}]$").unwrap();
     let mut buffer = [0u8; 4];
     for c in (0..=0x10FFFF).filter_map(char::from_u32) {
         let one: &str = c.encode_utf8(&mut buffer);
@@ -140,6 +143,17 @@ fn folds_agree_with_the_regex_unicode_tables() {
             );
         } else if let Some(Folded::Ascii(b'0'..=b'9')) = folded {
             assert!(other_digit.is_match(one), "{c:?}");
+        } else if let Some(Folded::Ascii(byte)) = folded
+            && byte.is_ascii_alphabetic()
+        {
+            // Circled, squared and mathematical letters.
+            assert!(styled_letter.is_match(one), "{c:?}");
+            assert!(
+                ('\u{24B6}'..='\u{24E9}').contains(&c)
+                    || ('\u{1F130}'..='\u{1F189}').contains(&c)
+                    || ('\u{1D400}'..='\u{1D6A3}').contains(&c),
+                "{c:?}"
+            );
         } else if let Some(Folded::Ascii(byte)) = folded {
             // The small forms, the ideographic full stops, the one dot leader: ASCII
             // punctuation.
@@ -233,6 +247,13 @@ fn spellings() -> impl Strategy<Value = String> {
         "%C3%A9",
         "6",
         "0",
+        "\u{430}",
+        "\u{391}",
+        "\u{3BF}",
+        "Мос",
+        "x",
+        "\u{1D41A}",
+        "\u{24D0}",
     ]);
     prop::collection::vec(pieces, 0..40).prop_map(|p| p.concat())
 }

@@ -109,3 +109,56 @@ fn a_value_found_after_its_key_is_left_everywhere_when_its_entity_is_allowed() {
     fixture.mask(&mut document);
     assert_eq!(document, before);
 }
+
+/// A type the policy leaves in the clear (an order reference, for the model to use) never
+/// carries a value of a type it masks: a card written as an allowed reference is masked as a
+/// card.
+#[test]
+fn a_masked_value_inside_an_allowed_one_is_masked() {
+    use atdp_detect::{CustomEntity, CustomMatch, DetectionConfig, Scanner};
+
+    use crate::mask::MaskPolicy;
+    use crate::vault::KeyRing;
+
+    let config = DetectionConfig {
+        custom: vec![CustomEntity {
+            name: "ORDER_ID".into(),
+            matcher: CustomMatch::Pattern(r"ref [0-9 ]{8,40}[0-9]".into()),
+            score: 1.0,
+            context: Default::default(),
+        }],
+        ..Default::default()
+    };
+    let scanner = Scanner::with_config(&config, None).unwrap();
+    let mut keys = KeyRing::default();
+    keys.generate("acme");
+    let policy = MaskPolicy {
+        default: Action::Tokenize,
+        per_entity: [("ORDER_ID".to_owned(), Action::Allow)].into(),
+    };
+    let masker = super::JsonMasker {
+        scanner: &scanner,
+        policy: &policy,
+        tenant: "acme",
+        keys: &keys,
+        known: None,
+    };
+    let mut document = json!({"messages": [
+        {"role": "user", "content": "ref 4111 1111 1111 1111 please, and ref 20240117"}
+    ]});
+    masker.mask(&mut document).unwrap();
+    let text = document.to_string();
+    assert!(
+        !text.contains("4111") && !text.contains("1111 1111"),
+        "{text}"
+    );
+    assert!(text.contains("<CREDIT_CARD_"), "{text}");
+    // A reference that holds nothing masked stays as it is.
+    assert!(text.contains("ref 20240117"), "{text}");
+    // Also where the masked value is found only after its key.
+    let mut document = json!({"customer": {"mobile": "ref 4155550172"}});
+    masker.mask(&mut document).unwrap();
+    let text = document.to_string();
+    assert!(!text.contains("4155550172"), "{text}");
+    assert!(text.contains("<PHONE_NUMBER_"), "{text}");
+}

@@ -57,7 +57,7 @@ impl<'a> JsonMasker<'a> {
             }
             (last, from) = (next, next_from);
         }
-        let (by_raw, all) = (merged(by_raw), merged(all));
+        let (by_raw, all) = (merged(by_raw, self.policy), merged(all, self.policy));
         let ranges = |hits: &[Hit<'_>]| hits.iter().map(Hit::range).collect::<Vec<_>>();
         if ranges(&all) == ranges(&by_raw) {
             // A reply may give the value back in its decoded spelling.

@@ -4,14 +4,19 @@
 //! The scanner's spans come from its cache when it has the text; the known values are
 //! matched after that lookup and never enter the cache (they belong to one masking, the
 //! cache to every request of the tenant). Where spans overlap they become one span covering
-//! them all, of the entity of the longest (then the earliest; of the same bytes, the known
-//! value's), so that no piece of either stays in the clear.
+//! them all, of the entity whose action is strictest, then of the longest (then the earliest;
+//! of the same bytes, the known value's), so that no piece of either stays in the clear.
+//!
+//! Where the scanner finds a value of a shaped type the policy leaves in the clear, the text
+//! is read again without that type: a value of a type the policy masks may lie inside or
+//! across it (an order reference that the policy allows, written around a card number), and
+//! the scanner, which knows no policy, keeps one of two overlapping values.
 
 use std::ops::Range;
 
 use super::{JsonMasker, MEMO_BYTES, Pass};
 use crate::error::Result;
-use crate::mask::{Action, MaskedSpan};
+use crate::mask::{Action, MaskPolicy, MaskedSpan};
 
 /// A byte range of a text to mask as `entity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,23 +43,13 @@ impl<'a> JsonMasker<'a> {
         if short && pass.clean.contains(text) {
             return Ok(Vec::new());
         }
-        let mut hits: Vec<Hit<'a>> = self
-            .scanner
-            .scan_for(self.tenant, text)
-            .into_iter()
-            .map(|s| Hit {
-                start: s.start,
-                end: s.end,
-                entity: s.entity,
-            })
-            .collect();
+        let mut hits = self.scanned(text);
         if let Some(prefix) = &pass.context {
             let joined = format!("{prefix}{text}");
             // What lies in the value, of what is found after the key; a span that starts in
             // the key is cut at the value's start.
             let after: Vec<Hit<'a>> = self
-                .scanner
-                .scan_for(self.tenant, &joined)
+                .scanned(&joined)
                 .into_iter()
                 .filter(|s| s.end > prefix.len())
                 .map(|s| Hit {
@@ -71,18 +66,18 @@ impl<'a> JsonMasker<'a> {
                         .push((value.to_owned(), hit.entity.to_owned()));
                 }
                 hits.extend(after);
-                hits = merged(hits);
+                hits = merged(hits, self.policy);
             }
         }
         if let Some(known) = self.known {
             let mut found = Vec::new();
             known.find(text, &mut found)?;
             if !found.is_empty() {
-                // The known values first: where the scanner found the very same bytes, the
-                // value keeps the entity it is known as (and its action), not the scanner's
-                // guess.
+                // The known values first: where the scanner found the very same bytes with an
+                // action as strict, the value keeps the entity it is known as (and its
+                // action), not the scanner's guess.
                 found.append(&mut hits);
-                hits = merged(found);
+                hits = merged(found, self.policy);
             }
         }
         if short && hits.is_empty() {
@@ -92,24 +87,54 @@ impl<'a> JsonMasker<'a> {
     }
 }
 
+impl<'a> JsonMasker<'a> {
+    /// The scanner's findings in `text` (from its cache when it has the text). Where one is
+    /// of a shaped type the policy allows, the text is read again for the shaped types it
+    /// does not allow, and what overlaps is merged ([`merged`]): an allowed value never
+    /// covers one the policy masks. (An allowed name needs no second reading: the scanner
+    /// never lets a name cover a shaped value.)
+    fn scanned(&self, text: &str) -> Vec<Hit<'a>> {
+        let hit = |s: atdp_detect::Span| Hit {
+            start: s.start,
+            end: s.end,
+            entity: s.entity,
+        };
+        let mut hits: Vec<Hit<'a>> = self
+            .scanner
+            .scan_for(self.tenant, text)
+            .into_iter()
+            .map(hit)
+            .collect();
+        let name = |entity: &str| atdp_detect::NAME_ENTITIES.contains(&entity);
+        let allowed = |entity: &str| self.policy.action(entity) == Action::Allow;
+        if hits.iter().any(|h| allowed(h.entity) && !name(h.entity)) {
+            let skip = |entity: &str| allowed(entity) || name(entity);
+            hits.extend(self.scanner.scan_without(text, &skip).into_iter().map(hit));
+            hits = merged(hits, self.policy);
+        }
+        hits
+    }
+}
+
 /// `hits` ordered by start and without overlaps: hits that overlap become one, spanning them
-/// all, with the entity of the longest of them (of equal lengths, the one that starts first,
-/// then the one given first).
-pub(crate) fn merged(mut hits: Vec<Hit<'_>>) -> Vec<Hit<'_>> {
+/// all, with the entity whose action under `policy` is strictest, then the longest (then the
+/// one that starts first, then the one given first).
+pub(crate) fn merged<'e>(mut hits: Vec<Hit<'e>>, policy: &MaskPolicy) -> Vec<Hit<'e>> {
     hits.sort_by_key(|h| (h.start, std::cmp::Reverse(h.end)));
-    let mut out: Vec<Hit<'_>> = Vec::with_capacity(hits.len());
-    let mut longest = 0;
+    let rank = |hit: &Hit<'_>| (policy.action(hit.entity).strictness(), hit.end - hit.start);
+    let mut out: Vec<Hit<'e>> = Vec::with_capacity(hits.len());
+    let mut best = (0, 0);
     for hit in hits {
         match out.last_mut() {
             Some(last) if hit.start < last.end => {
-                if hit.end - hit.start > longest {
-                    longest = hit.end - hit.start;
+                if rank(&hit) > best {
+                    best = rank(&hit);
                     last.entity = hit.entity;
                 }
                 last.end = last.end.max(hit.end);
             }
             _ => {
-                longest = hit.end - hit.start;
+                best = rank(&hit);
                 out.push(hit);
             }
         }
@@ -206,8 +231,33 @@ mod tests {
             hit(30, 33, "G"),
         ];
         assert_eq!(
-            merged(hits),
+            merged(hits, &MaskPolicy::all(Action::Tokenize)),
             [hit(0, 20, "B"), hit(20, 25, "E"), hit(30, 33, "F")]
+        );
+    }
+
+    #[test]
+    fn overlapping_hits_take_the_strictest_action_first() {
+        let policy = MaskPolicy {
+            default: Action::Tokenize,
+            per_entity: [("LONG", Action::Allow), ("SHOWN", Action::Mask)]
+                .map(|(entity, action)| (entity.to_owned(), action))
+                .into(),
+        };
+        // An allowed value never decides over one that is masked, however long.
+        assert_eq!(
+            merged(vec![hit(0, 30, "LONG"), hit(5, 10, "CARD")], &policy),
+            [hit(0, 30, "CARD")]
+        );
+        // Showing the last four characters is less strict than a placeholder.
+        assert_eq!(
+            merged(vec![hit(0, 30, "SHOWN"), hit(25, 40, "CARD")], &policy),
+            [hit(0, 40, "CARD")]
+        );
+        // Of equal strictness, the longest.
+        assert_eq!(
+            merged(vec![hit(0, 5, "CARD"), hit(3, 30, "EMAIL")], &policy),
+            [hit(0, 30, "EMAIL")]
         );
     }
 }

@@ -225,7 +225,8 @@ impl<'a> JsonMasker<'a> {
         // context word in one part still counts for the value in the next.
         let decoded = self.find_decoded(&joined, pass)?;
         hits.extend(decoded.iter().map(|(hit, _)| *hit));
-        let hits = outside_placeholders(&joined, merged(hits), &pass.protected_spans());
+        let hits =
+            outside_placeholders(&joined, merged(hits, self.policy), &pass.protected_spans());
         let recorded = pass.found.spans.len();
         let mut parts: Vec<PartMasked> = texts
             .iter()

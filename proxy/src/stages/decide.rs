@@ -47,10 +47,7 @@ pub fn check_names(
     forwarded: &[(HeaderName, HeaderValue)],
 ) -> Result<(), Refusal> {
     let kept = |entity: &str| masked.iter().any(|p| p.action(entity) != Action::Allow);
-    let found = |field: &str, text: &str| match scan_as_read(scanner, text)
-        .into_iter()
-        .find(|span| kept(span.entity))
-    {
+    let found = |field: &str, text: &str| match scan_as_read(scanner, text, &kept).first() {
         Some(span) => Err(Refusal::InvalidRequest {
             message: format!(
                 "{field} holds a value the detectors find ({}); names, ids and headers are \
@@ -82,14 +79,21 @@ pub fn check_names(
     Ok(())
 }
 
-/// What the detectors find in a name or id that is stored and forwarded as given: in the text
-/// as it stands and, when it has JSON escapes, as a reader that decodes them sees it
-/// (`jane\u0040example.com`; the scanner decodes percent and HTML escapes itself). The spans
-/// are for their entity types only (those of the decoded text lie elsewhere).
-pub fn scan_as_read(scanner: &Scanner, text: &str) -> Vec<atdp_detect::Span> {
-    let mut spans = scanner.scan(text);
+/// What the detectors find of the types `kept` names in a name or id that is stored and
+/// forwarded as given: in the text as it stands and, when it has JSON escapes, as a reader
+/// that decodes them sees it (`jane\u0040example.com`; the scanner decodes percent and HTML
+/// escapes itself). The text is read as if the other types were not looked for, so that a
+/// value of a kept type is found even where one of an allowed type covers it. The spans are
+/// for their entity types only (those of the decoded text lie elsewhere).
+pub fn scan_as_read(
+    scanner: &Scanner,
+    text: &str,
+    kept: &dyn Fn(&str) -> bool,
+) -> Vec<atdp_detect::Span> {
+    let skip = |entity: &str| !kept(entity);
+    let mut spans = scanner.scan_without(text, &skip);
     if text.contains('\\') {
-        spans.extend(scanner.scan(&decode_json_escapes(text)));
+        spans.extend(scanner.scan_without(&decode_json_escapes(text), &skip));
     }
     spans
 }
@@ -300,6 +304,33 @@ mod tests {
             .unwrap_err();
             assert_eq!(refusal.code(), "unrecordable_option");
         }
+    }
+
+    /// A name that holds a masked value inside one of a type the policy allows (a card
+    /// written as an allowed order reference) is read for the masked type.
+    #[test]
+    fn a_masked_value_under_an_allowed_one_is_found_in_a_name() {
+        use atdp_detect::{CustomEntity, CustomMatch, DetectionConfig};
+        let config = DetectionConfig {
+            custom: vec![CustomEntity {
+                name: "ORDER_ID".into(),
+                matcher: CustomMatch::Pattern(r"ref [0-9 ]{8,40}[0-9]".into()),
+                score: 1.0,
+                context: Default::default(),
+            }],
+            ..Default::default()
+        };
+        let scanner = Scanner::with_config(&config, None).unwrap();
+        let kept = |entity: &str| entity != "ORDER_ID";
+        let found = |text: &str| -> Vec<&str> {
+            scan_as_read(&scanner, text, &kept)
+                .iter()
+                .map(|span| span.entity)
+                .collect()
+        };
+        assert_eq!(found("ref 4111 1111 1111 1111"), ["CREDIT_CARD"]);
+        assert_eq!(found("ref 4111 1111 1111 \\u0031111"), ["CREDIT_CARD"]);
+        assert!(found("ref 20240117").is_empty());
     }
 
     #[test]

@@ -157,15 +157,28 @@ fn values_spelled_with_unicode_characters_are_decided_like_their_ascii_spelling(
         "536\u{A0}22\u{A0}1234",
         "536-2\u{200B}2-1234",
     ];
-    for ssn in spellings {
+    // Secrets spelled with a Cyrillic `о` and a Greek `Α` drawn as Latin letters.
+    let secrets = [
+        "sk-pr\u{43E}j-abcdefghijklmnopqrstuvwxyz012345",
+        "\u{391}KIAABCDEFGHIJKLMNOP",
+    ];
+    let messages = spellings
+        .iter()
+        .map(|ssn| format!("my SSN is {ssn}"))
+        .chain(
+            secrets
+                .iter()
+                .map(|key| format!("use the key {key} for it")),
+        );
+    for message in messages {
         let denied = post(
             proxy.port,
             "/v1/chat/completions",
             Some(DEMO_KEY),
             "application/json",
-            &chat(&format!("my SSN is {ssn}"), false),
+            &chat(&message, false),
         );
-        assert_eq!(denied.status, 403, "{ssn:?}");
+        assert_eq!(denied.status, 403, "{message:?}");
         let message = denied.json()["error"]["message"]
             .as_str()
             .unwrap()
@@ -175,8 +188,8 @@ fn values_spelled_with_unicode_characters_are_decided_like_their_ascii_spelling(
     assert!(upstream.requests().is_empty());
     let data = proxy.stop();
     let stored = serde_json::to_string(&read_lake(data.path()).steps).unwrap();
-    for ssn in spellings {
-        assert!(!stored.contains(ssn), "{ssn:?} is stored");
+    for value in spellings.iter().chain(&secrets) {
+        assert!(!stored.contains(value), "{value:?} is stored");
     }
 }
 
