@@ -94,10 +94,9 @@ fn key_words<'w>(words: impl IntoIterator<Item = &'w str>) -> Vec<(String, Strin
     all
 }
 
-/// `key` as words between single spaces, with a space at each end.
-fn spaced(key: &str) -> String {
-    let view = Normalized::new(key);
-    let mut out = String::with_capacity(key.len() + 8);
+/// A key's view as words between single spaces, with a space at each end.
+fn spaced(view: &Normalized<'_>) -> String {
+    let mut out = String::with_capacity(view.as_str().len() + 8);
     out.push(' ');
     let mut before: Option<char> = None;
     for c in view.as_str().chars() {
@@ -133,8 +132,18 @@ fn context_of<'w>(words: &'w [(String, String)], key: &str) -> Option<&'w str> {
     if key.len() > MAX_KEY_BYTES || words.is_empty() {
         return None;
     }
-    let spaced = spaced(key);
-    let whole = |word: &str| {
+    // The key as the built-in detectors read it (look-alike letters as Latin ones: a
+    // `pаssword` with a Cyrillic `а`) and, where that folded letters, as written (a word of
+    // another script, which the view may fold only in part).
+    let view = Normalized::new(key);
+    let mut readings = vec![spaced(&view)];
+    if view.folded_letters() {
+        readings.push(spaced(&Normalized::keeping_letters(key)));
+    }
+    let holds = |spaced: &str, word: &str| {
+        if !word.is_ascii() || INSIDE_WORDS.contains(&word) {
+            return spaced.contains(word);
+        }
         spaced.match_indices(word).any(|(at, _)| {
             let after = &spaced[at + word.len()..];
             spaced[..at].ends_with(' ') && (after.starts_with(' ') || after.starts_with("s "))
@@ -142,13 +151,7 @@ fn context_of<'w>(words: &'w [(String, String)], key: &str) -> Option<&'w str> {
     };
     words
         .iter()
-        .find(|(word, _)| {
-            if !word.is_ascii() || INSIDE_WORDS.contains(&word.as_str()) {
-                spaced.contains(word.as_str())
-            } else {
-                whole(word)
-            }
-        })
+        .find(|(word, _)| readings.iter().any(|spaced| holds(spaced, word)))
         .map(|(_, read)| read.as_str())
 }
 
@@ -157,7 +160,7 @@ mod tests {
     use super::*;
 
     fn context(key: &str) -> Option<String> {
-        let words = KeyWords::new(["mobile", "ssn", "social security", "電話"]);
+        let words = KeyWords::new(["mobile", "ssn", "social security", "電話", "телефон"]);
         let found = words.context_of(key).map(str::to_owned);
         // The quick test never rules out a key the words match.
         assert_eq!(found.as_deref(), context_of(&words.words, key), "{key}");
@@ -191,6 +194,9 @@ mod tests {
             ("pass%77ord", "password"),
             ("mo&#98;ile", "mobile"),
             ("電話番号", "電話"),
+            ("p\u{430}ssword", "password"),
+            ("ТЕЛЕФОН", "телефон"),
+            ("контактный_телефон", "телефон"),
         ] {
             assert_eq!(context(key).as_deref(), Some(read), "{key}");
         }

@@ -359,6 +359,33 @@ impl Scanner {
         spans
     }
 
+    /// [`Scanner::scan_without`] for `tenant`, through the cache like
+    /// [`Scanner::scan_for`]: `reading` names the entity types `skip` skips, and the same
+    /// name must always stand for the same types.
+    pub fn scan_without_for(
+        &self,
+        tenant: &str,
+        reading: &str,
+        text: &str,
+        skip: &dyn Fn(&str) -> bool,
+    ) -> Vec<Span> {
+        let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| text.len() >= cache::MIN_BYTES)
+        else {
+            return self.scan_without(text, skip);
+        };
+        // Entries of this reading are kept apart from the tenant's plain scans.
+        let key = format!("{tenant}\u{0}{reading}");
+        if let Some(spans) = cache.get(&key, text) {
+            return spans;
+        }
+        let spans = self.scan_without(text, skip);
+        cache.put(&key, text, &spans);
+        spans
+    }
+
     /// The spans of personal data and secrets in `text`, ordered by start, never overlapping.
     pub fn scan(&self, text: &str) -> Vec<Span> {
         self.scan_without(text, &|_| false)
@@ -367,7 +394,8 @@ impl Scanner {
     /// The spans [`Scanner::scan`] finds in `text` as if the entity types that `skip` names
     /// were not looked for: what they would have covered is open to the other types. A masker
     /// that leaves a type in the clear reads the text so, so that a value of a type it masks
-    /// never hides inside or behind one it leaves. Not cached.
+    /// never hides inside or behind one it leaves. Not cached
+    /// ([`Scanner::scan_without_for`] is).
     pub fn scan_without(&self, text: &str, skip: &dyn Fn(&str) -> bool) -> Vec<Span> {
         // The pattern and dictionary detectors read the normalised view; their spans are
         // mapped back to `text`. The name detectors read `text` itself: the tagger was trained
@@ -392,7 +420,11 @@ impl Scanner {
             for mut span in found.into_iter().filter(|span| !skip(span.entity)) {
                 let which = names::ENTITIES.iter().position(|e| *e == span.entity);
                 if let Some((raise, lower)) = which.map(|i| &self.name_context[i]) {
-                    span.score = adjusted(span.score, text, span.start, raise, lower);
+                    span.score = adjusted(
+                        span.score,
+                        has_context(text, span.start, raise),
+                        has_context(text, span.start, lower),
+                    );
                 }
                 if span.score >= self.threshold(span.entity) {
                     names.push(span);
@@ -427,18 +459,29 @@ impl Scanner {
         let mut candidates = Vec::new();
         if view.folded_letters() && self.detectors.iter().any(|d| d.custom) {
             let kept = normal::Normalized::with(text, escapes, false);
-            self.shaped_in(view, &|d| !d.custom && !skip(d.entity), &mut candidates);
-            self.shaped_in(&kept, &|d| d.custom && !skip(d.entity), &mut candidates);
+            self.shaped_in(
+                text,
+                view,
+                &|d| !d.custom && !skip(d.entity),
+                &mut candidates,
+            );
+            self.shaped_in(
+                text,
+                &kept,
+                &|d| d.custom && !skip(d.entity),
+                &mut candidates,
+            );
         } else {
-            self.shaped_in(view, &|d| !skip(d.entity), &mut candidates);
+            self.shaped_in(text, view, &|d| !skip(d.entity), &mut candidates);
         }
         candidates
     }
 
-    /// Adds the candidates in `view` of the detectors `reads` chooses, mapped back to the
-    /// text.
+    /// Adds the candidates in `view` (of `text`) of the detectors `reads` chooses, mapped
+    /// back to the text.
     fn shaped_in(
         &self,
+        text: &str,
         view: &normal::Normalized<'_>,
         reads: &dyn Fn(&Detector) -> bool,
         out: &mut Vec<Span>,
@@ -451,13 +494,13 @@ impl Scanner {
                     .and_then(|i| self.detectors.get(*i))
                     .filter(|d| reads(d))
                 {
-                    self.candidates(detector, view, &mut candidates);
+                    self.candidates(detector, text, view, &mut candidates);
                 }
             }
         }
         for detector in &self.detectors {
             if matches!(detector.matcher, Matcher::Words(_)) && reads(detector) {
-                self.candidates(detector, view, &mut candidates);
+                self.candidates(detector, text, view, &mut candidates);
             }
         }
         if !view.is_identity() {
@@ -491,10 +534,18 @@ impl Scanner {
         }
     }
 
-    /// The spans `detector` finds in the view, in the view's byte offsets.
-    fn candidates(&self, detector: &Detector, view: &normal::Normalized<'_>, out: &mut Vec<Span>) {
+    /// The spans `detector` finds in the view of `original`, in the view's byte offsets.
+    fn candidates(
+        &self,
+        detector: &Detector,
+        original: &str,
+        view: &normal::Normalized<'_>,
+        out: &mut Vec<Span>,
+    ) {
         let text = view.as_str();
         let bytes = text.as_bytes();
+        // A letter folded from another script joins no Latin token.
+        let joins_at = |at: usize| joins(bytes[at]) && !view.look_alike_at(at);
         let whole_value = !matches!(detector.matcher, Matcher::Regex { group, .. } if group != 0);
         for ((start, mut end), whole) in Scanner::matches(detector, text) {
             // A URL ends before the punctuation of the sentence around it.
@@ -515,11 +566,10 @@ impl Scanner {
             }
             // Part of a longer token (a UUID, a hash, a longer number): not this entity. A
             // character the view removed between them (a zero-width space) keeps them apart.
-            if whole.0 > 0 && joins(bytes[whole.0 - 1]) && whole_value && !view.removed_at(whole.0)
-            {
+            if whole.0 > 0 && joins_at(whole.0 - 1) && whole_value && !view.removed_at(whole.0) {
                 continue;
             }
-            if end < bytes.len() && joins(bytes[end]) && !view.removed_at(end) {
+            if end < bytes.len() && joins_at(end) && !view.removed_at(end) {
                 continue;
             }
             if !text.is_char_boundary(start) || !text.is_char_boundary(end) {
@@ -532,9 +582,8 @@ impl Scanner {
             // A number in a dash-joined id (a UUID, `SO-536-22-1234`, `4111…-9d26`) is part
             // of that id.
             if NUMERIC.contains(&detector.entity)
-                && ((bytes.get(end) == Some(&b'-')
-                    && bytes.get(end + 1).is_some_and(|b| joins(*b)))
-                    || (start >= 2 && bytes[start - 1] == b'-' && joins(bytes[start - 2])))
+                && ((bytes.get(end) == Some(&b'-') && end + 1 < bytes.len() && joins_at(end + 1))
+                    || (start >= 2 && bytes[start - 1] == b'-' && joins_at(start - 2)))
             {
                 continue;
             }
@@ -558,13 +607,15 @@ impl Scanner {
             if !detector.cue.is_empty() && !has_cue(text, start, detector.cue) {
                 continue;
             }
-            let score = adjusted(
-                detector.score,
-                text,
-                start,
-                &detector.raise,
-                &detector.lower,
-            );
+            // Context words are read in the view (a Latin word spelled with look-alikes) and,
+            // where letters were folded, in the text as written (a word of another script,
+            // which the view may fold only in part: `ТЕЛЕФОН` reads `TEЛEФOH`).
+            let at = view.original(start, start).0;
+            let near = |words: &[String]| {
+                has_context(text, start, words)
+                    || (view.folded_letters() && has_context(original, at, words))
+            };
+            let score = adjusted(detector.score, near(&detector.raise), near(&detector.lower));
             if score >= self.threshold(detector.entity) {
                 out.push(Span {
                     start,
@@ -596,13 +647,14 @@ fn custom_detector(
     }
 }
 
-/// `score` raised or lowered by the context words found before `start`.
-fn adjusted(score: f32, text: &str, start: usize, raise: &[String], lower: &[String]) -> f32 {
+/// `score` raised where a raising context word was found before the value, lowered where a
+/// lowering one was.
+fn adjusted(score: f32, raised: bool, lowered: bool) -> f32 {
     let mut score = score;
-    if has_context(text, start, raise) {
+    if raised {
         score = (score + CONTEXT_BOOST).min(1.0);
     }
-    if has_context(text, start, lower) {
+    if lowered {
         score = (score - CONTEXT_BOOST).max(0.0);
     }
     score
@@ -784,7 +836,7 @@ fn join_decoded(kept: &mut Vec<Span>, decoded: Vec<Span>) {
 /// The best of overlapping spans, by higher score, then longer, then earlier; of a span that
 /// loses to others, the pieces of it outside them (trimmed of spaces, each with a letter or
 /// digit), so that no part of a value found stays in the clear because another value was
-/// glued to it (`4111 1111 1111 1111-jane@example.com`, where the address starts in the
+/// joined to it (`4111 1111 1111 1111+jane@example.com`, where the address starts in the
 /// card).
 fn resolve_overlaps(text: &str, mut candidates: Vec<Span>) -> Vec<Span> {
     candidates.sort_by(|a, b| {

@@ -66,6 +66,8 @@ pub struct Normalized<'a> {
     escapes: bool,
     /// Whether a letter was folded ([`Normalized::folded_letters`]).
     letters: bool,
+    /// The view offsets of the letters folded from look-alikes and styled letters, in order.
+    look_alikes: Vec<usize>,
 }
 
 /// One folded (`view_end == view + 1`) or removed (`view_end == view`) character or escape.
@@ -85,10 +87,10 @@ impl<'a> Normalized<'a> {
         Normalized::with(text, true, true)
     }
 
-    /// The view of `text` with the letters of other scripts left as written (every other
-    /// fold made): what custom entities, whose patterns and words may be written in those
-    /// scripts, read, and what a value's canonical spelling is made from (a look-alike
-    /// spelling is another value: mail to it goes elsewhere).
+    /// The view of `text` with the letters of other scripts and the styled letters left as
+    /// written (every other fold made): what custom entities, whose patterns and words may be
+    /// written in those scripts, read, and what a value's canonical spelling is made from (a
+    /// look-alike spelling is another value: mail to it goes elsewhere).
     pub fn keeping_letters(text: &'a str) -> Normalized<'a> {
         Normalized::with(text, true, false)
     }
@@ -116,10 +118,12 @@ impl<'a> Normalized<'a> {
                 edits: Vec::new(),
                 escapes: false,
                 letters: false,
+                look_alikes: Vec::new(),
             };
         };
         let mut decoded = false;
         let mut folded_letters = false;
+        let mut look_alikes = Vec::new();
         let mut view = String::with_capacity(text.len());
         let mut edits = Vec::new();
         let mut from = 0;
@@ -135,13 +139,19 @@ impl<'a> Normalized<'a> {
                     original_end,
                 }),
                 Folded::Ascii(byte) => {
-                    folded_letters |= letters
+                    let letter = letters
                         && byte.is_ascii_alphabetic()
                         && text
                             .get(at..)
                             .and_then(|t| t.chars().next())
-                            .is_some_and(|c| look_alike(c).is_some() || c == '%' || c == '&');
+                            .is_some_and(|c| {
+                                look_alike(c).is_some() || styled_letter(c) || c == '%' || c == '&'
+                            });
+                    folded_letters |= letter;
                     let at = view.len();
+                    if letter {
+                        look_alikes.push(at);
+                    }
                     view.push(char::from(byte));
                     edits.push(Edit {
                         view: at,
@@ -162,12 +172,20 @@ impl<'a> Normalized<'a> {
             edits,
             escapes: decoded,
             letters: folded_letters,
+            look_alikes,
         }
     }
 
-    /// Whether a letter of another script drawn as a Latin one was folded: the view then
-    /// reads differently from [`Normalized::keeping_letters`]'s. (A letter decoded from an
-    /// escape counts too, whichever it was: that costs only a second reading.)
+    /// Whether the view's byte `at` is a letter folded from another script or style: it
+    /// joins no Latin word (`карта4111…` is a word and a card, not one token).
+    pub fn look_alike_at(&self, at: usize) -> bool {
+        self.look_alikes.binary_search(&at).is_ok()
+    }
+
+    /// Whether a letter of another script drawn as a Latin one, or a styled letter, was
+    /// folded: the view then reads differently from [`Normalized::keeping_letters`]'s. (A
+    /// letter decoded from an escape counts too, whichever it was: that costs only a second
+    /// reading.)
     pub fn folded_letters(&self) -> bool {
         self.letters
     }
@@ -298,8 +316,7 @@ fn next_fold(
             0xC3..=0xCB | 0xCE..=0xD5 if !letters => at += 2,
             _ => {
                 let c = text.get(at..)?.chars().next()?;
-                let folded =
-                    fold(c).or_else(|| letters.then(|| look_alike(c)).flatten().map(Folded::Ascii));
+                let folded = fold_letters(c, letters);
                 if let Some(folded) = folded {
                     return Some((at, c.len_utf8(), folded));
                 }
@@ -374,14 +391,17 @@ fn escape(bytes: &[u8], at: usize, letters: bool) -> Option<(usize, Folded)> {
     };
     let folded = match u8::try_from(c) {
         Ok(byte) if (0x20..0x7F).contains(&byte) => Folded::Ascii(byte),
-        _ => fold(c).or_else(|| letters.then(|| look_alike(c)).flatten().map(Folded::Ascii))?,
+        _ => fold_letters(c, letters)?,
     };
     Some((len, folded))
 }
 
-/// Whether an escape of `c` is decoded: printable ASCII, or a character the view folds.
+/// Whether an escape of `c` is decoded: printable ASCII, or a character the view folds (a
+/// look-alike letter included; a view that keeps those letters then keeps the escape).
 fn folds(c: char) -> bool {
-    u8::try_from(c).is_ok_and(|b| (0x20..0x7F).contains(&b)) || fold(c).is_some()
+    u8::try_from(c).is_ok_and(|b| (0x20..0x7F).contains(&b))
+        || fold(c).is_some()
+        || look_alike(c).is_some()
 }
 
 /// The byte of the `%XX` at `at`.
@@ -458,9 +478,26 @@ fn reference(rest: &[u8]) -> Option<(usize, char)> {
     Some((end + 1, c))
 }
 
-/// The Latin letter that `c`, a letter of another script, is drawn as (Unicode's
-/// confusables for single Latin letters, of Greek, Cyrillic and Armenian, and the dotless
-/// `ı` and `ȷ`).
+/// What `c` becomes in the view: [`fold`]'s fold, and where `letters`, the Latin letter a
+/// look-alike of another script is drawn as; without `letters`, styled letters (circled,
+/// squared, mathematical) stay as written too.
+fn fold_letters(c: char, letters: bool) -> Option<Folded> {
+    if letters {
+        fold(c).or_else(|| look_alike(c).map(Folded::Ascii))
+    } else {
+        fold(c).filter(|_| !styled_letter(c))
+    }
+}
+
+/// Whether `c` is a circled, squared or mathematical letter.
+fn styled_letter(c: char) -> bool {
+    matches!(u32::from(c), 0x24B6..=0x24E9 | 0x1D400..=0x1D6A3 | 0x1F130..=0x1F189)
+}
+
+/// The Latin letter that `c`, a letter of another script, is drawn as: the common letters of
+/// Greek, Cyrillic and Armenian that Unicode's confusables (UTS #39) map to one Latin
+/// letter, and the dotless `ı` and `ȷ`. Pairs read as one letter (`rn` for `m`) and other
+/// scripts are not here.
 fn look_alike(c: char) -> Option<u8> {
     let code = u32::from(c);
     // Accented Latin letters, most of those the view reads, are none.
@@ -477,20 +514,24 @@ fn look_alike(c: char) -> Option<u8> {
 /// Letters of other scripts drawn as a Latin letter, by code point.
 #[rustfmt::skip]
 const LOOK_ALIKES: &[(u32, u8)] = &[
-    (0x0131, b'i'), (0x0237, b'j'),
+    (0x0131, b'i'), (0x0237, b'j'), (0x037F, b'J'),
     (0x0391, b'A'), (0x0392, b'B'), (0x0395, b'E'), (0x0396, b'Z'), (0x0397, b'H'),
     (0x0399, b'I'), (0x039A, b'K'), (0x039C, b'M'), (0x039D, b'N'), (0x039F, b'O'),
     (0x03A1, b'P'), (0x03A4, b'T'), (0x03A5, b'Y'), (0x03A7, b'X'),
     (0x03B1, b'a'), (0x03B3, b'y'), (0x03B9, b'i'), (0x03BA, b'k'), (0x03BD, b'v'),
-    (0x03BF, b'o'), (0x03C1, b'p'), (0x03C5, b'u'), (0x03C7, b'x'),
+    (0x03BF, b'o'), (0x03C1, b'p'), (0x03C3, b'o'), (0x03C5, b'u'), (0x03C7, b'x'),
+    (0x03DC, b'F'), (0x03F1, b'p'), (0x03F2, b'c'), (0x03F3, b'j'), (0x03F9, b'C'),
     (0x0405, b'S'), (0x0406, b'I'), (0x0408, b'J'), (0x0410, b'A'), (0x0412, b'B'),
     (0x0415, b'E'), (0x041A, b'K'), (0x041C, b'M'), (0x041D, b'H'), (0x041E, b'O'),
     (0x0420, b'P'), (0x0421, b'C'), (0x0422, b'T'), (0x0423, b'Y'), (0x0425, b'X'),
-    (0x0430, b'a'), (0x0435, b'e'), (0x043E, b'o'), (0x0440, b'p'), (0x0441, b'c'),
-    (0x0443, b'y'), (0x0445, b'x'), (0x0455, b's'), (0x0456, b'i'), (0x0458, b'j'),
+    (0x042C, b'b'), (0x0430, b'a'), (0x0433, b'r'), (0x0435, b'e'), (0x043A, b'k'),
+    (0x043E, b'o'), (0x0440, b'p'), (0x0441, b'c'), (0x0443, b'y'), (0x0445, b'x'),
+    (0x0455, b's'), (0x0456, b'i'), (0x0458, b'j'), (0x0474, b'V'), (0x0475, b'v'),
     (0x04AE, b'Y'), (0x04AF, b'y'), (0x04BB, b'h'), (0x04C0, b'I'), (0x04CF, b'l'),
-    (0x0501, b'd'), (0x051A, b'Q'), (0x051B, b'q'), (0x051C, b'W'), (0x051D, b'w'),
-    (0x0570, b'h'), (0x0578, b'n'), (0x057D, b'u'), (0x0585, b'o'),
+    (0x0501, b'd'), (0x050C, b'G'), (0x051A, b'Q'), (0x051B, b'q'), (0x051C, b'W'),
+    (0x051D, b'w'),
+    (0x054D, b'U'), (0x054F, b'S'), (0x0555, b'O'), (0x0563, b'q'), (0x0566, b'q'),
+    (0x0570, b'h'), (0x0578, b'n'), (0x057D, b'u'), (0x0581, b'g'), (0x0585, b'o'),
 ];
 
 fn fold(c: char) -> Option<Folded> {

@@ -101,9 +101,10 @@ const SSN_CUED_SHAPE: &str =
 /// Letters of every script count. A local part or a label is a run of either the letters,
 /// marks and digits of the scripts written with spaces between words (all but Han, Hiragana,
 /// Katakana and Hangul) or of those written without, so that an address inside Japanese or
-/// Chinese prose does not take in the words before it; and the top-level domain tries ASCII
-/// letters first, so `example.jpまで` ends at `jp`, then letters of any one kind of script
-/// (`рф` read as `pф` in the normalised view, which folds look-alike letters). (Each class is a large automaton: the
+/// Chinese prose does not take in the words before it; and the top-level domain is a run of
+/// one of the two kinds too, so `example.jpまで` ends at `jp`, while letters of scripts
+/// written with spaces may mix (`сайт` reads `caйт` in the normalised view, which folds
+/// look-alike letters). (Each class is a large automaton: the
 /// pattern names each as few times as it can, and never under a counted repetition.)
 const EMAIL: &str = concat!(
     r"(?:[[\p{L}\p{M}0-9._%+-]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+",
@@ -112,7 +113,7 @@ const EMAIL: &str = concat!(
     r"(?:(?:[[\p{L}\p{M}0-9]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+",
     r"(?:-+[[\p{L}\p{M}0-9]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+)*",
     r"|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+)\.)+",
-    r"(?:[A-Za-z]{2,24}|xn--[A-Za-z0-9-]{1,59}",
+    r"(?:xn--[A-Za-z0-9-]{1,59}",
     r"|[\p{L}\p{M}--\p{Han}--\p{Hiragana}--\p{Katakana}--\p{Hangul}]{2,}",
     r"|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]{2,})",
 );

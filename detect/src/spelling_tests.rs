@@ -397,11 +397,68 @@ fn look_alike_letters_in_secrets_and_codes() {
         "p&#1072;ssword: Zx8vQ2mLp9Rt4KwB",
         "Zx8vQ2mLp9Rt4KwB",
     );
+    // Cyrillic top-level domains whose first letters read as Latin ones stay whole.
+    for address in ["info@магазин.сайт", "почта@пример.орг", "jane@example.срб"]
+    {
+        assert_finds(
+            "EMAIL_ADDRESS",
+            &format!("write to {address} today"),
+            address,
+        );
+    }
+    // A value written right after a word of another script is apart from it.
+    assert_finds("CREDIT_CARD", "карта4111111111111111", "4111111111111111");
+    assert_finds("IP_ADDRESS", "адрес192.168.10.20", "192.168.10.20");
+    // More confusables: Greek lunate sigma, Cyrillic ka and Komi sje.
+    assert_finds(
+        "SECRET",
+        "s\u{43A}-proj-abcdefghijklmnopqrstuvwxyz012345",
+        "s\u{43A}-proj-abcdefghijklmnopqrstuvwxyz012345",
+    );
+    assert_finds(
+        "IBAN_CODE",
+        "\u{50C}B82 WEST 1234 5698 7654 32",
+        "\u{50C}B82 WEST 1234 5698 7654 32",
+    );
     // A look-alike spelling is another value: its own canonical spelling, so its own token.
     assert_eq!(
         canonical("EMAIL_ADDRESS", "j\u{430}ne@example.com"),
         "j\u{430}ne@example.com"
     );
+    assert_eq!(
+        canonical("EMAIL_ADDRESS", "\u{1D423}ane@example.com"),
+        "\u{1D423}ane@example.com"
+    );
+}
+
+/// Context words of another script count where the built-in detectors read look-alikes as
+/// Latin letters: `ТЕЛЕФОН` reads `TEЛEФOH` in the view, and is read as written too.
+#[test]
+fn context_words_of_another_script_count() {
+    let config = DetectionConfig {
+        context: [(
+            "PHONE_NUMBER".to_owned(),
+            ContextWords {
+                raise: vec!["телефон".into()],
+                lower: Vec::new(),
+            },
+        )]
+        .into(),
+        ..DetectionConfig::default()
+    };
+    let scanner = Scanner::with_config(&config, None).unwrap();
+    let plain = Scanner::new(None).unwrap();
+    for text in ["телефон 9161234567", "ТЕЛЕФОН: 9161234567"] {
+        let phones = |scanner: &Scanner| {
+            scanner
+                .scan(text)
+                .iter()
+                .filter(|s| s.entity == "PHONE_NUMBER")
+                .count()
+        };
+        assert_eq!(phones(&plain), 0, "{text}: found without the context word");
+        assert_eq!(phones(&scanner), 1, "{text}");
+    }
 }
 
 /// Custom entities read the text with letters of other scripts as written: their patterns

@@ -76,6 +76,21 @@ impl MaskPolicy {
     pub fn action(&self, entity: &str) -> Action {
         self.per_entity.get(entity).copied().unwrap_or(self.default)
     }
+
+    /// A name for the entity types this policy leaves in the clear: the same for every policy
+    /// that leaves the same types.
+    pub(crate) fn allowed_name(&self) -> String {
+        let allows_rest = self.default == Action::Allow;
+        let mut listed: Vec<&str> = self
+            .per_entity
+            .iter()
+            .filter(|(_, action)| (**action == Action::Allow) != allows_rest)
+            .map(|(entity, _)| entity.as_str())
+            .collect();
+        listed.sort_unstable();
+        let kind = if allows_rest { "all but" } else { "only" };
+        format!("allowed {kind} {}", listed.join(","))
+    }
 }
 
 /// One masked span of the output.

@@ -106,6 +106,14 @@ fn spans_map_back_over_what_was_removed_inside_them() {
 
 /// The view's tables say what the `regex` crate's Unicode data says, for every character.
 #[test]
+fn look_alikes_are_sorted_for_their_search() {
+    assert!(LOOK_ALIKES.windows(2).all(|pair| pair[0].0 < pair[1].0));
+    assert!(LOOK_ALIKES.iter().all(|(code, latin)| {
+        latin.is_ascii_alphabetic() && char::from_u32(*code).is_some_and(char::is_alphabetic)
+    }));
+}
+
+#[test]
 fn folds_agree_with_the_regex_unicode_tables() {
     let digit = Regex::new(r"^\d$").unwrap();
     let space = Regex::new(r"^\p{Zs}$").unwrap();

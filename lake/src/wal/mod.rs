@@ -177,7 +177,9 @@ impl Wal {
                 budget_bytes: pending_cap,
             });
         }
-        let needed = state.held_bytes + len as u64;
+        // Room is kept for the header of the segment that sealing this one opens, which the
+        // sync thread counts without asking: the log never holds more than its budget.
+        let needed = state.held_bytes + len as u64 + format::MAGIC.len() as u64;
         if needed > self.config.budget_bytes {
             return Err(Error::Backpressure {
                 pending_bytes: state.held_bytes,

@@ -163,3 +163,34 @@ fn chain_head_survives_a_crash_after_its_segment_is_committed() {
     wal.close();
     thread.join().unwrap();
 }
+
+#[test]
+fn the_log_never_holds_more_than_its_budget_once_a_full_segment_is_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    // A budget that records of one size fill exactly, after the first segment's header.
+    let size = frame(&reward(0)).unwrap().len() as u64;
+    let budget = MAGIC.len() as u64 + 40 * size;
+    let config = WalConfig {
+        segment_max_bytes: budget,
+        budget_bytes: budget,
+        ..config()
+    };
+    let Opened { wal, .. } = Wal::open(&dir.path().join("log"), config).unwrap();
+    let sync = wal.clone();
+    let thread = std::thread::spawn(move || sync.run_sync());
+    // Nothing is uploaded: the sealed segment stays held, and so does the next one's header.
+    let mut appended = 0;
+    while wal.append(&reward(0)).is_ok() {
+        appended += 1;
+        assert!(appended <= 40, "the budget was never enforced");
+    }
+    wal.roll().unwrap();
+    assert!(appended >= 39);
+    assert!(
+        wal.held_bytes() <= budget,
+        "{} held of {budget}",
+        wal.held_bytes()
+    );
+    wal.close();
+    thread.join().unwrap();
+}

@@ -90,9 +90,9 @@ impl<'a> JsonMasker<'a> {
 impl<'a> JsonMasker<'a> {
     /// The scanner's findings in `text` (from its cache when it has the text). Where one is
     /// of a shaped type the policy allows, the text is read again for the shaped types it
-    /// does not allow, and what overlaps is merged ([`merged`]): an allowed value never
-    /// covers one the policy masks. (An allowed name needs no second reading: the scanner
-    /// never lets a name cover a shaped value.)
+    /// does not allow (cached too, apart), and what overlaps is merged ([`merged`]): an
+    /// allowed value never covers one the policy masks. (An allowed name needs no second
+    /// reading: the scanner never lets a name cover a shaped value.)
     fn scanned(&self, text: &str) -> Vec<Hit<'a>> {
         let hit = |s: atdp_detect::Span| Hit {
             start: s.start,
@@ -109,7 +109,11 @@ impl<'a> JsonMasker<'a> {
         let allowed = |entity: &str| self.policy.action(entity) == Action::Allow;
         if hits.iter().any(|h| allowed(h.entity) && !name(h.entity)) {
             let skip = |entity: &str| allowed(entity) || name(entity);
-            hits.extend(self.scanner.scan_without(text, &skip).into_iter().map(hit));
+            let reading = self.policy.allowed_name();
+            let again = self
+                .scanner
+                .scan_without_for(self.tenant, &reading, text, &skip);
+            hits.extend(again.into_iter().map(hit));
             hits = merged(hits, self.policy);
         }
         hits

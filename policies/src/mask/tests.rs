@@ -183,3 +183,37 @@ fn spellings_of_one_value_share_a_placeholder_and_restore_to_the_first() {
          mail jane%40example.com or jane%40example.com"
     );
 }
+
+#[test]
+fn policies_that_leave_the_same_types_have_one_name_for_them() {
+    let policy = |default: Action, entities: &[(&str, Action)]| MaskPolicy {
+        default,
+        per_entity: entities
+            .iter()
+            .map(|(entity, action)| ((*entity).to_owned(), *action))
+            .collect(),
+    };
+    let a = policy(
+        Action::Tokenize,
+        &[
+            ("URL", Action::Allow),
+            ("ORDER_ID", Action::Allow),
+            ("SECRET", Action::Redact),
+        ],
+    );
+    let b = policy(
+        Action::Redact,
+        &[("ORDER_ID", Action::Allow), ("URL", Action::Allow)],
+    );
+    assert_eq!(a.allowed_name(), b.allowed_name());
+    let c = policy(Action::Tokenize, &[("URL", Action::Allow)]);
+    assert_ne!(a.allowed_name(), c.allowed_name());
+    // Everything left but what is listed.
+    let d = policy(Action::Allow, &[("URL", Action::Tokenize)]);
+    let e = policy(
+        Action::Allow,
+        &[("URL", Action::Redact), ("IBAN", Action::Allow)],
+    );
+    assert_eq!(d.allowed_name(), e.allowed_name());
+    assert_ne!(d.allowed_name(), c.allowed_name());
+}
