@@ -18,9 +18,11 @@
 //!   ASCII digit, and the one dot leader `․` is `'.'`;
 //! - the circled, squared and mathematical letters (`ⓙ`, `🅐`, `𝐣𝐚𝐧𝐞`) are their ASCII
 //!   letter;
-//! - a letter of Greek, Cyrillic or Armenian that is drawn as a Latin letter (Cyrillic `а`,
-//!   `е`, `о`, `р`, `с`, `С`, `Н`; Greek `ο`, `ν`, `Α`; the dotless `ı`) is that Latin letter:
-//!   `sk-prоj-…` with a Cyrillic `о` is the secret, `СН93 0076 …` typed on a Cyrillic layout
+//! - a letter that Unicode reads as one Latin letter, by its compatibility decomposition
+//!   (the letterlike `ℎ`, the modifier letter `ᵃ`, the Kelvin sign) or its confusables
+//!   skeleton (Cyrillic `а`, `е`, `о`, `р`, `с`, `С`, `Н`; Greek `ο`, `ν`, `Α`; Cherokee `Ꭺ`;
+//!   the small capital `ᴀ`; the dotless `ı`), is that Latin letter: `sk-prоj-…` with a
+//!   Cyrillic `о` is the secret, `СН93 0076 …` typed on a Cyrillic layout
 //!   the Swiss IBAN. [`Normalized::keeping_letters`] leaves these letters as written, for
 //!   custom entities (a pattern such as `Договор №\d+` names Cyrillic letters) and for a
 //!   value's canonical spelling;
@@ -494,10 +496,12 @@ fn styled_letter(c: char) -> bool {
     matches!(u32::from(c), 0x24B6..=0x24E9 | 0x1D400..=0x1D6A3 | 0x1F130..=0x1F189)
 }
 
-/// The Latin letter that `c`, a letter of another script, is drawn as: the common letters of
-/// Greek, Cyrillic and Armenian that Unicode's confusables (UTS #39) map to one Latin
-/// letter, and the dotless `ı` and `ȷ`. Pairs read as one letter (`rn` for `m`) and other
-/// scripts are not here.
+/// The Latin letter that `c`, a letter of another script or style, is read as: the letters
+/// whose compatibility decomposition (NFKC) is one ASCII letter, else whose confusables
+/// skeleton (UTS #39) is one, and Greek and Cyrillic `κ к χ`, drawn as `k` and `x` in most
+/// fonts (`normal::tests::every_letter_read_as_a_latin_one_is_folded` checks the table
+/// against Unicode's data). Symbols (`×`), parenthesised letters and pairs read as one
+/// letter (`rn` for `m`) are not here.
 fn look_alike(c: char) -> Option<u8> {
     let code = u32::from(c);
     // Accented Latin letters, most of those the view reads, are none.
@@ -511,27 +515,131 @@ fn look_alike(c: char) -> Option<u8> {
         .map(|(_, latin)| *latin)
 }
 
-/// Letters of other scripts drawn as a Latin letter, by code point.
+/// Letters of other scripts and styles read as a Latin letter, by code point.
 #[rustfmt::skip]
 const LOOK_ALIKES: &[(u32, u8)] = &[
-    (0x0131, b'i'), (0x0237, b'j'), (0x037F, b'J'),
-    (0x0391, b'A'), (0x0392, b'B'), (0x0395, b'E'), (0x0396, b'Z'), (0x0397, b'H'),
-    (0x0399, b'I'), (0x039A, b'K'), (0x039C, b'M'), (0x039D, b'N'), (0x039F, b'O'),
-    (0x03A1, b'P'), (0x03A4, b'T'), (0x03A5, b'Y'), (0x03A7, b'X'),
-    (0x03B1, b'a'), (0x03B3, b'y'), (0x03B9, b'i'), (0x03BA, b'k'), (0x03BD, b'v'),
-    (0x03BF, b'o'), (0x03C1, b'p'), (0x03C3, b'o'), (0x03C5, b'u'), (0x03C7, b'x'),
-    (0x03DC, b'F'), (0x03F1, b'p'), (0x03F2, b'c'), (0x03F3, b'j'), (0x03F9, b'C'),
-    (0x0405, b'S'), (0x0406, b'I'), (0x0408, b'J'), (0x0410, b'A'), (0x0412, b'B'),
-    (0x0415, b'E'), (0x041A, b'K'), (0x041C, b'M'), (0x041D, b'H'), (0x041E, b'O'),
-    (0x0420, b'P'), (0x0421, b'C'), (0x0422, b'T'), (0x0423, b'Y'), (0x0425, b'X'),
-    (0x042C, b'b'), (0x0430, b'a'), (0x0433, b'r'), (0x0435, b'e'), (0x043A, b'k'),
-    (0x043E, b'o'), (0x0440, b'p'), (0x0441, b'c'), (0x0443, b'y'), (0x0445, b'x'),
-    (0x0455, b's'), (0x0456, b'i'), (0x0458, b'j'), (0x0474, b'V'), (0x0475, b'v'),
-    (0x04AE, b'Y'), (0x04AF, b'y'), (0x04BB, b'h'), (0x04C0, b'I'), (0x04CF, b'l'),
-    (0x0501, b'd'), (0x050C, b'G'), (0x051A, b'Q'), (0x051B, b'q'), (0x051C, b'W'),
-    (0x051D, b'w'),
-    (0x054D, b'U'), (0x054F, b'S'), (0x0555, b'O'), (0x0563, b'q'), (0x0566, b'q'),
-    (0x0570, b'h'), (0x0578, b'n'), (0x057D, b'u'), (0x0581, b'g'), (0x0585, b'o'),
+    (0x0131, b'i'), (0x017F, b's'), (0x0184, b'b'), (0x018D, b'g'), (0x0192, b'f'), (0x0196, b'I'),
+    (0x01A6, b'R'), (0x01BD, b's'), (0x01BF, b'p'), (0x01C0, b'l'), (0x0237, b'j'), (0x024C, b'R'),
+    (0x0251, b'a'), (0x0261, b'g'), (0x0263, b'y'), (0x0269, b'i'), (0x026A, b'i'), (0x026F, b'w'),
+    (0x0284, b'f'), (0x028B, b'u'), (0x028F, b'y'), (0x02B0, b'h'), (0x02B2, b'j'), (0x02B3, b'r'),
+    (0x02B7, b'w'), (0x02B8, b'y'), (0x02E1, b'l'), (0x02E2, b's'), (0x02E3, b'x'),
+    (0x037F, b'J'), (0x0391, b'A'), (0x0392, b'B'), (0x0395, b'E'), (0x0396, b'Z'), (0x0397, b'H'),
+    (0x0399, b'I'), (0x039A, b'K'), (0x039C, b'M'), (0x039D, b'N'), (0x039F, b'O'), (0x03A1, b'P'),
+    (0x03A4, b'T'), (0x03A5, b'Y'), (0x03A7, b'X'), (0x03B1, b'a'), (0x03B3, b'y'), (0x03B9, b'i'),
+    (0x03BA, b'k'), (0x03BD, b'v'), (0x03BF, b'o'), (0x03C1, b'p'), (0x03C3, b'o'), (0x03C5, b'u'),
+    (0x03C7, b'x'), (0x03D2, b'Y'), (0x03DC, b'F'), (0x03ED, b'o'), (0x03F1, b'p'), (0x03F2, b'c'),
+    (0x03F3, b'j'), (0x03F8, b'p'), (0x03F9, b'C'), (0x03FA, b'M'), (0x0405, b'S'), (0x0406, b'I'),
+    (0x0408, b'J'), (0x0410, b'A'), (0x0412, b'B'), (0x0415, b'E'), (0x041A, b'K'), (0x041C, b'M'),
+    (0x041D, b'H'), (0x041E, b'O'), (0x0420, b'P'), (0x0421, b'C'), (0x0422, b'T'), (0x0423, b'Y'),
+    (0x0425, b'X'), (0x042C, b'b'), (0x0430, b'a'), (0x0433, b'r'), (0x0435, b'e'), (0x043A, b'k'),
+    (0x043E, b'o'), (0x0440, b'p'), (0x0441, b'c'), (0x0443, b'y'), (0x0445, b'x'), (0x0448, b'w'),
+    (0x0455, b's'), (0x0456, b'i'), (0x0458, b'j'), (0x0461, b'w'), (0x0474, b'V'), (0x0475, b'v'),
+    (0x04AE, b'Y'), (0x04AF, b'y'), (0x04BA, b'h'), (0x04BB, b'h'), (0x04BD, b'e'), (0x04C0, b'I'),
+    (0x04CF, b'l'), (0x0501, b'd'), (0x050C, b'G'), (0x051A, b'Q'), (0x051B, b'q'), (0x051C, b'W'),
+    (0x051D, b'w'), (0x054D, b'U'), (0x054F, b'S'), (0x0555, b'O'), (0x0561, b'w'), (0x0563, b'q'),
+    (0x0566, b'q'), (0x0570, b'h'), (0x0575, b'j'), (0x0578, b'n'), (0x057C, b'n'), (0x057D, b'u'),
+    (0x0581, b'g'), (0x0582, b'i'), (0x0584, b'f'), (0x0585, b'o'), (0x05D5, b'l'), (0x05D8, b'v'),
+    (0x05DF, b'l'), (0x05E1, b'o'), (0x0627, b'l'), (0x0647, b'o'), (0x06BE, b'o'), (0x06C1, b'o'),
+    (0x06D5, b'o'), (0x07CA, b'l'), (0x07CB, b'o'), (0x07CC, b'Y'), (0x07D3, b'F'), (0x07D5, b'b'),
+    (0x07E0, b'T'), (0x0840, b'o'), (0x0B20, b'O'), (0x0C02, b'o'), (0x0C82, b'o'), (0x0D02, b'o'),
+    (0x0D1F, b's'), (0x0D20, b'o'), (0x0D82, b'o'), (0x1004, b'c'), (0x101D, b'o'), (0x105A, b'c'),
+    (0x10B9, b'h'), (0x10BD, b'S'), (0x10CD, b'Z'), (0x10E7, b'y'), (0x10FD, b'S'), (0x10FF, b'o'),
+    (0x110B, b'o'), (0x11BC, b'o'), (0x1200, b'U'), (0x12D0, b'O'), (0x13A0, b'D'), (0x13A1, b'R'),
+    (0x13A2, b'T'), (0x13A5, b'i'), (0x13A9, b'Y'), (0x13AA, b'A'), (0x13AB, b'J'), (0x13AC, b'E'),
+    (0x13B3, b'W'), (0x13B7, b'M'), (0x13BB, b'H'), (0x13BD, b'Y'), (0x13C0, b'G'), (0x13C2, b'h'),
+    (0x13C3, b'Z'), (0x13CF, b'b'), (0x13D2, b'R'), (0x13D4, b'W'), (0x13D5, b'S'), (0x13D9, b'V'),
+    (0x13DA, b'S'), (0x13DE, b'L'), (0x13DF, b'C'), (0x13E2, b'P'), (0x13E6, b'K'), (0x13E7, b'd'),
+    (0x13F3, b'G'), (0x13F4, b'B'), (0x142F, b'V'), (0x144C, b'U'), (0x146D, b'P'), (0x146F, b'd'),
+    (0x1472, b'b'), (0x148D, b'J'), (0x14AA, b'L'), (0x1541, b'x'), (0x157C, b'H'), (0x157D, b'x'),
+    (0x1587, b'R'), (0x15AF, b'b'), (0x15B4, b'F'), (0x15C5, b'A'), (0x15DE, b'D'), (0x15EA, b'D'),
+    (0x15F0, b'M'), (0x15F7, b'B'), (0x16B7, b'X'), (0x16C1, b'l'), (0x16D0, b'l'), (0x16D5, b'K'),
+    (0x16D6, b'M'), (0x1763, b'x'), (0x1A45, b'o'), (0x1BEA, b'o'), (0x1BEC, b'x'), (0x1C82, b'o'),
+    (0x1C83, b'c'), (0x1CBD, b'S'), (0x1CBF, b'O'), (0x1CF5, b'X'), (0x1D04, b'c'), (0x1D0F, b'o'),
+    (0x1D11, b'o'), (0x1D1C, b'u'), (0x1D20, b'v'), (0x1D21, b'w'), (0x1D22, b'z'), (0x1D26, b'r'),
+    (0x1D2C, b'A'), (0x1D2E, b'B'), (0x1D30, b'D'), (0x1D31, b'E'), (0x1D33, b'G'), (0x1D34, b'H'),
+    (0x1D35, b'I'), (0x1D36, b'J'), (0x1D37, b'K'), (0x1D38, b'L'), (0x1D39, b'M'), (0x1D3A, b'N'),
+    (0x1D3C, b'O'), (0x1D3E, b'P'), (0x1D3F, b'R'), (0x1D40, b'T'), (0x1D41, b'U'), (0x1D42, b'W'),
+    (0x1D43, b'a'), (0x1D47, b'b'), (0x1D48, b'd'), (0x1D49, b'e'), (0x1D4D, b'g'), (0x1D4F, b'k'),
+    (0x1D50, b'm'), (0x1D52, b'o'), (0x1D56, b'p'), (0x1D57, b't'), (0x1D58, b'u'), (0x1D5B, b'v'),
+    (0x1D62, b'i'), (0x1D63, b'r'), (0x1D64, b'u'), (0x1D65, b'v'), (0x1D83, b'g'), (0x1D8C, b'y'),
+    (0x1D9C, b'c'), (0x1DA0, b'f'), (0x1DBB, b'z'), (0x1E9D, b'f'), (0x1EFF, b'y'), (0x1FBE, b'i'),
+    (0x2071, b'i'), (0x207F, b'n'), (0x2090, b'a'), (0x2091, b'e'), (0x2092, b'o'), (0x2093, b'x'),
+    (0x2095, b'h'), (0x2096, b'k'), (0x2097, b'l'), (0x2098, b'm'), (0x2099, b'n'), (0x209A, b'p'),
+    (0x209B, b's'), (0x209C, b't'), (0x2102, b'C'), (0x210A, b'g'), (0x210B, b'H'), (0x210C, b'H'),
+    (0x210D, b'H'), (0x210E, b'h'), (0x2110, b'I'), (0x2111, b'I'), (0x2112, b'L'), (0x2113, b'l'),
+    (0x2115, b'N'), (0x2119, b'P'), (0x211A, b'Q'), (0x211B, b'R'), (0x211C, b'R'), (0x211D, b'R'),
+    (0x2124, b'Z'), (0x2128, b'Z'), (0x212A, b'K'), (0x212C, b'B'), (0x212D, b'C'), (0x212F, b'e'),
+    (0x2130, b'E'), (0x2131, b'F'), (0x2133, b'M'), (0x2134, b'o'), (0x2139, b'i'), (0x213D, b'y'),
+    (0x2145, b'D'), (0x2146, b'd'), (0x2147, b'e'), (0x2148, b'i'), (0x2149, b'j'), (0x2160, b'I'),
+    (0x2164, b'V'), (0x2169, b'X'), (0x216C, b'L'), (0x216D, b'C'), (0x216E, b'D'), (0x216F, b'M'),
+    (0x2170, b'i'), (0x2174, b'v'), (0x2179, b'x'), (0x217C, b'l'), (0x217D, b'c'), (0x217E, b'd'),
+    (0x217F, b'm'), (0x2C6B, b'Z'), (0x2C6C, b'z'), (0x2C7C, b'j'), (0x2C7D, b'V'), (0x2C82, b'B'),
+    (0x2C85, b'r'), (0x2C8C, b'Z'), (0x2C8D, b'z'), (0x2C8E, b'H'), (0x2C92, b'I'), (0x2C93, b'i'),
+    (0x2C94, b'K'), (0x2C98, b'M'), (0x2C9A, b'N'), (0x2C9E, b'O'), (0x2C9F, b'o'), (0x2CA2, b'P'),
+    (0x2CA3, b'p'), (0x2CA4, b'C'), (0x2CA5, b'c'), (0x2CA6, b'T'), (0x2CA8, b'Y'), (0x2CA9, b'y'),
+    (0x2CAC, b'X'), (0x2CBD, b'w'), (0x2CCE, b'P'), (0x2CCF, b'p'), (0x2CD0, b'L'), (0x2D2D, b'z'),
+    (0x2D38, b'V'), (0x2D39, b'E'), (0x2D4A, b'l'), (0x2D4F, b'l'), (0x2D54, b'O'), (0x2D55, b'Q'),
+    (0x2D5D, b'X'), (0x3007, b'O'), (0x3112, b'T'), (0x311A, b'Y'), (0x3147, b'o'), (0x4E05, b'T'),
+    (0x4E2B, b'Y'), (0xA4D0, b'B'), (0xA4D1, b'P'), (0xA4D2, b'd'), (0xA4D3, b'D'), (0xA4D4, b'T'),
+    (0xA4D6, b'G'), (0xA4D7, b'K'), (0xA4D9, b'J'), (0xA4DA, b'C'), (0xA4DC, b'Z'), (0xA4DD, b'F'),
+    (0xA4DF, b'M'), (0xA4E0, b'N'), (0xA4E1, b'L'), (0xA4E2, b'S'), (0xA4E3, b'R'), (0xA4E6, b'V'),
+    (0xA4E7, b'H'), (0xA4EA, b'W'), (0xA4EB, b'X'), (0xA4EC, b'Y'), (0xA4EE, b'A'), (0xA4F0, b'E'),
+    (0xA4F2, b'l'), (0xA4F3, b'O'), (0xA4F4, b'U'), (0xA50B, b'T'), (0xA557, b'B'), (0xA56F, b'l'),
+    (0xA576, b'S'), (0xA5CB, b'E'), (0xA647, b'i'), (0xA6C9, b'Z'), (0xA6DF, b'V'), (0xA731, b's'),
+    (0xA781, b'l'), (0xA798, b'F'), (0xA799, b'f'), (0xA79F, b'u'), (0xA7AE, b'I'), (0xA7B2, b'J'),
+    (0xA7B3, b'X'), (0xA7B4, b'B'), (0xA7F1, b'S'), (0xA7F2, b'C'), (0xA7F3, b'F'), (0xA7F4, b'Q'),
+    (0xA7FA, b'w'), (0xA7FE, b'l'), (0xAB32, b'e'), (0xAB35, b'f'), (0xAB3D, b'o'), (0xAB47, b'r'),
+    (0xAB48, b'r'), (0xAB4E, b'u'), (0xAB52, b'u'), (0xAB5A, b'y'), (0xAB64, b'a'), (0xAB75, b'i'),
+    (0xAB81, b'r'), (0xAB83, b'w'), (0xAB93, b'z'), (0xABA4, b'w'), (0xABA9, b'v'), (0xABAA, b's'),
+    (0xABAF, b'c'), (0xFBA6, b'o'), (0xFBA7, b'o'), (0xFBA8, b'o'), (0xFBA9, b'o'), (0xFBAA, b'o'),
+    (0xFBAB, b'o'), (0xFBAC, b'o'), (0xFBAD, b'o'), (0xFE8D, b'l'), (0xFE8E, b'l'), (0xFEE9, b'o'),
+    (0xFEEA, b'o'), (0xFEEB, b'o'), (0xFEEC, b'o'), (0xFFB7, b'o'), (0x10282, b'B'),
+    (0x10286, b'E'), (0x10287, b'F'), (0x1028A, b'l'), (0x10290, b'X'), (0x10292, b'O'),
+    (0x10295, b'P'), (0x10296, b'S'), (0x10297, b'T'), (0x102A0, b'A'), (0x102A1, b'B'),
+    (0x102A2, b'C'), (0x102A5, b'F'), (0x102AB, b'O'), (0x102B0, b'M'), (0x102B1, b'T'),
+    (0x102B2, b'Y'), (0x102B4, b'X'), (0x102CF, b'H'), (0x10301, b'B'), (0x10302, b'C'),
+    (0x10309, b'l'), (0x1030F, b'O'), (0x10311, b'M'), (0x10315, b'T'), (0x10317, b'X'),
+    (0x1031C, b'b'), (0x10404, b'O'), (0x10415, b'C'), (0x1041B, b'L'), (0x10420, b'S'),
+    (0x1042C, b'o'), (0x1043D, b'c'), (0x10448, b's'), (0x104B4, b'R'), (0x104C2, b'O'),
+    (0x104CE, b'U'), (0x104EA, b'o'), (0x104F6, b'u'), (0x10507, b'Z'), (0x1050E, b'l'),
+    (0x10513, b'N'), (0x10516, b'O'), (0x10518, b'K'), (0x1051B, b'C'),
+    (0x1051D, b'V'), (0x10525, b'F'), (0x10526, b'L'), (0x10527, b'X'), (0x107A5, b'q'),
+    (0x10926, b'l'), (0x1092C, b'o'), (0x10C13, b'X'), (0x10C17, b'O'), (0x10C1F, b'V'),
+    (0x10C20, b'Y'), (0x10C21, b'M'), (0x10C3E, b'l'), (0x10C82, b'X'), (0x10CA5, b'I'),
+    (0x10CC2, b'x'), (0x10D07, b'o'), (0x11124, b'o'), (0x11302, b'o'), (0x11706, b'v'),
+    (0x1170A, b'w'), (0x1170E, b'w'), (0x1170F, b'w'), (0x118A0, b'V'), (0x118A2, b'F'),
+    (0x118A3, b'L'), (0x118A4, b'Y'), (0x118A6, b'E'), (0x118A9, b'Z'), (0x118AE, b'E'),
+    (0x118B2, b'L'), (0x118B5, b'O'), (0x118B8, b'U'), (0x118BC, b'T'), (0x118C0, b'v'),
+    (0x118C1, b's'), (0x118C2, b'F'), (0x118C3, b'i'), (0x118C4, b'y'), (0x118C8, b'o'),
+    (0x118D7, b'o'), (0x118D8, b'u'), (0x118DC, b'y'), (0x11ABC, b'Z'), (0x11ABE, b'N'),
+    (0x11DDA, b'l'), (0x16A19, b'r'), (0x16AD6, b'S'), (0x16AE9, b'O'), (0x16D63, b'l'),
+    (0x16EAA, b'I'), (0x16EB6, b'b'), (0x16F08, b'V'), (0x16F0A, b'T'), (0x16F16, b'L'),
+    (0x16F28, b'l'), (0x16F35, b'R'), (0x16F3A, b'S'), (0x16F40, b'A'), (0x16F42, b'U'),
+    (0x16F43, b'Y'), (0x1D6A4, b'i'), (0x1D6A5, b'j'), (0x1D6A8, b'A'), (0x1D6A9, b'B'),
+    (0x1D6AC, b'E'), (0x1D6AD, b'Z'), (0x1D6AE, b'H'), (0x1D6B0, b'I'), (0x1D6B1, b'K'),
+    (0x1D6B3, b'M'), (0x1D6B4, b'N'), (0x1D6B6, b'O'), (0x1D6B8, b'P'), (0x1D6BB, b'T'),
+    (0x1D6BC, b'Y'), (0x1D6BE, b'X'), (0x1D6C2, b'a'), (0x1D6C4, b'y'), (0x1D6CA, b'i'),
+    (0x1D6CE, b'v'), (0x1D6D0, b'o'), (0x1D6D2, b'p'), (0x1D6D4, b'o'), (0x1D6D6, b'u'),
+    (0x1D6E0, b'p'), (0x1D6E2, b'A'), (0x1D6E3, b'B'), (0x1D6E6, b'E'), (0x1D6E7, b'Z'),
+    (0x1D6E8, b'H'), (0x1D6EA, b'I'), (0x1D6EB, b'K'), (0x1D6ED, b'M'), (0x1D6EE, b'N'),
+    (0x1D6F0, b'O'), (0x1D6F2, b'P'), (0x1D6F5, b'T'), (0x1D6F6, b'Y'), (0x1D6F8, b'X'),
+    (0x1D6FC, b'a'), (0x1D6FE, b'y'), (0x1D704, b'i'), (0x1D708, b'v'), (0x1D70A, b'o'),
+    (0x1D70C, b'p'), (0x1D70E, b'o'), (0x1D710, b'u'), (0x1D71A, b'p'), (0x1D71C, b'A'),
+    (0x1D71D, b'B'), (0x1D720, b'E'), (0x1D721, b'Z'), (0x1D722, b'H'), (0x1D724, b'I'),
+    (0x1D725, b'K'), (0x1D727, b'M'), (0x1D728, b'N'), (0x1D72A, b'O'), (0x1D72C, b'P'),
+    (0x1D72F, b'T'), (0x1D730, b'Y'), (0x1D732, b'X'), (0x1D736, b'a'), (0x1D738, b'y'),
+    (0x1D73E, b'i'), (0x1D742, b'v'), (0x1D744, b'o'), (0x1D746, b'p'), (0x1D748, b'o'),
+    (0x1D74A, b'u'), (0x1D754, b'p'), (0x1D756, b'A'), (0x1D757, b'B'), (0x1D75A, b'E'),
+    (0x1D75B, b'Z'), (0x1D75C, b'H'), (0x1D75E, b'I'), (0x1D75F, b'K'), (0x1D761, b'M'),
+    (0x1D762, b'N'), (0x1D764, b'O'), (0x1D766, b'P'), (0x1D769, b'T'), (0x1D76A, b'Y'),
+    (0x1D76C, b'X'), (0x1D770, b'a'), (0x1D772, b'y'), (0x1D778, b'i'), (0x1D77C, b'v'),
+    (0x1D77E, b'o'), (0x1D780, b'p'), (0x1D782, b'o'), (0x1D784, b'u'), (0x1D78E, b'p'),
+    (0x1D790, b'A'), (0x1D791, b'B'), (0x1D794, b'E'), (0x1D795, b'Z'), (0x1D796, b'H'),
+    (0x1D798, b'I'), (0x1D799, b'K'), (0x1D79B, b'M'), (0x1D79C, b'N'), (0x1D79E, b'O'),
+    (0x1D7A0, b'P'), (0x1D7A3, b'T'), (0x1D7A4, b'Y'), (0x1D7A6, b'X'), (0x1D7AA, b'a'),
+    (0x1D7AC, b'y'), (0x1D7B2, b'i'), (0x1D7B6, b'v'), (0x1D7B8, b'o'), (0x1D7BA, b'p'),
+    (0x1D7BC, b'o'), (0x1D7BE, b'u'), (0x1D7C8, b'p'), (0x1D7CA, b'F'), (0x1EE00, b'l'),
+    (0x1EE24, b'o'), (0x1EE80, b'l'), (0x1EE84, b'o'),
 ];
 
 fn fold(c: char) -> Option<Folded> {

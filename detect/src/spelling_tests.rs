@@ -420,6 +420,33 @@ fn look_alike_letters_in_secrets_and_codes() {
         "\u{50C}B82 WEST 1234 5698 7654 32",
         "\u{50C}B82 WEST 1234 5698 7654 32",
     );
+    // Mathematical italic, whose `h` is the letterlike `ℎ`; small capitals; modifier
+    // (superscript) letters; Cherokee, Lisu and Coptic capitals; a script `ℓ` and the Kelvin
+    // sign.
+    for address in [
+        "\u{1D457}\u{1D45C}\u{210E}\u{1D45B}@\u{1D452}\u{1D465}\u{1D44E}\u{1D45A}\u{1D45D}\u{1D459}\u{1D452}.\u{1D450}\u{1D45C}\u{1D45A}",
+        "\u{1D0A}\u{1D00}\u{0274}\u{1D07}@\u{1D07}x\u{1D00}\u{1D0D}\u{1D18}\u{029F}\u{1D07}.\u{1D04}\u{1D0F}\u{1D0D}",
+        "jane@example.co\u{2113}\u{2113}ege",
+    ] {
+        assert_finds(
+            "EMAIL_ADDRESS",
+            &format!("write to {address} today"),
+            address,
+        );
+    }
+    assert_finds(
+        "SECRET",
+        "\u{1D56}\u{1D43}\u{02E2}\u{02E2}\u{02B7}\u{1D52}\u{02B3}\u{1D48}: Zx8vQ2mLp9Rt4KwB",
+        "Zx8vQ2mLp9Rt4KwB",
+    );
+    for key in [
+        "\u{13AA}KIAABCDEFGHIJKLMNOP",
+        "A\u{A4D7}IAABCDEFGHIJKLMNOP",
+        "AKIAABCDEFGHIJ\u{2C94}LMNOP",
+        "AKIAABCDEFGHIJ\u{212A}LMNOP",
+    ] {
+        assert_finds("SECRET", &format!("aws {key} here"), key);
+    }
     // A look-alike spelling is another value: its own canonical spelling, so its own token.
     assert_eq!(
         canonical("EMAIL_ADDRESS", "j\u{430}ne@example.com"),

@@ -113,6 +113,63 @@ fn look_alikes_are_sorted_for_their_search() {
     }));
 }
 
+/// The one ASCII letter Unicode reads `c` as: its compatibility decomposition (NFKC: `ℎ`,
+/// `ᵃ`, `ſ`), or else its confusables skeleton (UTS #39: Cyrillic `а`, Cherokee `Ꭺ`).
+fn latin_reading(c: char) -> Option<u8> {
+    use unicode_normalization::UnicodeNormalization;
+    fn one(mut chars: impl Iterator<Item = char>) -> Option<u8> {
+        let first = chars.next()?;
+        (chars.next().is_none() && first.is_ascii_alphabetic()).then_some(first as u8)
+    }
+    let text = c.to_string();
+    one(text.nfkc()).or_else(|| one(unicode_security::confusable_detection::skeleton(&text)))
+}
+
+/// Whether two ASCII letters are one letter for a reader: the same letter in either case, or
+/// one of `I`, `l` and `i`, which the confusables use for one another.
+fn same_letter(a: u8, b: u8) -> bool {
+    let vertical = |x: u8| matches!(x, b'I' | b'l' | b'i');
+    a.eq_ignore_ascii_case(&b) || (vertical(a) && vertical(b))
+}
+
+/// Every letter that Unicode reads as one Latin letter is folded onto it; every look-alike of
+/// the table is one of them.
+#[test]
+fn every_letter_read_as_a_latin_one_is_folded() {
+    let mut missed = Vec::new();
+    // Below U+0131 are the Latin-1 letters: accented ones read as themselves, and the
+    // ordinal indicators `ª` and `º` are no letters of a value.
+    for c in (0x131..=0x10FFFF).filter_map(char::from_u32) {
+        if !c.is_alphabetic() {
+            continue;
+        }
+        let Some(latin) = latin_reading(c) else {
+            continue;
+        };
+        match fold_letters(c, true) {
+            Some(Folded::Ascii(folded)) if same_letter(folded, latin) => {}
+            other => missed.push(format!(
+                "U+{:04X} {c} reads {} folds {other:?}",
+                u32::from(c),
+                char::from(latin)
+            )),
+        }
+    }
+    assert!(missed.is_empty(), "{}", missed.join("\n"));
+    let unread: Vec<String> = LOOK_ALIKES
+        .iter()
+        .filter_map(|&(code, latin)| {
+            let c = char::from_u32(code)?;
+            // Greek and Cyrillic small ka and Greek chi are drawn as `k` and `x` in most
+            // fonts, though the confusables map them to no Latin letter.
+            let drawn = matches!(c, 'κ' | 'к' | 'χ');
+            let read = drawn || latin_reading(c).is_some_and(|read| same_letter(read, latin));
+            (!read).then(|| format!("U+{code:04X} {c} is no look-alike of {}", char::from(latin)))
+        })
+        .collect();
+    assert!(unread.is_empty(), "{}", unread.join("\n"));
+}
+
 #[test]
 fn folds_agree_with_the_regex_unicode_tables() {
     let digit = Regex::new(r"^\d$").unwrap();
