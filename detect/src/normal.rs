@@ -26,6 +26,8 @@
 //!   the Swiss IBAN. [`Normalized::keeping_letters`] leaves these letters as written, for
 //!   custom entities (a pattern such as `Договор №\d+` names Cyrillic letters) and for a
 //!   value's canonical spelling;
+//! - the katakana long sound mark `ー` and its halfwidth form (what a Japanese keyboard types
+//!   for `-` in kana mode: `03ー1234ー5678`) are `'-'` for the built-in detectors;
 //! - format characters (Cf: zero-width space, joiners, word joiner, byte order mark, soft
 //!   hyphen, bidirectional marks …) and the other default-ignorable code points (variation
 //!   selectors, the combining grapheme joiner, Hangul fillers) are removed, and so are the
@@ -141,15 +143,14 @@ impl<'a> Normalized<'a> {
                     original_end,
                 }),
                 Folded::Ascii(byte) => {
+                    let first = text.get(at..).and_then(|t| t.chars().next());
                     let letter = letters
                         && byte.is_ascii_alphabetic()
-                        && text
-                            .get(at..)
-                            .and_then(|t| t.chars().next())
-                            .is_some_and(|c| {
-                                look_alike(c).is_some() || styled_letter(c) || c == '%' || c == '&'
-                            });
-                    folded_letters |= letter;
+                        && first.is_some_and(|c| {
+                            look_alike(c).is_some() || styled_letter(c) || c == '%' || c == '&'
+                        });
+                    let mark = letters && first.is_some_and(long_sound_mark);
+                    folded_letters |= letter || mark;
                     let at = view.len();
                     if letter {
                         look_alikes.push(at);
@@ -184,8 +185,8 @@ impl<'a> Normalized<'a> {
         self.look_alikes.binary_search(&at).is_ok()
     }
 
-    /// Whether a letter of another script drawn as a Latin one, or a styled letter, was
-    /// folded: the view then reads differently from [`Normalized::keeping_letters`]'s. (A
+    /// Whether a letter of another script drawn as a Latin one, a styled letter or a long
+    /// sound mark was folded: the view then reads differently from [`Normalized::keeping_letters`]'s. (A
     /// letter decoded from an escape counts too, whichever it was: that costs only a second
     /// reading.)
     pub fn folded_letters(&self) -> bool {
@@ -404,6 +405,7 @@ fn folds(c: char) -> bool {
     u8::try_from(c).is_ok_and(|b| (0x20..0x7F).contains(&b))
         || fold(c).is_some()
         || look_alike(c).is_some()
+        || long_sound_mark(c)
 }
 
 /// The byte of the `%XX` at `at`.
@@ -485,10 +487,20 @@ fn reference(rest: &[u8]) -> Option<(usize, char)> {
 /// squared, mathematical) stay as written too.
 fn fold_letters(c: char, letters: bool) -> Option<Folded> {
     if letters {
-        fold(c).or_else(|| look_alike(c).map(Folded::Ascii))
+        fold(c)
+            .or_else(|| look_alike(c).map(Folded::Ascii))
+            .or_else(|| long_sound_mark(c).then_some(Folded::Ascii(b'-')))
     } else {
         fold(c).filter(|_| !styled_letter(c))
     }
+}
+
+/// Whether `c` is the katakana long sound mark `ー` or its halfwidth form `ｰ`: a letter
+/// (it lengthens the vowel before it), but what a Japanese keyboard types for `-` in kana
+/// mode, so `03ー1234ー5678` is a phone number. The built-in detectors read it as `-`;
+/// custom entities, whose words may be katakana (`コーヒー`), read it as written.
+fn long_sound_mark(c: char) -> bool {
+    matches!(c, '\u{30FC}' | '\u{FF70}')
 }
 
 /// Whether `c` is a circled, squared or mathematical letter.

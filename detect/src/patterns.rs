@@ -299,7 +299,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     },
     PatternSpec {
         entity: "URL",
-        pattern: r#"(?i)[a-z][a-z0-9+.-]*://[^\s:/@]+:[^\s/@]+@[^\s/?#"'<>`]+(?:[/?#][^\s"'<>`]*)?"#,
+        pattern: r#"(?i)[a-z][a-z0-9+.-]*://[^\s:/@]*:[^\s/@]+@[^\s/?#"'<>`]+(?:[/?#][^\s"'<>`]*)?"#,
         score: 1.0,
         validate: None,
         context: &[],
@@ -319,9 +319,14 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     secret(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     secret(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----"),
     // Anything long and random right after a credential keyword.
+    // The keyword may carry a suffix (`SECRET_KEY`, `secretKey`, `SECRET_KEY_BASE`,
+    // `token_value`); the value runs to a space or a quote, and may hold `,`, `;` or `&`
+    // followed by more of it (`Tr0ub4dor&3xyz`, while `…, then` ends it).
     keyed_secret(
-        r#"(?i)(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)["']?\s*[:=]\s*["']?([^\s"',;&]{12,})"#,
+        r#"(?i)(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)(?:[_.-]?(?:key|base|value|string))*["']?\s*[:=]\s*["']?([^\s"',;&]+(?:[,;&][^\s"',;&]+)*)"#,
     ),
+    // A password said in words: `my password is Xk9#mP2$vL7qW`.
+    keyed_secret(r#"(?i)passw(?:or)?d\s+(?:is|was)\s*:?\s+["']?([^\s"']*[^\s"'.,;:!?)])"#),
     // A bearer token: `Authorization: Bearer …`, `bearer …`.
     keyed_secret(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{12,})"),
     // A credential given as a command-line option: `--password …`, `-token=…`,

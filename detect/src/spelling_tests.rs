@@ -458,6 +458,28 @@ fn look_alike_letters_in_secrets_and_codes() {
     );
 }
 
+/// A Japanese keyboard in kana mode types the long sound mark `ー` for `-`.
+#[test]
+fn the_katakana_long_sound_mark_separates_digit_groups() {
+    for (text, value) in [
+        ("電話番号は03ー1234ー5678です", "03ー1234ー5678"),
+        (
+            "TEL：０９０ー１２３４ー５６７８",
+            "０９０ー１２３４ー５６７８",
+        ),
+        ("携帯 090ｰ1234ｰ5678", "090ｰ1234ｰ5678"),
+    ] {
+        assert_finds("PHONE_NUMBER", text, value);
+    }
+    assert_finds(
+        "CREDIT_CARD",
+        "カード 4111ー1111ー1111ー1111 です",
+        "4111ー1111ー1111ー1111",
+    );
+    // Katakana words with the mark stay clean.
+    assert_clean("コーヒーとケーキ、メールアドレスはサーバーにあります");
+}
+
 /// Context words of another script count where the built-in detectors read look-alikes as
 /// Latin letters: `ТЕЛЕФОН` reads `TEЛEФOH` in the view, and is read as written too.
 #[test]

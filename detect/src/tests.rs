@@ -224,6 +224,41 @@ fn secrets() {
         "login --client-secret q8Xz2LmP0vR7tK4w --db-password=Zr7kq2Lm9xP4vB8",
         "q8Xz2LmP0vR7tK4w",
     );
+    // A keyword with a suffix, as configuration files write it; a value holding `&` or `;`.
+    for (text, secret) in [
+        (
+            "SECRET_KEY = 'django-insecure-8f3k$2m9xq7w1z5v'",
+            "django-insecure-8f3k$2m9xq7w1z5v",
+        ),
+        (
+            "SECRET_KEY_BASE=9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+            "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+        ),
+        ("{ secretKey: 'Zx81Qp02Lm93Wn47' }", "Zx81Qp02Lm93Wn47"),
+        ("my password: Tr0ub4dor&3xyzQ", "Tr0ub4dor&3xyzQ"),
+        (
+            "my password: Summer2024;Secure!x, then",
+            "Summer2024;Secure!x",
+        ),
+        ("my password is Xk9#mP2$vL7qW.", "Xk9#mP2$vL7qW"),
+        (
+            "redis://:S3cr3tRedisPassw0rd@cache.internal:6379",
+            "redis://:S3cr3tRedisPassw0rd@cache.internal:6379",
+        ),
+    ] {
+        let entity = if secret.starts_with("redis") {
+            "URL"
+        } else {
+            "SECRET"
+        };
+        assert_finds(entity, text, secret);
+    }
+    let words =
+        found("my password is wrong, and the token_count: 4096 tokens, the secret_value: unknown");
+    assert!(
+        words.iter().all(|(entity, _)| *entity != "SECRET"),
+        "{words:?}"
+    );
     let options = found("the bearer of this letter, and the --password-file option");
     assert!(
         options.iter().all(|(entity, _)| *entity != "SECRET"),

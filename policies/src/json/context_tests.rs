@@ -162,3 +162,41 @@ fn a_masked_value_inside_an_allowed_one_is_masked() {
     assert!(!text.contains("4155550172"), "{text}");
     assert!(text.contains("<PHONE_NUMBER_"), "{text}");
 }
+
+#[test]
+fn a_value_found_by_the_words_before_it_is_masked_where_another_message_repeats_it_alone() {
+    let fixture = Fixture::new(Action::Tokenize);
+    let token = fixture.token("PHONE_NUMBER", "4155550172");
+    // Alone, a ten-digit number is no phone number; after "mobile:" it is. The later
+    // messages repeat it without the word, once in fullwidth digits.
+    let mut document = json!({"messages": [
+        {"role": "user", "content": "my mobile: 4155550172"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "please repeat 4155550172 back"},
+        {"role": "user", "content": "or text \u{FF14}\u{FF11}\u{FF15}\u{FF15}\u{FF15}\u{FF15}\u{FF10}\u{FF11}\u{FF17}\u{FF12}"}
+    ]});
+    fixture.mask(&mut document);
+    let text = document.to_string();
+    assert!(!text.contains("4155550172"), "{text}");
+    assert!(!text.contains('\u{FF14}'), "{text}");
+    assert_eq!(text.matches(&token).count(), 3, "{text}");
+    assert!(
+        text.contains("please repeat") && text.contains("or text"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_value_found_alone_is_not_read_twice() {
+    // An e-mail address is found wherever it stands: no second walk is needed, and a number
+    // that only looks like part of a value elsewhere stays.
+    let fixture = Fixture::new(Action::Tokenize);
+    let mut document = json!({"messages": [
+        {"role": "user", "content": "mail jane@example.com"},
+        {"role": "user", "content": "order 4155550172 shipped"}
+    ]});
+    fixture.mask(&mut document);
+    let text = document.to_string();
+    assert!(!text.contains("jane@example.com"), "{text}");
+    assert!(text.contains("order 4155550172 shipped"), "{text}");
+}

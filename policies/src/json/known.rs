@@ -5,7 +5,10 @@
 //! masked in the reply as well when the reply is masked with the request's values.
 //!
 //! Invariants: neither type prints or serializes a value (`Debug` shows a count), so they
-//! stay in memory. Matching is exact text, ASCII case-insensitive, on token boundaries: a
+//! stay in memory. Matching is exact text, ASCII case-insensitive, on token boundaries, in
+//! the normalised view of the text and of the value that the shaped detectors read
+//! ([`Normalized`]: a value masked as `4155550172` is found spelled `４１５５５５０１７２`
+//! or `415&#53;550172`, and the other way round): a
 //! value that starts (ends) with a letter, digit or `_` matches only where no letter, digit
 //! or `_` comes before (after) it, so `Jan` is not found in `January` and `415 555 0172` not
 //! in `1415 555 01729`. One Aho-Corasick automaton finds every value in one pass over a text,
@@ -15,6 +18,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use aho_corasick::{AhoCorasick, MatchKind};
+use atdp_detect::Normalized;
 
 use super::find::Hit;
 use crate::error::{Error, Result};
@@ -87,17 +91,25 @@ impl KnownValues {
         let mut seen: HashSet<String> = HashSet::new();
         let mut patterns: Vec<&str> = Vec::new();
         let mut values = Vec::new();
+        let mut views: Vec<String> = Vec::new();
+        let mut entities = Vec::new();
         for (original, entity) in pairs {
-            let long = original.chars().nth(MIN_KNOWN_CHARS - 1).is_some();
-            if !long || !original.chars().any(char::is_alphanumeric) {
+            let view = Normalized::new(original);
+            let spelled = view.as_str();
+            let long = spelled.chars().nth(MIN_KNOWN_CHARS - 1).is_some();
+            if !long || !spelled.chars().any(char::is_alphanumeric) {
                 continue;
             }
-            if !seen.insert(original.to_ascii_lowercase()) {
+            if !seen.insert(spelled.to_ascii_lowercase()) {
                 continue;
             }
-            let starts = original.chars().next().is_some_and(joins);
-            let ends = original.chars().next_back().is_some_and(joins);
-            patterns.push(original);
+            views.push(spelled.to_owned());
+            entities.push(entity);
+        }
+        for (spelled, entity) in views.iter().zip(entities) {
+            let starts = spelled.chars().next().is_some_and(joins);
+            let ends = spelled.chars().next_back().is_some_and(joins);
+            patterns.push(spelled);
             values.push((Box::from(entity), starts, ends));
         }
         if patterns.is_empty() {
@@ -138,19 +150,25 @@ impl KnownValues {
         let Some(automaton) = &self.automaton else {
             return Ok(());
         };
+        let view = Normalized::new(text);
+        let spelled = view.as_str();
         let all = automaton
-            .try_find_overlapping_iter(text)
+            .try_find_overlapping_iter(spelled)
             .map_err(|e| Error::Mask(format!("known values: {e}")))?;
         for found in all {
             let Some((entity, starts, ends)) = self.values.get(found.pattern().as_usize()) else {
                 continue;
             };
             let (start, end) = (found.start(), found.end());
-            let before = text.get(..start).and_then(|t| t.chars().next_back());
-            let after = text.get(end..).and_then(|t| t.chars().next());
-            if (*starts && before.is_some_and(joins)) || (*ends && after.is_some_and(joins)) {
+            // A character the view removed (a zero-width space) keeps two tokens apart.
+            let before = spelled.get(..start).and_then(|t| t.chars().next_back());
+            let after = spelled.get(end..).and_then(|t| t.chars().next());
+            let joined_before = before.is_some_and(joins) && !view.removed_at(start);
+            let joined_after = after.is_some_and(joins) && !view.removed_at(end);
+            if (*starts && joined_before) || (*ends && joined_after) {
                 continue;
             }
+            let (start, end) = view.original(start, end);
             out.push(Hit { start, end, entity });
         }
         Ok(())
@@ -215,6 +233,34 @@ mod tests {
             found(&known, "Zoë, Zoëy, ZOË"),
             [("Zoë".into(), "PERSON".into())]
         );
+    }
+
+    #[test]
+    fn values_match_however_either_spelling_writes_their_characters() {
+        let known = KnownValues::new([
+            ("4155550172", "PHONE_NUMBER"),
+            ("\u{FF4A}ane@example.com", "EMAIL_ADDRESS"),
+        ])
+        .unwrap();
+        // Fullwidth digits, an HTML reference, a zero-width space inside; the text keeps its
+        // own bytes.
+        let fullwidth =
+            "\u{FF14}\u{FF11}\u{FF15}\u{FF15}\u{FF15}\u{FF15}\u{FF10}\u{FF11}\u{FF17}\u{FF12}";
+        let text = format!(
+            "call {fullwidth} or 415&#53;550172 or 41555\u{200B}50172, mail jane@example.com"
+        );
+        assert_eq!(
+            found(&known, &text),
+            [
+                (fullwidth.into(), "PHONE_NUMBER".into()),
+                ("415&#53;550172".into(), "PHONE_NUMBER".into()),
+                ("41555\u{200B}50172".into(), "PHONE_NUMBER".into()),
+                ("jane@example.com".into(), "EMAIL_ADDRESS".into()),
+            ]
+        );
+        // A removed character keeps tokens apart; a digit next to the value joins it.
+        assert_eq!(found(&known, "x\u{200B}4155550172").len(), 1);
+        assert!(found(&known, "94155550172 \u{FF19}4155550172").is_empty());
     }
 
     #[test]

@@ -180,14 +180,28 @@ impl<'a> JsonMasker<'a> {
     /// its strings. Any failure is an error and the document must not be used: nesting too
     /// deep to check, escapes hidden too many levels deep, or a masking error.
     ///
-    /// A value found only after its key (a password in a tool call's arguments) is masked
-    /// wherever else the document holds it as well: a second walk reads the document with it
-    /// as a known value, leaving the placeholders of the first alone. Only a document with
-    /// such a value pays for it.
+    /// A value found only with what is around it is masked wherever else the document holds
+    /// it as well: one found only after its key (a password in a tool call's arguments), and
+    /// one of a shaped type that the detectors do not find when it stands alone (a phone
+    /// number after "mobile:", a customer id after its cue word), repeated in another message
+    /// without those words. A second walk reads the document with them as known values
+    /// (matched in the normalised view, so a repeat spelled with other digits is found too),
+    /// leaving the placeholders of the first alone. Only a document with such a value pays
+    /// for it. Names, places and organisations are not carried so: each text is read with
+    /// its own words, and a name that is also a word (`Will`, `May`) would be masked wherever
+    /// the word is.
     pub fn mask(&self, document: &mut Value) -> Result<JsonMasked> {
         let mut pass = Pass::default();
         self.walk(document, &Path::Root, 0, &mut pass)?;
-        let by_context = std::mem::take(&mut pass.by_context);
+        let mut by_context = std::mem::take(&mut pass.by_context);
+        let name = |entity: &str| atdp_detect::NAME_ENTITIES.contains(&entity);
+        by_context.extend(
+            pass.found
+                .values
+                .iter()
+                .filter(|(value, entity)| !name(entity) && !self.found_alone(value))
+                .map(|(value, entity)| (value.to_owned(), entity.to_owned())),
+        );
         let masked: Vec<(&str, &str)> = by_context
             .iter()
             .map(|(value, entity)| (value.as_str(), entity.as_str()))
@@ -210,6 +224,15 @@ impl<'a> JsonMasker<'a> {
         again.walk(document, &Path::Root, 0, &mut pass)?;
         pass.protected.clear();
         Ok(pass.found)
+    }
+
+    /// Whether the detectors find `value` whole when it is the whole text: then they find it
+    /// wherever it stands as a token, without the words that were around it.
+    fn found_alone(&self, value: &str) -> bool {
+        self.scanner
+            .scan_for(self.tenant, value)
+            .iter()
+            .any(|span| span.start == 0 && span.end == value.len())
     }
 
     /// The word the member `key` gives its value to be read after, when its value is `plain`
