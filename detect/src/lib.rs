@@ -559,6 +559,12 @@ impl Scanner {
                     end -= 1;
                 }
             }
+            // A quote before an address is not part of it (`'jane@example.com'`).
+            let start = if detector.entity == "EMAIL_ADDRESS" {
+                start + text[start..end].len() - text[start..end].trim_start_matches('\'').len()
+            } else {
+                start
+            };
             // A phone number's extension (`x157`, `ext. 12`) is part of the number.
             let number_end = end;
             if detector.entity == "PHONE_NUMBER" {

@@ -14,8 +14,10 @@
 //!   hyphen-minus …) and the minus sign U+2212 is `'-'`;
 //! - the small forms of ASCII punctuation (U+FE50–U+FE6B: `﹫`, `﹒`, `﹢` …) are that
 //!   ASCII, and the ideographic full stops `。` and `｡` are `'.'` (as in domain names);
-//! - the superscript, subscript and circled digits (`²`, `₄`, `①`, `⓿`, `❶`) are their
-//!   ASCII digit, and the one dot leader `․` is `'.'`;
+//! - the superscript, subscript, circled, parenthesised and full-stop digits (`²`, `₄`, `①`,
+//!   `⓿`, `❶`, `⑴`, `⒈`) are their ASCII digit, and the one dot leader `․`, the hyphenation
+//!   point `‧` and the middle dots `·`, `・` and `･` (digit groups written `4111·1111…`) are
+//!   `'.'`;
 //! - the circled, squared and mathematical letters (`ⓙ`, `🅐`, `𝐣𝐚𝐧𝐞`) are their ASCII
 //!   letter;
 //! - a letter that Unicode reads as one Latin letter, by its compatibility decomposition
@@ -692,6 +694,7 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0x00A0, 0x00A0, Fold::Byte(b' ')),
     (0x00AD, 0x00AD, Fold::Drop),
     (0x00B2, 0x00B3, Fold::DigitsFrom(2)),
+    (0x00B7, 0x00B7, Fold::Byte(b'.')),
     (0x00B9, 0x00B9, Fold::DigitsFrom(1)),
     (0x0300, 0x036F, Fold::Drop),
     (0x058A, 0x058A, Fold::Byte(b'-')),
@@ -740,6 +743,7 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0x200B, 0x200F, Fold::Drop),
     (0x2010, 0x2015, Fold::Byte(b'-')),
     (0x2024, 0x2024, Fold::Byte(b'.')),
+    (0x2027, 0x2027, Fold::Byte(b'.')),
     (0x202A, 0x202E, Fold::Drop),
     (0x202F, 0x202F, Fold::Byte(b' ')),
     (0x205F, 0x205F, Fold::Byte(b' ')),
@@ -750,6 +754,8 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0x20DD, 0x20E4, Fold::Drop),
     (0x2212, 0x2212, Fold::Byte(b'-')),
     (0x2460, 0x2468, Fold::DigitsFrom(1)),
+    (0x2474, 0x247C, Fold::DigitsFrom(1)),
+    (0x2488, 0x2490, Fold::DigitsFrom(1)),
     (0x24B6, 0x24CF, Fold::LettersFrom(b'A')),
     (0x24D0, 0x24E9, Fold::LettersFrom(b'a')),
     (0x24EA, 0x24EA, Fold::DigitsFrom(0)),
@@ -768,6 +774,7 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0x301C, 0x301C, Fold::Byte(b'-')),
     (0x3030, 0x3030, Fold::Byte(b'-')),
     (0x30A0, 0x30A0, Fold::Byte(b'-')),
+    (0x30FB, 0x30FB, Fold::Byte(b'.')),
     (0x3164, 0x3164, Fold::Drop),
     (0xA620, 0xA629, Fold::Digits),
     (0xA8D0, 0xA8D9, Fold::Digits),
@@ -804,6 +811,7 @@ const FOLDS: &[(u32, u32, Fold)] = &[
     (0xFEFF, 0xFEFF, Fold::Drop),
     (0xFF01, 0xFF5E, Fold::Fullwidth),
     (0xFF61, 0xFF61, Fold::Byte(b'.')),
+    (0xFF65, 0xFF65, Fold::Byte(b'.')),
     (0xFFA0, 0xFFA0, Fold::Drop),
     (0xFFF0, 0xFFFB, Fold::Drop),
     (0x104A0, 0x104A9, Fold::Digits),

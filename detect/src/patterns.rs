@@ -98,6 +98,8 @@ const SSN_CUED_SHAPE: &str =
     r"[0-9]{3}-[0-9]{2}-[0-9]{4}|[0-9]{3} [0-9]{2} [0-9]{4}|[0-9]{3}\.[0-9]{2}\.[0-9]{4}|[0-9]{9}";
 
 /// An e-mail address: a local part, `@`, labels each followed by `.`, and a top-level domain.
+/// The local part may hold an apostrophe (`mary.o'neil@…`); one that opens it is a quote
+/// around the address, not part of it (the scanner leaves it out).
 /// Letters of every script count. A local part or a label is a run of either the letters,
 /// marks and digits of the scripts written with spaces between words (all but Han, Hiragana,
 /// Katakana and Hangul) or of those written without, so that an address inside Japanese or
@@ -107,7 +109,7 @@ const SSN_CUED_SHAPE: &str =
 /// look-alike letters). (Each class is a large automaton: the
 /// pattern names each as few times as it can, and never under a counted repetition.)
 const EMAIL: &str = concat!(
-    r"(?:[[\p{L}\p{M}0-9._%+-]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+",
+    r"(?:[[\p{L}\p{M}0-9._%+'-]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+",
     r"|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}0-9._%+-]+)",
     "@",
     r"(?:(?:[[\p{L}\p{M}0-9]--[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]]+",
@@ -214,7 +216,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // American Express in its printed 4-6-5 grouping.
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"3[47][0-9]{2}[ .-]{1,2}[0-9]{6}[ .-]{1,2}[0-9]{5}",
+        pattern: r"3[47][0-9]{2}[ .+-]{1,2}[0-9]{6}[ .+-]{1,2}[0-9]{5}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -224,7 +226,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     },
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"[2-6][0-9]{3}(?:[ .-]{0,2}[0-9]{4}){2}[ .-]{0,2}[0-9]{1,7}",
+        pattern: r"[2-6][0-9]{3}(?:[ .+-]{0,2}[0-9]{4}){2}[ .+-]{0,2}[0-9]{1,7}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -237,7 +239,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // with a digit the pattern above takes).
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ .-]{0,2}[0-9]{4}){2}(?:[ .-]{0,2}[0-9]{1,7})?|1800[ .-]{0,2}[0-9]{4}[ .-]{0,2}[0-9]{4}[ .-]{0,2}[0-9]{3}",
+        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ .+-]{0,2}[0-9]{4}){2}(?:[ .+-]{0,2}[0-9]{1,7})?|1800[ .+-]{0,2}[0-9]{4}[ .+-]{0,2}[0-9]{4}[ .+-]{0,2}[0-9]{3}",
         score: 1.0,
         validate: Some(validate::luhn_maestro),
         context: &[],

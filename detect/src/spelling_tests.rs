@@ -458,6 +458,48 @@ fn look_alike_letters_in_secrets_and_codes() {
     );
 }
 
+/// Digit groups set apart by middle dots, parenthesised and full-stop digits, a form's `+`
+/// for a space; an apostrophe in an address.
+#[test]
+fn middle_dots_parenthesised_digits_and_apostrophes() {
+    for (entity, text, value) in [
+        (
+            "CREDIT_CARD",
+            "card 4111·1111·1111·1111 ok",
+            "4111·1111·1111·1111",
+        ),
+        (
+            "CREDIT_CARD",
+            "カード4111・1111・1111・1111です",
+            "4111・1111・1111・1111",
+        ),
+        (
+            "CREDIT_CARD",
+            "card=4111+1111+1111+1111&exp=12",
+            "4111+1111+1111+1111",
+        ),
+        ("PHONE_NUMBER", "call 415·555·0172 now", "415·555·0172"),
+        (
+            "CREDIT_CARD",
+            "card ⑷⑴⑴⑴ 1111 1111 1111",
+            "⑷⑴⑴⑴ 1111 1111 1111",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "mail mary.o'neil@example.com today",
+            "mary.o'neil@example.com",
+        ),
+        (
+            "EMAIL_ADDRESS",
+            "mail 'jane@example.com' today",
+            "jane@example.com",
+        ),
+    ] {
+        assert_finds(entity, text, value);
+    }
+    assert_clean("la col·lecció i l·lustre, ジョン・スミスさん");
+}
+
 /// A Japanese keyboard in kana mode types the long sound mark `ー` for `-`.
 #[test]
 fn the_katakana_long_sound_mark_separates_digit_groups() {

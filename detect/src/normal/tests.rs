@@ -108,6 +108,11 @@ fn spans_map_back_over_what_was_removed_inside_them() {
 #[test]
 fn look_alikes_are_sorted_for_their_search() {
     assert!(LOOK_ALIKES.windows(2).all(|pair| pair[0].0 < pair[1].0));
+    assert!(
+        FOLDS
+            .windows(2)
+            .all(|pair| pair[0].0 <= pair[0].1 && pair[0].1 < pair[1].0)
+    );
     assert!(LOOK_ALIKES.iter().all(|(code, latin)| {
         latin.is_ascii_alphabetic() && char::from_u32(*code).is_some_and(char::is_alphabetic)
     }));
