@@ -271,7 +271,8 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     },
     PatternSpec {
         entity: "IBAN_CODE",
-        pattern: r"[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?|[a-z]{2}[0-9]{2}(?: ?[a-z0-9]{4}){2,7}(?: ?[a-z0-9]{1,4})?",
+        // Any case (`De89 …`, `GB82 West …`), groups apart by a space, `-` or `.`.
+        pattern: r"(?i)[A-Z]{2}[0-9]{2}(?:[ .-]?[A-Z0-9]{4}){2,7}(?:[ .-]?[A-Z0-9]{1,4})?",
         score: 1.0,
         validate: Some(validate::iban),
         context: &[],

@@ -140,6 +140,14 @@ fn ibans() {
         "GB82WEST12345698765432",
     );
     assert_clean("DE89 3704 0044 0532 0130 01 is a typo");
+    for iban in [
+        "De89 3704 0044 0532 0130 00",
+        "GB82 West 1234 5698 7654 32",
+        "DE89-3704-0044-0532-0130-00",
+        "DE89.3704.0044.0532.0130.00",
+    ] {
+        assert_finds("IBAN_CODE", &format!("pay {iban} by Friday"), iban);
+    }
 }
 
 #[test]

@@ -69,7 +69,7 @@ pub(crate) fn us_ssn(text: &str) -> bool {
 pub(crate) fn iban(text: &str) -> bool {
     let compact: String = text
         .chars()
-        .filter(|c| !c.is_whitespace())
+        .filter(|c| !c.is_whitespace() && !matches!(c, '-' | '.'))
         .map(|c| c.to_ascii_uppercase())
         .collect();
     let Some(country) = compact.get(0..2) else {
