@@ -108,22 +108,30 @@ fn push_message(
     Ok(())
 }
 
-/// `tools`, then the tools that `tool_addition` blocks of the messages define (in a message
-/// or in a `compaction` block's `tool_changes`), in the body's order: custom tools `{name,
-/// description, input_schema}` are function tools; server tools (`web_search_20250305`,
-/// `bash_20250124`, …) keep their type.
+/// `tools`, then the tools that `tool_addition` blocks of the top-level `system` and of the
+/// messages define (as a block or in a `compaction` block's `tool_changes`), in the body's
+/// order: custom tools `{name, description, input_schema}` are function tools; server tools
+/// (`web_search_20250305`, `bash_20250124`, …) keep their type.
 pub(super) fn tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, WireError> {
     let mut tools = Vec::new();
     for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
         let path = format!("tools[{i}]");
         tools.push(tool_of(object(tool, &path)?, &path)?);
     }
-    for (i, message) in optional_array(obj, "messages", "")?.iter().enumerate() {
-        let Some(Value::Array(blocks)) = message.get("content") else {
-            continue;
-        };
+    let system = match obj.get("system") {
+        Some(Value::Array(blocks)) => Some(("system".to_owned(), blocks)),
+        _ => None,
+    };
+    let messages = optional_array(obj, "messages", "")?
+        .iter()
+        .enumerate()
+        .filter_map(|(i, message)| match message.get("content") {
+            Some(Value::Array(blocks)) => Some((format!("messages[{i}].content"), blocks)),
+            _ => None,
+        });
+    for (at, blocks) in system.into_iter().chain(messages) {
         for (j, value) in blocks.iter().enumerate() {
-            let path = format!("messages[{i}].content[{j}]");
+            let path = format!("{at}[{j}]");
             let Some(block) = value.as_object() else {
                 continue;
             };

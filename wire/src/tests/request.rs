@@ -365,6 +365,31 @@ fn adjacent_text_parts_are_recorded_as_the_provider_reads_them() {
 }
 
 #[test]
+fn a_tool_defined_in_the_top_level_system_is_recorded_before_those_of_the_messages() {
+    let body = json!({"model": "m", "max_tokens": 1,
+    "system": [
+        {"type": "text", "text": "s"},
+        {"type": "tool_addition", "tool": {"type": "tool_definition",
+            "definition": {"type": "bash_20250124", "name": "bash"}}}
+    ],
+    "messages": [{"role": "user", "content": [
+        {"type": "tool_addition", "tool": {"type": "tool_definition",
+            "definition": {"name": "wire_money", "input_schema": {"type": "object"}}}}
+    ]}]});
+    let view = parse_request(ApiKind::AnthropicMessages, &body).unwrap();
+    let names: Vec<(&str, &str)> = view
+        .tools
+        .iter()
+        .map(|t| (t.kind.as_str(), t.name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("bash_20250124", "bash"), ("function", "wire_money")]
+    );
+    assert_eq!(entities(&view), ["anthropic:bash", "wire_money"]);
+}
+
+#[test]
 fn tools_defined_in_anthropic_content_are_recorded_with_the_requests_tools() {
     let body = json!({"model": "m", "max_tokens": 1,
     "tools": [{"name": "lookup", "input_schema": {"type": "object"}}],

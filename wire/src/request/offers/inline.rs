@@ -1,18 +1,24 @@
-//! Tools that Anthropic message content adds mid-conversation, each decided like a tool of
-//! the top-level `tools`:
+//! Tools that Anthropic content (the blocks of the top-level `system` and of every message)
+//! adds mid-conversation, each decided like a tool of the top-level `tools`:
 //!
 //! | where | what it offers |
 //! |---|---|
-//! | a `tool_addition` block in a message (any role, `system` messages included) | its `tool`: a `tool_definition` is a tool of its own, defined like a `tools` entry; a `tool_reference` is the tool it names; an `mcp_tool_reference` or `mcp_toolset_reference` is the MCP server it names |
+//! | a `tool_addition` block (in `system`, or a message of any role) | its `tool`: a `tool_definition` is a tool of its own, defined like a `tools` entry; a `tool_reference` is the tool it names; an `mcp_tool_reference` or `mcp_toolset_reference` is the MCP server it names |
 //! | the `tool_changes` of a `compaction` block | each `tool_addition` there, as above |
-//! | a `tool_reference` part of a `tool_result` (tool search) | the tool it names |
+//! | a `tool_reference` block (tool search), by its `tool_name` | the tool it names |
 //! | an `mcp_tool_listing` block | the MCP server it lists the tools of |
+//!
+//! These blocks are found at any depth, whatever the type of the blocks around them: the walk
+//! goes into every block's `content` (a list, or one object), `tool_references` and `source`,
+//! so a reference in a `tool_search_tool_result`, an `mcp_tool_result`, or a `search_result`
+//! inside a `tool_result` is an offer like one directly in a message.
 //!
 //! A reference by name is decided as the tool defined under that name (in `tools` or by an
 //! earlier `tool_definition`); a name defined nowhere is decided as a client tool of that name,
 //! so no reference goes out undecided. A `tool_removal` offers nothing. An addition whose `tool`
 //! is of a form not listed here is refused at any trust level: what it would switch on cannot be
-//! decided. Each offer's `field` is where it sat (`messages[3].content[0].tool`).
+//! decided. Each offer's `field` is where it sat (`messages[3].content[0].tool`,
+//! `messages[1].content[2].content.tool_references[0]`).
 
 use std::collections::HashMap;
 
@@ -56,25 +62,51 @@ impl Declared {
     }
 }
 
-/// The tools the messages of an Anthropic request add.
+/// The tools the top-level `system` blocks and the messages of an Anthropic request add.
 pub(super) fn anthropic(
     obj: &Map<String, Value>,
     declared: &mut Declared,
     found: &mut Vec<Offer>,
 ) -> Result<(), WireError> {
+    if let Some(system) = obj.get("system") {
+        blocks(system, "system", declared, found)?;
+    }
     for (i, message) in optional_array(obj, "messages", "")?.iter().enumerate() {
         let path = format!("messages[{i}]");
-        let Some(Value::Array(blocks)) = object(message, &path)?.get("content") else {
-            continue;
-        };
-        for (j, block) in blocks.iter().enumerate() {
-            let block_path = format!("{path}.content[{j}]");
-            content_block(object(block, &block_path)?, &block_path, declared, found)?;
+        if let Some(content) = object(message, &path)?.get("content") {
+            blocks(content, &field_path(&path, "content"), declared, found)?;
         }
     }
     Ok(())
 }
 
+/// Keys under which a block holds further blocks: a result's `content` (a list, or one
+/// object such as a tool search result), a tool search result's `tool_references`, a
+/// document's `source` (whose `content` is a list of blocks).
+const NESTED: &[&str] = &["content", "source", "tool_references"];
+
+/// The blocks at `path`: a list of them (lists nested in it included), one block, or text and
+/// other values, which add nothing.
+fn blocks(
+    value: &Value,
+    path: &str,
+    declared: &mut Declared,
+    found: &mut Vec<Offer>,
+) -> Result<(), WireError> {
+    match value {
+        Value::Array(items) => {
+            for (k, item) in items.iter().enumerate() {
+                blocks(item, &format!("{path}[{k}]"), declared, found)?;
+            }
+            Ok(())
+        }
+        Value::Object(block) => content_block(block, path, declared, found),
+        _ => Ok(()),
+    }
+}
+
+/// One block at `path`, of any type, and every block nested in it (see [`NESTED`]), so that a
+/// tool added or referenced at any depth is an offer whatever the blocks around it are.
 fn content_block(
     block: &Map<String, Value>,
     path: &str,
@@ -82,7 +114,7 @@ fn content_block(
     found: &mut Vec<Offer>,
 ) -> Result<(), WireError> {
     match optional_str(block, "type", path)? {
-        Some("tool_addition") => addition(block, path, declared, found),
+        Some("tool_addition") => addition(block, path, declared, found)?,
         Some("compaction") => {
             for (k, change) in optional_array(block, "tool_changes", path)?
                 .iter()
@@ -101,21 +133,10 @@ fn content_block(
                     }
                 }
             }
-            Ok(())
         }
-        Some("tool_result") => {
-            let Some(Value::Array(parts)) = block.get("content") else {
-                return Ok(());
-            };
-            for (k, part) in parts.iter().enumerate() {
-                let part_path = format!("{path}.content[{k}]");
-                let part = object(part, &part_path)?;
-                if optional_str(part, "type", &part_path)? == Some("tool_reference") {
-                    let name = required_str(part, "tool_name", &part_path)?;
-                    found.push(declared.reference(name, part_path)?);
-                }
-            }
-            Ok(())
+        Some("tool_reference") => {
+            let name = required_str(block, "tool_name", path)?;
+            found.push(declared.reference(name, path.to_owned())?);
         }
         Some("mcp_tool_listing") => {
             let server = required_str(block, "mcp_server_name", path)?;
@@ -126,10 +147,15 @@ fn content_block(
                 &target,
                 path.to_owned(),
             )?);
-            Ok(())
         }
-        _ => Ok(()),
+        _ => {}
     }
+    for key in NESTED {
+        if let Some(inner) = block.get(*key) {
+            blocks(inner, &field_path(path, key), declared, found)?;
+        }
+    }
+    Ok(())
 }
 
 /// A `tool_addition` block (or change) at `path`.
@@ -278,6 +304,99 @@ mod tests {
                 ("mcp:https://mcp.example.com/crm", "messages[1].content[0]"),
             ])
         );
+    }
+
+    #[test]
+    fn tool_references_nested_in_any_result_are_offers() {
+        let body = json!({
+            "model": "m",
+            "tools": [{"type": "bash_20250124", "name": "bash"}],
+            "messages": [
+                {"role": "user", "content": "find a tool"},
+                {"role": "assistant", "content": [
+                    {"type": "server_tool_use", "id": "s1", "name": "tool_search_tool_regex", "input": {}},
+                    {"type": "tool_search_tool_result", "tool_use_id": "s1", "content": {
+                        "type": "tool_search_tool_search_result",
+                        "tool_references": [{"type": "tool_reference", "tool_name": "bash"}]
+                    }},
+                    {"type": "mcp_tool_result", "tool_use_id": "m1", "content": [
+                        {"type": "tool_reference", "tool_name": "wire_money"}
+                    ]}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [
+                        {"type": "search_result", "source": "s", "title": "t", "content": [
+                            {"type": "text", "text": "found"},
+                            {"type": "tool_reference", "tool_name": "delete_account"}
+                        ]},
+                        {"type": "document", "source": {"type": "content", "content": [
+                            {"type": "tool_reference", "tool_name": "refund"}
+                        ]}}
+                    ]},
+                    {"type": "future_result", "content": {"content": [
+                        {"type": "tool_reference", "tool_name": "shell"}
+                    ]}}
+                ]}
+            ]
+        });
+        assert_eq!(
+            decided(body),
+            pairs(&[
+                ("anthropic:bash", "tools[0]"),
+                (
+                    "anthropic:bash",
+                    "messages[1].content[1].content.tool_references[0]"
+                ),
+                ("wire_money", "messages[1].content[2].content[0]"),
+                (
+                    "delete_account",
+                    "messages[2].content[0].content[0].content[1]"
+                ),
+                (
+                    "refund",
+                    "messages[2].content[0].content[1].source.content[0]"
+                ),
+                ("shell", "messages[2].content[1].content.content[0]"),
+            ])
+        );
+    }
+
+    #[test]
+    fn tools_added_in_the_top_level_system_and_bare_references_are_offers() {
+        let body = json!({
+            "model": "m",
+            "system": [
+                {"type": "text", "text": "You may use bash."},
+                {"type": "tool_addition", "tool": {"type": "tool_definition",
+                    "definition": {"type": "bash_20250124", "name": "bash"}}},
+                {"type": "tool_reference", "tool_name": "lookup"}
+            ],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "tool_reference", "tool_name": "bash"},
+                    {"type": "text", "text": "go"}
+                ]}
+            ]
+        });
+        assert_eq!(
+            decided(body),
+            pairs(&[
+                ("anthropic:bash", "system[1].tool"),
+                ("lookup", "system[2]"),
+                ("anthropic:bash", "messages[0].content[0]"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_nested_tool_reference_without_a_name_is_refused() {
+        let body = json!({"model": "m", "messages": [{"role": "assistant", "content": [
+            {"type": "tool_search_tool_result", "tool_use_id": "s1", "content": {
+                "type": "tool_search_tool_search_result",
+                "tool_references": [{"type": "tool_reference"}]
+            }}
+        ]}]});
+        assert!(offers(ApiKind::AnthropicMessages, body.as_object().unwrap()).is_err());
     }
 
     #[test]
