@@ -240,11 +240,18 @@ fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<
             "mcp" => {
                 let url = optional_str(tool, "server_url", &path)?;
                 let connector = optional_str(tool, "connector_id", &path)?;
-                if url.is_none() && connector.is_none() {
+                // A tunnel reaches a private server in place of the URL: the tunnel is
+                // decided too, whatever URL stands beside it.
+                let tunnel = optional_str(tool, "tunnel_id", &path)?;
+                if url.is_none() && connector.is_none() && tunnel.is_none() {
                     return Err(WireError::Invalid {
                         field: path,
-                        why: "an MCP tool must name its `server_url` or `connector_id`",
+                        why: "an MCP tool must name its `server_url`, `connector_id` or `tunnel_id`",
                     });
+                }
+                if let Some(tunnel) = tunnel {
+                    let target = format!("tunnel:{tunnel}");
+                    found.push(named(OfferKind::McpServer, "mcp", &target, path.clone())?);
                 }
                 if let Some(url) = url {
                     let target = mcp_url(url, &format!("{path}.server_url"))?;
@@ -619,7 +626,8 @@ mod tests {
                     {"type": "function", "name": "wire_money"}
                 ]},
                 {"type": "tool_search_output", "tools": [
-                    {"type": "mcp", "server_label": "m", "server_url": "https://a.example/s", "connector_id": "connector_gmail"}
+                    {"type": "mcp", "server_label": "m", "server_url": "https://a.example/s", "connector_id": "connector_gmail"},
+                    {"type": "mcp", "server_label": "t", "server_url": "https://allowed.example/sse", "tunnel_id": "tnl_1"}
                 ]},
                 {"type": "mcp_list_tools", "server_label": "m", "tools": [{"name": "lookup", "input_schema": {}}]},
                 {"role": "user", "content": "hi"}
@@ -634,7 +642,9 @@ mod tests {
                 "openai:code_interpreter",
                 "wire_money",
                 "mcp:https://a.example/s",
-                "mcp:connector_gmail"
+                "mcp:connector_gmail",
+                "mcp:tunnel:tnl_1",
+                "mcp:https://allowed.example/sse"
             ]
         );
         let nameless = json!({"tools": [{"type": "mcp", "server_label": "x"}]});
