@@ -6,9 +6,15 @@
 //! through Pingora's proxy state machine), so it does by hand what that pass did: build the
 //! request header (from the headers [`crate::stages::forward`] lets through, never from the
 //! client's header as a whole), put it in HTTP/2 form when the connection is HTTP/2
-//! (`:authority` from the upstream, no `Host`), retry a reused connection that fails before
-//! any response byte, and frame a response that has no length as chunked for the client. An
-//! HTTP/1.1 request's header and body go out in one write.
+//! (`:authority` from the upstream, no `Host`), retry a call only while the upstream cannot
+//! have acted on it (see [`Stage`]), and frame a response that has no length as chunked for
+//! the client. An HTTP/1.1 request's header and body go out in one write.
+//!
+//! A model call is not idempotent (it costs money and may act through tools), so a request
+//! that reached the upstream whole is never sent again: once it is written, a failure is the
+//! call's failure. A pooled connection that the upstream closed while it was idle is found by
+//! Pingora's connector before it is handed out (on HTTP/1.1 by its idle watcher, and by a
+//! read that must find nothing when the connection is taken), so no request is written to it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,7 +38,8 @@ use crate::stages::restore::Pump;
 use crate::wire::{ApiFamily, ApiKind};
 
 /// How many connections a call tries when each fails in a way that is safe to retry (a
-/// reused connection the upstream had closed); Pingora's own default.
+/// reused connection the upstream had closed, found while the request was being written);
+/// Pingora's own default.
 const MAX_TRIES: usize = 16;
 
 /// How long an idle upstream connection is kept for reuse.
@@ -200,7 +207,8 @@ impl Upstreams {
     }
 
     /// Gets a connection, writes the request and reads the response header, retrying on a
-    /// fresh connection when a reused one turns out closed.
+    /// fresh connection only when the try failed before the upstream could have the whole
+    /// request ([`retryable`]).
     async fn send(
         &self,
         dispatch: &Dispatch,
@@ -215,9 +223,8 @@ impl Upstreams {
             let (connection, reused) = self.connector.get_http_session(peer).await?;
             match try_once(connection, peer, dispatch, request, &body).await {
                 Ok(answered) => return Ok(answered),
-                Err(mut error) => {
-                    error.retry.decide_reuse(reused);
-                    if !error.retry() || tries >= MAX_TRIES {
+                Err((mut error, stage)) => {
+                    if !retryable(&mut error, stage, reused) || tries >= MAX_TRIES {
                         return Err(error);
                     }
                 }
@@ -226,15 +233,51 @@ impl Upstreams {
     }
 }
 
+/// How far a failed try got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The request was being written: it did not reach the connection whole, so the upstream
+    /// cannot have all of it (a `Content-Length` body, or an HTTP/2 stream without its end).
+    Writing,
+    /// The request was written whole (on HTTP/1.1: into the socket, flushed; on HTTP/2: its
+    /// last frame handed to the session), and reading the response header failed. The
+    /// upstream may have it and be acting on it.
+    Written,
+}
+
+/// Whether a try that failed with `error` at `stage`, on a connection that was `reused` from
+/// the pool, may be made again on another connection; settles `error.retry` to match.
+///
+/// - While writing: when the error is one Pingora (or [`write_h1`]) marks safe to retry, a
+///   system error on a reused connection (the upstream had closed it) among them.
+/// - Once written: only when an HTTP/2 upstream said that it did not process the stream, a
+///   `RST_STREAM` with `REFUSED_STREAM` or a `GOAWAY` that leaves the stream out (RFC 9113
+///   §8.7); Pingora marks these `H2Error`s retryable on any connection. Anything else, a
+///   reused HTTP/1.1 connection closed or reset before the response header included, fails
+///   the call: the upstream cannot be told apart from one that read the request and failed.
+fn retryable(error: &mut Error, stage: Stage, reused: bool) -> bool {
+    let retry = match stage {
+        Stage::Writing => {
+            error.retry.decide_reuse(reused);
+            error.retry()
+        }
+        Stage::Written => {
+            error.etype == ErrorType::H2Error && matches!(error.retry, RetryType::Decided(true))
+        }
+    };
+    error.retry = retry.into();
+    retry
+}
+
 /// One try on one connection: the request written, the response header read. The
-/// connection is shut down when the try fails.
+/// connection is shut down when the try fails, and the error says how far it got.
 async fn try_once(
     connection: HttpSession,
     peer: &HttpPeer,
     dispatch: &Dispatch,
     request: Box<RequestHeader>,
     body: &Bytes,
-) -> Result<(HttpSession, Box<ResponseHeader>)> {
+) -> std::result::Result<(HttpSession, Box<ResponseHeader>), (Box<Error>, Stage)> {
     let timeout = dispatch.upstream.read_timeout;
     let mut connection = match connection {
         HttpSession::H1(h1) => {
@@ -245,7 +288,7 @@ async fn try_once(
             let mut stream = h1.into_inner();
             if let Err(error) = write_h1(&mut stream, &request, body, timeout).await {
                 let _ = stream.shutdown().await;
-                return Err(error);
+                return Err((error, Stage::Writing));
             }
             HttpSession::H1(Http1Session::new_with_options(stream, peer))
         }
@@ -260,7 +303,7 @@ async fn try_once(
             };
             if let Err(error) = written {
                 other.shutdown().await;
-                return Err(error);
+                return Err((error, Stage::Writing));
             }
             other
         }
@@ -271,14 +314,14 @@ async fn try_once(
         Ok(header) => Ok((connection, header)),
         Err(error) => {
             connection.shutdown().await;
-            Err(error)
+            Err((error, Stage::Written))
         }
     }
 }
 
 /// Writes an HTTP/1.1 request (header and body) to `stream` in one vectored write, and
 /// flushes it. A system error on the write is worth a retry when the connection was reused
-/// (the upstream had closed it), as Pingora decides for a failed read of the response header.
+/// (the upstream had closed it): the request did not go out whole.
 async fn write_h1(
     stream: &mut pingora::protocols::Stream,
     request: &RequestHeader,
@@ -436,11 +479,14 @@ async fn read_header(connection: &mut HttpSession) -> Result<Box<ResponseHeader>
 }
 
 #[cfg(test)]
+mod retry_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{Secret, Trust};
 
-    fn dispatch(tls: bool, port: u16, api: ApiKind) -> Dispatch {
+    pub(super) fn dispatch(tls: bool, port: u16, api: ApiKind) -> Dispatch {
         Dispatch {
             upstream: Upstream {
                 name: "provider".into(),

@@ -43,8 +43,12 @@ impl<'a> JsonMasker<'a> {
         if short && pass.clean.contains(text) {
             return Ok(Vec::new());
         }
-        let mut hits = self.scanned(text);
-        if let Some(prefix) = &pass.context {
+        let mut hits = if pass.known_only {
+            Vec::new()
+        } else {
+            self.scanned(text)
+        };
+        if let Some(prefix) = pass.context.as_ref().filter(|_| !pass.known_only) {
             let joined = format!("{prefix}{text}");
             // What lies in the value, of what is found after the key; a span that starts in
             // the key is cut at the value's start.

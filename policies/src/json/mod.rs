@@ -108,6 +108,10 @@ struct Pass {
     /// What was found in values only after their key, with its entity: masked wherever else
     /// the document holds it ([`JsonMasker::mask`]).
     by_context: Vec<(String, String)>,
+    /// Whether only the known values are looked for: the second walk of
+    /// [`JsonMasker::mask`], over text the first walk already read (and masked: the detectors
+    /// would read its placeholders as words).
+    known_only: bool,
 }
 
 impl Pass {
@@ -184,9 +188,9 @@ impl<'a> JsonMasker<'a> {
     /// it as well: one found only after its key (a password in a tool call's arguments), and
     /// one of a shaped type that the detectors do not find when it stands alone (a phone
     /// number after "mobile:", a customer id after its cue word), repeated in another message
-    /// without those words. A second walk reads the document with them as known values
-    /// (matched in the normalised view, so a repeat spelled with other digits is found too),
-    /// leaving the placeholders of the first alone. Only a document with such a value pays
+    /// without those words. A second walk looks for them alone as known values (matched in
+    /// the normalised view, so a repeat spelled with other digits is found too), leaving the
+    /// placeholders of the first alone. Only a document with such a value pays
     /// for it. Names, places and organisations are not carried so: each text is read with
     /// its own words, and a name that is also a word (`Will`, `May`) would be masked wherever
     /// the word is.
@@ -221,6 +225,7 @@ impl<'a> JsonMasker<'a> {
         let first_walk = 0..pass.found.spans.len();
         pass.protected = Vec::from([first_walk]);
         pass.clean.clear();
+        pass.known_only = true;
         again.walk(document, &Path::Root, 0, &mut pass)?;
         pass.protected.clear();
         Ok(pass.found)

@@ -370,3 +370,40 @@ fn a_value_the_model_repeats_out_of_context_is_stored_masked() {
         }
     }
 }
+
+#[test]
+fn a_value_found_by_its_context_is_masked_where_another_message_repeats_it_alone() {
+    let upstream = Upstream::start();
+    // `CUST-004211` is a customer id only near "customer"; the last message repeats it alone.
+    // Towards the external upstream it leaves as a placeholder in both messages; towards the
+    // internal one (which reads values in the clear) it is stored masked in both.
+    for trust in ["external", "internal"] {
+        let proxy = Proxy::start(upstream.port, &["--upstream-trust", trust]);
+        let before = upstream.requests().len();
+        let body = json!({"model": "gpt-4.1-mini", "messages": [
+            {"role": "user", "content": "Please look up customer CUST-004211"},
+            {"role": "assistant", "content": "Found it."},
+            {"role": "user", "content": "Now cancel CUST-004211 today"}
+        ]});
+        let response = post(
+            proxy.port,
+            "/v1/chat/completions",
+            DEMO_KEY,
+            &[],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(response.status, 200, "{}", text(&response));
+        let forwarded = upstream.requests();
+        assert_eq!(forwarded.len(), before + 1);
+        let sent = forwarded[before]["raw"].as_str().unwrap();
+        if trust == "external" {
+            assert!(!sent.contains("CUST-004211"), "{sent}");
+            assert_eq!(sent.matches("<CUSTOMER_ID_").count(), 2, "{sent}");
+        }
+        let data = proxy.stop();
+        let lake = read_lake(data.path());
+        assert_eq!(lake.steps.len(), 1, "{trust}");
+        let stored = serde_json::to_string(&lake.steps[0]).unwrap();
+        assert!(!stored.contains("CUST-004211"), "{trust}: {stored}");
+    }
+}

@@ -493,15 +493,74 @@ fn a_masking_failure_refuses_the_call_and_forwards_nothing() {
     let _ = proxy.stop();
 }
 
+#[test]
+fn a_request_the_upstream_read_whole_is_sent_once_even_on_a_pooled_connection() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    // Ordinary calls, one after another and several at once, leave pooled keep-alive
+    // connections behind for the next call to reuse.
+    for n in 0..2 {
+        chat_ok(proxy.port, n);
+    }
+    let streams: Vec<_> = (0..5)
+        .map(|n| {
+            let port = proxy.port;
+            std::thread::spawn(move || {
+                post(
+                    port,
+                    "/v1/chat/completions",
+                    Some(DEMO_KEY),
+                    "application/json",
+                    &chat(&format!("stream {n}"), true),
+                )
+            })
+        })
+        .collect();
+    for stream in streams {
+        let response = stream.join().unwrap();
+        assert_eq!(response.status, 200);
+        assert!(response.complete);
+    }
+    // Give the pool time to take the connections back, so the next call reuses one.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+
+    // The upstream reads this request whole, then closes the connection without answering.
+    let cut = post(
+        proxy.port,
+        "/v1/chat/completions",
+        Some(DEMO_KEY),
+        "application/json",
+        &chat("[[cut]] once", false),
+    );
+    assert_eq!(cut.status, 502, "{}", String::from_utf8_lossy(&cut.body));
+    assert_eq!(cut.json()["error"]["code"], "upstream_failed");
+    let received = upstream
+        .requests()
+        .iter()
+        .filter(|r| r["raw"].as_str().unwrap_or_default().contains("[[cut]]"))
+        .count();
+    assert_eq!(
+        received, 1,
+        "a model call is not idempotent: the upstream had the whole request, so it is not sent again"
+    );
+
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
+    let mut expected = vec!["ok"; 7];
+    expected.push("upstream_error");
+    assert_eq!(statuses, expected, "{statuses:?}");
+}
+
 /// An upstream written here for framing and connection cases the Python one does not make:
-/// on each connection it answers the first chat request (with `Content-Length` when
-/// `framed`, else ending the body by closing the connection), and closes the connection
-/// without answering when a second request arrives on it, as an upstream does when it
-/// closes an idle keep-alive connection just as the proxy reuses it.
+/// on each connection it answers one chat request and then closes the connection. With
+/// `framed` the reply has a `Content-Length` and nothing says the connection will close, so
+/// the proxy keeps it for reuse and the upstream closes it while it is idle, as an upstream
+/// does at the end of its keep-alive time; without, the reply's body ends by the closing.
 struct RawUpstream {
     port: u16,
-    /// Requests read and not answered.
-    dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Requests read whole.
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 const RAW_REPLY: &str = r#"{"id":"chatcmpl-raw","object":"chat.completion","created":1,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":"raw reply"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#;
@@ -512,8 +571,8 @@ impl RawUpstream {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let dropped = Arc::new(AtomicUsize::new(0));
-        let counter = dropped.clone();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counter = requests.clone();
         std::thread::spawn(move || {
             for connection in listener.incoming() {
                 let Ok(mut connection) = connection else {
@@ -525,6 +584,7 @@ impl RawUpstream {
                     if !read_request(&mut connection) {
                         return;
                     }
+                    counter.fetch_add(1, Ordering::SeqCst);
                     let head = if framed {
                         format!(
                             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
@@ -536,20 +596,14 @@ impl RawUpstream {
                     };
                     connection.write_all(head.as_bytes()).unwrap();
                     connection.write_all(RAW_REPLY.as_bytes()).unwrap();
-                    if !framed {
-                        return;
-                    }
-                    if read_request(&mut connection) {
-                        counter.fetch_add(1, Ordering::SeqCst);
-                    }
                 });
             }
         });
-        RawUpstream { port, dropped }
+        RawUpstream { port, requests }
     }
 
-    fn dropped(&self) -> usize {
-        self.dropped.load(std::sync::atomic::Ordering::SeqCst)
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -596,7 +650,7 @@ fn chat_ok(port: u16, n: usize) -> Response {
 }
 
 #[test]
-fn a_reused_connection_the_upstream_closed_is_retried_on_a_fresh_one() {
+fn a_pooled_connection_the_upstream_closed_while_idle_is_not_used_again() {
     let upstream = RawUpstream::start(true);
     let proxy = Proxy::start(upstream.port, &[]);
     let calls = 6;
@@ -606,13 +660,14 @@ fn a_reused_connection_the_upstream_closed_is_retried_on_a_fresh_one() {
             response.json()["choices"][0]["message"]["content"],
             "raw reply"
         );
-        // Give the pool time to take the connection back, so the next call reuses it.
+        // Give the upstream's close time to reach the proxy while the connection is idle in
+        // its pool.
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(
-        upstream.dropped() >= 1,
-        "no call reused a connection the upstream then closed, so the retry was not exercised"
-    );
+    // Every call reached the upstream once, each on a fresh connection: one written to a
+    // connection the upstream had closed would have failed, since a request written whole is
+    // not sent again.
+    assert_eq!(upstream.requests(), calls);
     let data = proxy.stop();
     let lake = read_lake(data.path());
     let statuses: Vec<&str> = lake.steps.iter().map(|s| s.status.as_str()).collect();
