@@ -3,6 +3,8 @@
 //! - [`repo_root`] and [`python`]: where the repository is, and the test venv's interpreter
 //!   (`ATDP_PYTHON`, set by `scripts/test`);
 //! - [`wait_until`]: polling with a deadline instead of sleeping a guessed time;
+//! - [`http`] and [`read_request`]: one plain request to loopback, and one request read by a
+//!   hand-written upstream;
 //! - [`Service`]: a helper process that binds loopback port 0 and announces its port on
 //!   stdout (`{"port": N}`), so no test guesses a free port: [`FakeUpstream::start`] (the one
 //!   fake, an LLM provider speaking the real wire formats) and [`Moto::start`] (moto's S3
@@ -131,6 +133,31 @@ pub fn http(port: u16, method: &str, path: &str, body: &[u8]) -> Option<(u16, Ve
         .parse()
         .ok()?;
     Some((status, response[split + 4..].to_vec()))
+}
+
+/// Reads one HTTP/1.1 request with a `Content-Length` body (or none) from `connection`, as
+/// a hand-written upstream does; false when the connection closes before the request is
+/// whole.
+pub fn read_request(connection: &mut std::net::TcpStream) -> bool {
+    let mut raw = Vec::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if raw.len() >= split + 4 + length {
+                return true;
+            }
+        }
+        match connection.read(&mut buffer) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => raw.extend_from_slice(&buffer[..n]),
+        }
+    }
 }
 
 /// The fake LLM provider (`tests/python/fake_upstream.py`): OpenAI chat and responses and

@@ -41,7 +41,7 @@ impl TestUpstream {
                 accepted.fetch_add(1, Ordering::SeqCst);
                 let read = read.clone();
                 std::thread::spawn(move || {
-                    if !read_whole(&mut connection) {
+                    if !atdp_testkit::read_request(&mut connection) {
                         return;
                     }
                     read.fetch_add(1, Ordering::SeqCst);
@@ -51,7 +51,7 @@ impl TestUpstream {
                     }
                     match second {
                         Second::ReadThenClose => {
-                            if read_whole(&mut connection) {
+                            if atdp_testkit::read_request(&mut connection) {
                                 read.fetch_add(1, Ordering::SeqCst);
                             }
                         }
@@ -75,29 +75,6 @@ impl TestUpstream {
 
     fn whole(&self) -> usize {
         self.whole.load(Ordering::SeqCst)
-    }
-}
-
-/// Reads one request with a `Content-Length` body; false when the connection closes first.
-fn read_whole(connection: &mut std::net::TcpStream) -> bool {
-    let mut raw = Vec::new();
-    let mut buffer = vec![0u8; 1 << 16];
-    loop {
-        if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if raw.len() >= split + 4 + length {
-                return true;
-            }
-        }
-        match connection.read(&mut buffer) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => raw.extend_from_slice(&buffer[..n]),
-        }
     }
 }
 

@@ -581,7 +581,7 @@ impl RawUpstream {
                 let counter = counter.clone();
                 std::thread::spawn(move || {
                     use std::io::Write;
-                    if !read_request(&mut connection) {
+                    if !atdp_testkit::read_request(&mut connection) {
                         return;
                     }
                     counter.fetch_add(1, Ordering::SeqCst);
@@ -604,30 +604,6 @@ impl RawUpstream {
 
     fn requests(&self) -> usize {
         self.requests.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// Reads one request with a `Content-Length` body; false when the connection closes first.
-fn read_request(connection: &mut std::net::TcpStream) -> bool {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if raw.len() >= split + 4 + length {
-                return true;
-            }
-        }
-        match connection.read(&mut buffer) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => raw.extend_from_slice(&buffer[..n]),
-        }
     }
 }
 
