@@ -327,6 +327,28 @@ impl Scanner {
         self.key_words.context_of(key)
     }
 
+    /// Whether a value of `entity` may be found only by what is around it: a detector of that
+    /// type scores below the type's threshold without a context word, needs a cue word, or
+    /// reads the value after a keyword (`password: …`); or the type is a name, a place or an
+    /// organisation, or one no detector reports. A value of any other type is found wherever
+    /// it stands as a token.
+    pub fn found_by_context(&self, entity: &str) -> bool {
+        if names::ENTITIES.contains(&entity) {
+            return true;
+        }
+        let mut of_type = self
+            .detectors
+            .iter()
+            .filter(|d| d.entity == entity)
+            .peekable();
+        of_type.peek().is_none()
+            || of_type.any(|d| {
+                d.score < self.threshold(entity)
+                    || !d.cue.is_empty()
+                    || matches!(d.matcher, Matcher::Regex { group, .. } if group != 0)
+            })
+    }
+
     /// The score a span of `entity` needs to be reported.
     fn threshold(&self, entity: &str) -> f32 {
         self.thresholds

@@ -387,3 +387,15 @@ fn glued_values_are_covered_whole() {
     }
     assert!(left.is_empty(), "partly in the clear: {left:#?}");
 }
+
+#[test]
+fn types_found_by_their_context_are_told_apart() {
+    let scanner = Scanner::new(None).unwrap();
+    // A phone number may need "mobile", a keyed secret its keyword, a name its sentence.
+    for entity in ["PHONE_NUMBER", "SECRET", "PERSON", "US_SSN", "NO_SUCH_TYPE"] {
+        assert!(scanner.found_by_context(entity), "{entity}");
+    }
+    for entity in ["EMAIL_ADDRESS", "CREDIT_CARD", "IBAN_CODE"] {
+        assert!(!scanner.found_by_context(entity), "{entity}");
+    }
+}

@@ -203,7 +203,11 @@ impl<'a> JsonMasker<'a> {
             pass.found
                 .values
                 .iter()
-                .filter(|(value, entity)| !name(entity) && !self.found_alone(value))
+                .filter(|(value, entity)| {
+                    !name(entity)
+                        && self.scanner.found_by_context(entity)
+                        && !self.found_alone(value)
+                })
                 .map(|(value, entity)| (value.to_owned(), entity.to_owned())),
         );
         let masked: Vec<(&str, &str)> = by_context
