@@ -794,25 +794,20 @@ fn phone_alone(text: &str, start: usize, end: usize) -> bool {
 /// between two shaped values is still part of the address).
 fn outside(text: &str, name: Span, shaped: &[Span]) -> Vec<Span> {
     let first = shaped.partition_point(|s| s.end <= name.start);
-    let overlapping = shaped[first..]
+    let mut overlapping = shaped[first..]
         .iter()
         .take_while(|s| s.start < name.end)
-        .map(|s| (s.start, s.end));
-    let mut bounds = vec![name.start];
-    for (start, end) in overlapping {
-        bounds.extend([start, end]);
-    }
-    if bounds.len() == 1 {
+        .map(|s| (s.start, s.end))
+        .peekable();
+    if overlapping.peek().is_none() {
         return vec![name];
     }
-    bounds.push(name.end);
     let edge = |c: char| !c.is_alphanumeric();
-    bounds
-        .chunks_exact(2)
-        .filter(|piece| piece[0] < piece[1])
-        .filter_map(|piece| {
-            let raw = &text[piece[0]..piece[1]];
-            let start = piece[0] + (raw.len() - raw.trim_start_matches(edge).len());
+    gaps(name.start, name.end, overlapping)
+        .into_iter()
+        .filter_map(|(start, end)| {
+            let raw = text.get(start..end)?;
+            let start = start + (raw.len() - raw.trim_start_matches(edge).len());
             let trimmed = raw.trim_matches(edge);
             (!trimmed.is_empty()).then_some(Span {
                 start,
@@ -822,6 +817,23 @@ fn outside(text: &str, name: Span, shaped: &[Span]) -> Vec<Span> {
             })
         })
         .collect()
+}
+
+/// The parts of `start..end` that none of `taken` (ordered by start, not overlapping) covers.
+fn gaps(
+    start: usize,
+    end: usize,
+    taken: impl IntoIterator<Item = (usize, usize)>,
+) -> Vec<(usize, usize)> {
+    let mut at = start;
+    let mut out = Vec::new();
+    for (from, to) in taken.into_iter().chain([(end, end)]) {
+        if at < from.min(end) {
+            out.push((at, from.min(end)));
+        }
+        at = at.max(to);
+    }
+    out
 }
 
 /// Keeps the best of overlapping spans: higher score, then longer, then earlier.
@@ -892,15 +904,7 @@ fn resolve_overlaps(text: &str, mut candidates: Vec<Span>) -> Vec<Span> {
             continue;
         }
         taken.reverse();
-        let mut at = span.start;
-        let mut pieces = Vec::new();
-        for (start, end) in taken.into_iter().chain([(span.end, span.end)]) {
-            if at < start {
-                pieces.push((at, start));
-            }
-            at = at.max(end);
-        }
-        for (start, end) in pieces {
+        for (start, end) in gaps(span.start, span.end, taken) {
             let Some(raw) = text.get(start..end) else {
                 continue;
             };
