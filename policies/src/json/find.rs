@@ -89,9 +89,7 @@ impl<'a> JsonMasker<'a> {
         }
         Ok(hits)
     }
-}
 
-impl<'a> JsonMasker<'a> {
     /// The scanner's findings in `text` (from its cache when it has the text). Where one is
     /// of a shaped type the policy allows, the text is read again for the shaped types it
     /// does not allow (cached too, apart), and what overlaps is merged ([`merged`]): an
