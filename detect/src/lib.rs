@@ -328,10 +328,10 @@ impl Scanner {
     }
 
     /// Whether a value of `entity` may be found only by what is around it: a detector of that
-    /// type scores below the type's threshold without a context word, needs a cue word, or
-    /// reads the value after a keyword (`password: …`); or the type is a name, a place or an
-    /// organisation, or one no detector reports. A value of any other type is found wherever
-    /// it stands as a token.
+    /// type scores below the type's threshold without a context word, needs a cue word, reads
+    /// the value after a keyword (`password: …`), or has words that lower its score beside
+    /// it (`tracking`); or the type is a name, a place or an organisation, or one no detector
+    /// reports. A value of any other type is found wherever it stands as a token.
     pub fn found_by_context(&self, entity: &str) -> bool {
         if names::ENTITIES.contains(&entity) {
             return true;
@@ -345,6 +345,7 @@ impl Scanner {
             || of_type.any(|d| {
                 d.score < self.threshold(entity)
                     || !d.cue.is_empty()
+                    || !d.lower.is_empty()
                     || matches!(d.matcher, Matcher::Regex { group, .. } if group != 0)
             })
     }

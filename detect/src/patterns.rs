@@ -43,6 +43,21 @@ const fn secret(pattern: &'static str) -> PatternSpec {
 
 /// A secret after the words that announce one: its capture group 1 is the value, reported
 /// when it looks random (`validate::generic_secret`).
+/// The keywords a credential follows: in English, as code and configuration spell them, and
+/// the word for password in the languages of the supported locales (a macro, so that the
+/// patterns that name them are literals).
+macro_rules! credential_words {
+    () => {
+        concat!(
+            r"api[ _-]?key|access[ _-]?key|secret(?:[ _.-]?(?:access[ _.-]?)?key)?(?:[_.-]?base)?",
+            r"|token|passw(?:or)?d|pass(?:phrase|code)?|pwd|auth",
+            r"|kennwort|passwort|mot de passe|contraseña|senha|wachtwoord|hasło|lösenord|salasana",
+            // The view folds the letters drawn as Latin ones and the long sound mark.
+            r"|パスワ[ー-]ド|密码|密碼|비밀번호|п[аa][рp][оo]ль|كلمة [اl]لمرور|[סo]י[סo]מה",
+        )
+    };
+}
+
 const fn keyed_secret(pattern: &'static str) -> PatternSpec {
     PatternSpec {
         entity: "SECRET",
@@ -216,7 +231,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // American Express in its printed 4-6-5 grouping.
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"3[47][0-9]{2}[ .+-]{1,2}[0-9]{6}[ .+-]{1,2}[0-9]{5}",
+        pattern: r"3[47][0-9]{2}[ .-]{1,2}[0-9]{6}[ .-]{1,2}[0-9]{5}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -226,7 +241,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     },
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"[2-6][0-9]{3}(?:[ .+-]{0,2}[0-9]{4}){2}[ .+-]{0,2}[0-9]{1,7}",
+        pattern: r"[2-6][0-9]{3}(?:[ .-]{0,2}[0-9]{4}){2}[ .-]{0,2}[0-9]{1,7}",
         score: 1.0,
         validate: Some(validate::luhn),
         context: &[],
@@ -239,7 +254,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     // with a digit the pattern above takes).
     PatternSpec {
         entity: "CREDIT_CARD",
-        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ .+-]{0,2}[0-9]{4}){2}(?:[ .+-]{0,2}[0-9]{1,7})?|1800[ .+-]{0,2}[0-9]{4}[ .+-]{0,2}[0-9]{4}[ .+-]{0,2}[0-9]{3}",
+        pattern: r"(?:50(?:18|20|38)|5893|6304|6759|676[1-3])(?:[ .-]{0,2}[0-9]{4}){2}(?:[ .-]{0,2}[0-9]{1,7})?|1800[ .-]{0,2}[0-9]{4}[ .-]{0,2}[0-9]{4}[ .-]{0,2}[0-9]{3}",
         score: 1.0,
         validate: Some(validate::luhn_maestro),
         context: &[],
@@ -321,17 +336,37 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     secret(r"AIza[0-9A-Za-z_-]{35}"),
     secret(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     secret(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----"),
-    // Anything long and random right after a credential keyword.
-    // The keyword may carry a suffix (`SECRET_KEY`, `secretKey`, `SECRET_KEY_BASE`,
-    // `token_value`); the value runs to a space or a quote, and may hold `,`, `;` or `&`
-    // followed by more of it (`Tr0ub4dor&3xyz`, while `…, then` ends it).
+    // Anything long and random right after a credential keyword: `password: …`,
+    // `SECRET_KEY = '…'`, `'password' => '…'`, `PASSWORD := …`. `secret` may be followed by
+    // `key`, `access key` and `base` as configuration and prose write them (`secretKey`,
+    // `SECRET_KEY_BASE`, `AWS secret key: …`), `api key` and `access key` may be spelled with
+    // a space; the keyword is also read in the languages of the supported locales. After `:`
+    // (as prose, YAML and JSON write it) the value may hold `&` or `;` followed by more of it
+    // (`Tr0ub4dor&3xyz`); after `=` (as a query string writes it: `page_token=2&limit=50`)
+    // it ends there.
+    keyed_secret(concat!(
+        r#"(?i)(?:"#,
+        credential_words!(),
+        r#")["']?\s*(?::=|=>|->|:)\s*["']?([^\s"',;&]+(?:[;&][^\s"',;&=]+)*)"#
+    )),
+    keyed_secret(concat!(
+        r#"(?i)(?:"#,
+        credential_words!(),
+        r#")["']?\s*=\s*["']?([^\s"',;&]{12,})"#
+    )),
+    // A password said in words: `my password is Xk9#mP2$vL7qW` (upper- and lower-case
+    // letters and a digit, so `the password was reset_by_admin_2024` is not one).
+    PatternSpec {
+        validate: Some(validate::spoken_password),
+        ..keyed_secret(
+            r#"(?i)(?-u:\b)(?:passw(?:or)?d|passcode|pwd)\s+(?:is|was)\s*:?\s+["']?([^\s"']*[^\s"'.,;:!?)])"#,
+        )
+    },
+    // A bearer token or basic credentials: `Authorization: Bearer …`, `Basic …`,
+    // `Authorization: Token …`.
     keyed_secret(
-        r#"(?i)(?:api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|pwd|auth)(?:[_.-]?(?:key|base|value|string))*["']?\s*[:=]\s*["']?([^\s"',;&]+(?:[,;&][^\s"',;&]+)*)"#,
+        r"(?i)(?-u:\b)(?:bearer|basic|authorization:\s*token)\s+([A-Za-z0-9._~+/=-]{12,})",
     ),
-    // A password said in words: `my password is Xk9#mP2$vL7qW`.
-    keyed_secret(r#"(?i)passw(?:or)?d\s+(?:is|was)\s*:?\s+["']?([^\s"']*[^\s"'.,;:!?)])"#),
-    // A bearer token: `Authorization: Bearer …`, `bearer …`.
-    keyed_secret(r"(?i)bearer\s+([A-Za-z0-9._~+/=-]{12,})"),
     // A credential given as a command-line option: `--password …`, `-token=…`,
     // `--client-secret …`.
     keyed_secret(

@@ -232,7 +232,9 @@ fn secrets() {
         "login --client-secret q8Xz2LmP0vR7tK4w --db-password=Zr7kq2Lm9xP4vB8",
         "q8Xz2LmP0vR7tK4w",
     );
-    // A keyword with a suffix, as configuration files write it; a value holding `&` or `;`.
+    // A keyword with a suffix or a space, as configuration files and prose write it; other
+    // assignment signs; a value holding `&` or `;` after a colon; a password said in words;
+    // basic credentials; the word for password in other languages.
     for (text, secret) in [
         (
             "SECRET_KEY = 'django-insecure-8f3k$2m9xq7w1z5v'",
@@ -243,12 +245,32 @@ fn secrets() {
             "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
         ),
         ("{ secretKey: 'Zx81Qp02Lm93Wn47' }", "Zx81Qp02Lm93Wn47"),
+        (
+            "AWS secret key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+        ("API KEY: q8Xz2LmP0vR7tK4w", "q8Xz2LmP0vR7tK4w"),
+        ("'password' => 'Xk9mP2vL7qWz4'", "Xk9mP2vL7qWz4"),
+        ("PASSWORD := Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         ("my password: Tr0ub4dor&3xyzQ", "Tr0ub4dor&3xyzQ"),
         (
             "my password: Summer2024;Secure!x, then",
             "Summer2024;Secure!x",
         ),
         ("my password is Xk9#mP2$vL7qW.", "Xk9#mP2$vL7qW"),
+        (
+            "Authorization: Basic YWRtaW46U3VwM3JTM2NyM3Q=",
+            "YWRtaW46U3VwM3JTM2NyM3Q=",
+        ),
+        (
+            "Authorization: Token q8Xz2LmP0vR7tK4wN9bY",
+            "q8Xz2LmP0vR7tK4wN9bY",
+        ),
+        ("Das Passwort: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("пароль: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("パスワード：Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("كلمة المرور: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("סיסמה: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         (
             "redis://:S3cr3tRedisPassw0rd@cache.internal:6379",
             "redis://:S3cr3tRedisPassw0rd@cache.internal:6379",
@@ -261,12 +283,24 @@ fn secrets() {
         };
         assert_finds(entity, text, secret);
     }
-    let words =
-        found("my password is wrong, and the token_count: 4096 tokens, the secret_value: unknown");
-    assert!(
-        words.iter().all(|(entity, _)| *entity != "SECRET"),
-        "{words:?}"
-    );
+    // Query strings, calls, identifiers and phrases around credential words are no secrets.
+    for text in [
+        "my password is wrong, and the token_count: 4096 tokens, the secret_value: unknown",
+        "Summarise https://example.com/search?auth=1&q=weather&lang=en&units=metric please",
+        "GET /api/v1/items?page_token=2&limit=50&sort=created_at 200 1432ms",
+        "csrf_token=2&next=/dashboard/settings and oauth_token=x&oauth_verifier=y123&format=json",
+        "https://app.example.com/callback?state=xyz&token=abc&redirect=%2Fhome2",
+        "resp = client.list(page_token=tok,max_results=25) and f(token=tok,timeout=30)",
+        "Parse this: auth=ok;user=42;role=admin;region=eu-west-1",
+        "The password was reset_by_admin_2024",
+        "password_string=input_field_12 and passwordKey=user_password_v2;hashAlgo=bcrypt",
+    ] {
+        let words = found(text);
+        assert!(
+            words.iter().all(|(entity, _)| *entity != "SECRET"),
+            "{text}: {words:?}"
+        );
+    }
     let options = found("the bearer of this letter, and the --password-file option");
     assert!(
         options.iter().all(|(entity, _)| *entity != "SECRET"),

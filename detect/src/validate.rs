@@ -274,6 +274,15 @@ pub(crate) fn generic_secret(text: &str) -> bool {
         && text.chars().any(|c| c.is_ascii_alphabetic())
 }
 
+/// A password said in words (`my password is …`): a generic secret with upper- and
+/// lower-case letters, as passwords are made, where a phrase continues with an identifier
+/// (`the password was reset_by_admin_2024`).
+pub(crate) fn spoken_password(text: &str) -> bool {
+    generic_secret(text)
+        && text.chars().any(|c| c.is_ascii_uppercase())
+        && text.chars().any(|c| c.is_ascii_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

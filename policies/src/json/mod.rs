@@ -186,9 +186,10 @@ impl<'a> JsonMasker<'a> {
     ///
     /// A value found only with what is around it is masked wherever else the document holds
     /// it as well: one found only after its key (a password in a tool call's arguments), and
-    /// one of a shaped type that the detectors do not find when it stands alone (a phone
-    /// number after "mobile:", a customer id after its cue word), repeated in another message
-    /// without those words. A second walk looks for them alone as known values (matched in
+    /// one of a shaped type whose detectors may need the words around it
+    /// ([`Scanner::found_by_context`]: a phone number after "mobile:", a customer id after
+    /// its cue word), repeated in another message without those words or beside a word that
+    /// lowers its score ("tracking"). A second walk looks for them alone as known values (matched in
     /// the normalised view, so a repeat spelled with other digits is found too), leaving the
     /// placeholders of the first alone. Only a document with such a value pays
     /// for it. Names, places and organisations are not carried so: each text is read with
@@ -203,11 +204,7 @@ impl<'a> JsonMasker<'a> {
             pass.found
                 .values
                 .iter()
-                .filter(|(value, entity)| {
-                    !name(entity)
-                        && self.scanner.found_by_context(entity)
-                        && !self.found_alone(value)
-                })
+                .filter(|(_, entity)| !name(entity) && self.scanner.found_by_context(entity))
                 .map(|(value, entity)| (value.to_owned(), entity.to_owned())),
         );
         let masked: Vec<(&str, &str)> = by_context
@@ -233,15 +230,6 @@ impl<'a> JsonMasker<'a> {
         again.walk(document, &Path::Root, 0, &mut pass)?;
         pass.protected.clear();
         Ok(pass.found)
-    }
-
-    /// Whether the detectors find `value` whole when it is the whole text: then they find it
-    /// wherever it stands as a token, without the words that were around it.
-    fn found_alone(&self, value: &str) -> bool {
-        self.scanner
-            .scan_for(self.tenant, value)
-            .iter()
-            .any(|span| span.start == 0 && span.end == value.len())
     }
 
     /// The word the member `key` gives its value to be read after, when its value is `plain`

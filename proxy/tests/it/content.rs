@@ -381,9 +381,9 @@ fn a_value_found_by_its_context_is_masked_where_another_message_repeats_it_alone
         let proxy = Proxy::start(upstream.port, &["--upstream-trust", trust]);
         let before = upstream.requests().len();
         let body = json!({"model": "gpt-4.1-mini", "messages": [
-            {"role": "user", "content": "Please look up customer CUST-004211"},
+            {"role": "user", "content": "Please look up customer CUST-004211, my mobile: 415-555-0172"},
             {"role": "assistant", "content": "Found it."},
-            {"role": "user", "content": "Now cancel CUST-004211 today"}
+            {"role": "user", "content": "Now cancel CUST-004211 today, tracking 415-555-0172 please"}
         ]});
         let response = post(
             proxy.port,
@@ -399,11 +399,16 @@ fn a_value_found_by_its_context_is_masked_where_another_message_repeats_it_alone
         if trust == "external" {
             assert!(!sent.contains("CUST-004211"), "{sent}");
             assert_eq!(sent.matches("<CUSTOMER_ID_").count(), 2, "{sent}");
+            // Beside "tracking", which lowers a phone number's score, the number is still the
+            // one found after "mobile".
+            assert!(!sent.contains("415-555-0172"), "{sent}");
+            assert_eq!(sent.matches("<PHONE_NUMBER_").count(), 2, "{sent}");
         }
         let data = proxy.stop();
         let lake = read_lake(data.path());
         assert_eq!(lake.steps.len(), 1, "{trust}");
         let stored = serde_json::to_string(&lake.steps[0]).unwrap();
         assert!(!stored.contains("CUST-004211"), "{trust}: {stored}");
+        assert!(!stored.contains("415-555-0172"), "{trust}: {stored}");
     }
 }
