@@ -151,22 +151,13 @@ fn named(kind: OfferKind, prefix: &str, id: &str, field: String) -> Result<Offer
 /// Chat completions: `tools` (function and custom), the legacy `functions`, and
 /// `web_search_options`.
 fn chat(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireError> {
-    for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let tool = object(tool, &path)?;
-        let kind = optional_str(tool, "type", &path)?.unwrap_or("function");
-        match kind {
-            "function" | "custom" => {
-                let definition_path = field_path(&path, kind);
-                let definition = match tool.get(kind) {
-                    Some(definition) => object(definition, &definition_path)?,
-                    None => return Err(WireError::missing(definition_path)),
-                };
-                let name = required_str(definition, "name", &definition_path)?;
-                found.push(function(name, path)?);
-            }
-            other => found.push(provider("openai", other, path)),
-        }
+    chat_tools(optional_array(obj, "tools", "")?, "tools", false, found)?;
+    // Servers that render the chat template themselves (vLLM, SGLang) hand
+    // `chat_template_kwargs` to the template, where its `tools` stand for the request's own.
+    if let Some(Value::Object(kwargs)) = obj.get("chat_template_kwargs") {
+        let at = "chat_template_kwargs";
+        let tools = optional_array(kwargs, "tools", at)?;
+        chat_tools(tools, &field_path(at, "tools"), true, found)?;
     }
     for (i, legacy) in optional_array(obj, "functions", "")?.iter().enumerate() {
         let path = format!("functions[{i}]");
@@ -179,6 +170,39 @@ fn chat(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireErro
             "web_search",
             "web_search_options".into(),
         ));
+    }
+    Ok(())
+}
+
+/// Chat tools of the list at `at`: functions and custom tools by name, others as provider
+/// tools of their type; with `bare`, also a `{"name": …}` function without its `function`
+/// wrapper (as a chat template reads them).
+fn chat_tools(
+    tools: &[Value],
+    at: &str,
+    bare: bool,
+    found: &mut Vec<Offer>,
+) -> Result<(), WireError> {
+    for (i, tool) in tools.iter().enumerate() {
+        let path = format!("{at}[{i}]");
+        let tool = object(tool, &path)?;
+        let kind = optional_str(tool, "type", &path)?.unwrap_or("function");
+        match kind {
+            "function" | "custom" => {
+                let definition_path = field_path(&path, kind);
+                let definition = match tool.get(kind) {
+                    Some(definition) => object(definition, &definition_path)?,
+                    None if bare && tool.contains_key("name") => {
+                        found.push(function(required_str(tool, "name", &path)?, path)?);
+                        continue;
+                    }
+                    None => return Err(WireError::missing(definition_path)),
+                };
+                let name = required_str(definition, "name", &definition_path)?;
+                found.push(function(name, path)?);
+            }
+            other => found.push(provider("openai", other, path)),
+        }
     }
     Ok(())
 }
@@ -478,6 +502,40 @@ mod tests {
     fn entities(api: ApiKind, body: Value) -> Vec<String> {
         let (offers, _) = offers(api, body.as_object().unwrap()).unwrap();
         offers.into_iter().map(|o| o.entity).collect()
+    }
+
+    #[test]
+    fn tools_handed_to_the_chat_template_are_offers() {
+        let body = json!({
+            "tools": [{"type": "function", "function": {"name": "lookup"}}],
+            "chat_template_kwargs": {"enable_thinking": false, "tools": [
+                {"type": "function", "function": {"name": "evil", "parameters": {}}},
+                {"name": "wire_money", "parameters": {}}
+            ]}
+        });
+        let (decided, _) = offers(ApiKind::OpenAiChat, body.as_object().unwrap()).unwrap();
+        let found: Vec<(String, String)> =
+            decided.into_iter().map(|o| (o.entity, o.field)).collect();
+        assert_eq!(
+            found,
+            [
+                ("lookup".to_owned(), "tools[0]".to_owned()),
+                (
+                    "evil".to_owned(),
+                    "chat_template_kwargs.tools[0]".to_owned()
+                ),
+                (
+                    "wire_money".to_owned(),
+                    "chat_template_kwargs.tools[1]".to_owned()
+                ),
+            ]
+        );
+        // Template settings without tools offer nothing; a bare name stays malformed in the
+        // request's own `tools`.
+        let settings = json!({"chat_template_kwargs": {"enable_thinking": false}});
+        assert!(entities(ApiKind::OpenAiChat, settings).is_empty());
+        let bare = json!({"tools": [{"name": "wire_money"}]});
+        assert!(offers(ApiKind::OpenAiChat, bare.as_object().unwrap()).is_err());
     }
 
     #[test]
