@@ -50,7 +50,7 @@ macro_rules! credential_words {
     () => {
         concat!(
             r"api[ _-]?key|access[ _-]?key|secret(?:[ _.-]?(?:access[ _.-]?)?key)?(?:[_.-]?base)?",
-            r"|token|passw(?:or)?d|pass(?:phrase|code)?|pwd|auth",
+            r"|token|passw(?:or)?d|(?:^|[^a-z])pass(?:phrase|code)?|pwd|auth",
             r"|kennwort|passwort|mot de passe|contraseña|senha|wachtwoord|hasło|lösenord|salasana",
             // The view folds the letters drawn as Latin ones and the long sound mark.
             r"|パスワ[ー-]ド|密码|密碼|비밀번호|п[аa][рp][оo]ль|كلمة [اl]لمرور|[סo]י[סo]מה",
@@ -337,7 +337,8 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     secret(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     secret(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----"),
     // Anything long and random right after a credential keyword: `password: …`,
-    // `SECRET_KEY = '…'`, `'password' => '…'`, `PASSWORD := …`. `secret` may be followed by
+    // `SECRET_KEY = '…'`, `'password' => '…'` (a quoted value: `token => f(token)` is code),
+    // `PASSWORD := …`; `pass` only at the start of a word (`DB_PASS`, not `bypass`). `secret` may be followed by
     // `key`, `access key` and `base` as configuration and prose write them (`secretKey`,
     // `SECRET_KEY_BASE`, `AWS secret key: …`), `api key` and `access key` may be spelled with
     // a space; the keyword is also read in the languages of the supported locales. After `:`
@@ -347,7 +348,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     keyed_secret(concat!(
         r#"(?i)(?:"#,
         credential_words!(),
-        r#")["']?\s*(?::=|=>|->|:)\s*["']?([^\s"',;&]+(?:[;&][^\s"',;&=]+)*)"#
+        r#")["']?\s*(?::=|:|=>\s*["'])\s*["']?([^\s"',;&]+(?:[;&][^\s"',;&=]+)*)"#
     )),
     keyed_secret(concat!(
         r#"(?i)(?:"#,
@@ -359,7 +360,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     PatternSpec {
         validate: Some(validate::spoken_password),
         ..keyed_secret(
-            r#"(?i)(?-u:\b)(?:passw(?:or)?d|passcode|pwd)\s+(?:is|was)\s*:?\s+["']?([^\s"']*[^\s"'.,;:!?)])"#,
+            r#"(?i)(?-u:\b)(?:passw(?:or)?d|passcode)\s+(?:is|was)\s*:?\s+["']?([^\s"']*[^\s"'.,;:!?)])"#,
         )
     },
     // A bearer token or basic credentials: `Authorization: Bearer …`, `Basic …`,

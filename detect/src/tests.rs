@@ -252,6 +252,8 @@ fn secrets() {
         ("API KEY: q8Xz2LmP0vR7tK4w", "q8Xz2LmP0vR7tK4w"),
         ("'password' => 'Xk9mP2vL7qWz4'", "Xk9mP2vL7qWz4"),
         ("PASSWORD := Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("DB_PASS=Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("pass: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         ("my password: Tr0ub4dor&3xyzQ", "Tr0ub4dor&3xyzQ"),
         (
             "my password: Summer2024;Secure!x, then",
@@ -294,6 +296,9 @@ fn secrets() {
         "Parse this: auth=ok;user=42;role=admin;region=eu-west-1",
         "The password was reset_by_admin_2024",
         "password_string=input_field_12 and passwordKey=user_password_v2;hashAlgo=bcrypt",
+        "bypass: enabled-for-v2-users and the token -> next_token_id123 mapping",
+        "users.map(token => validate2(token)) and pwd was /home/ubuntu/work2024/Project",
+        "password: ${DB_PASSWORD_2024} and PWD=/home/ubuntu/workspace/my-app-v2",
     ] {
         let words = found(text);
         assert!(

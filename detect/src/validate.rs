@@ -266,12 +266,34 @@ pub(crate) fn entropy(text: &str) -> f64 {
         .sum()
 }
 
-/// A generic secret value: long, high entropy, with both letters and digits.
+/// A generic secret value: long, high entropy, with both letters and digits; not a
+/// reference to one (`${DB_PASSWORD}`, `$TOKEN`) nor a file path (`PWD=/home/ubuntu/app2`).
 pub(crate) fn generic_secret(text: &str) -> bool {
     text.len() >= 12
         && entropy(text) >= 3.3
         && text.chars().any(|c| c.is_ascii_digit())
         && text.chars().any(|c| c.is_ascii_alphabetic())
+        && !text.starts_with('$')
+        && !path(text)
+}
+
+/// Whether `text` is a file path: `/`, `~/` or `./` and then two or more names of letters,
+/// digits, `.`, `_` and `-` set apart by `/`.
+fn path(text: &str) -> bool {
+    let Some(rest) = ["/", "~/", "./"]
+        .iter()
+        .find_map(|start| text.strip_prefix(start))
+    else {
+        return false;
+    };
+    let names: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    names.len() >= 2
+        && names.iter().all(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        })
 }
 
 /// A password said in words (`my password is …`): a generic secret with upper- and
