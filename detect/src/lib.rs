@@ -588,6 +588,12 @@ impl Scanner {
             } else {
                 start
             };
+            // An IBAN ends at its country's length: what follows is another word.
+            if detector.entity == "IBAN_CODE"
+                && let Some(length) = text.get(start..end).and_then(validate::iban_extent)
+            {
+                end = start + length;
+            }
             // A phone number's extension (`x157`, `ext. 12`) is part of the number.
             let number_end = end;
             if detector.entity == "PHONE_NUMBER" {

@@ -41,8 +41,6 @@ const fn secret(pattern: &'static str) -> PatternSpec {
     }
 }
 
-/// A secret after the words that announce one: its capture group 1 is the value, reported
-/// when it looks random (`validate::generic_secret`).
 /// The keywords a credential follows: in English, as code and configuration spell them, and
 /// the word for password in the languages of the supported locales (a macro, so that the
 /// patterns that name them are literals).
@@ -50,14 +48,18 @@ macro_rules! credential_words {
     () => {
         concat!(
             r"api[ _-]?key|access[ _-]?key|secret(?:[ _.-]?(?:access[ _.-]?)?key)?(?:[_.-]?base)?",
-            r"|token|passw(?:or)?d|(?:^|[^a-z])pass(?:phrase|code)?|pwd|auth",
-            r"|kennwort|passwort|mot de passe|contraseña|senha|wachtwoord|hasło|lösenord|salasana",
-            // The view folds the letters drawn as Latin ones and the long sound mark.
-            r"|パスワ[ー-]ド|密码|密碼|비밀번호|п[аa][рp][оo]ль|كلمة [اl]لمرور|[סo]י[סo]מה",
+            r"|token|passw(?:or)?d|[_-]pass|(?:^|[^a-z])pass(?:phrase|code)|pwd|auth",
+            r"|kennwort|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o|l[öo]senord",
+            r"|salasana",
+            // The view folds the letters drawn as Latin ones (`Ь` is `b`) and the long sound
+            // mark.
+            r"|パスワ[ー-]ド|密码|密碼|비밀번호|п[аa][рp][оo]л[ьb]|كلمة [اl]لمرور|[סo]י[סo]מה",
         )
     };
 }
 
+/// A secret after the words that announce one: its capture group 1 is the value, reported
+/// when it looks random (`validate::generic_secret`).
 const fn keyed_secret(pattern: &'static str) -> PatternSpec {
     PatternSpec {
         entity: "SECRET",
@@ -337,8 +339,9 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     secret(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     secret(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----"),
     // Anything long and random right after a credential keyword: `password: …`,
-    // `SECRET_KEY = '…'`, `'password' => '…'` (a quoted value: `token => f(token)` is code),
-    // `PASSWORD := …`; `pass` only at the start of a word (`DB_PASS`, not `bypass`). `secret` may be followed by
+    // `SECRET_KEY = '…'`, `'password' => '…'` and `PASSWORD := "…"` (a quoted value:
+    // `token => f(token)` and `auth := encode(…)` are code); `pass` only after `_` or `-`
+    // (`DB_PASS`, not `bypass` or a test log's `--- PASS: TestParse2`). `secret` may be followed by
     // `key`, `access key` and `base` as configuration and prose write them (`secretKey`,
     // `SECRET_KEY_BASE`, `AWS secret key: …`), `api key` and `access key` may be spelled with
     // a space; the keyword is also read in the languages of the supported locales. After `:`
@@ -348,7 +351,7 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
     keyed_secret(concat!(
         r#"(?i)(?:"#,
         credential_words!(),
-        r#")["']?\s*(?::=|:|=>\s*["'])\s*["']?([^\s"',;&]+(?:[;&][^\s"',;&=]+)*)"#
+        r#")["']?\s*(?:(?::=|=>)\s*["']|:)\s*["']?([^\s"',;&=][^\s"',;&]*(?:[;&][^\s"',;&=]+)*)"#
     )),
     keyed_secret(concat!(
         r#"(?i)(?:"#,
@@ -363,10 +366,10 @@ pub(crate) const BUILTIN: &[PatternSpec] = &[
             r#"(?i)(?-u:\b)(?:passw(?:or)?d|passcode)\s+(?:is|was)\s*:?\s+["']?([^\s"']*[^\s"'.,;:!?)])"#,
         )
     },
-    // A bearer token or basic credentials: `Authorization: Bearer …`, `Basic …`,
-    // `Authorization: Token …`.
+    // A bearer token, or credentials after `Authorization: Basic` or `Authorization: Token`
+    // (a bare `basic` is a word: `a basic python3.11-slim image`).
     keyed_secret(
-        r"(?i)(?-u:\b)(?:bearer|basic|authorization:\s*token)\s+([A-Za-z0-9._~+/=-]{12,})",
+        r"(?i)(?-u:\b)(?:bearer|authorization:\s*(?:basic|token))\s+([A-Za-z0-9._~+/=-]{12,})",
     ),
     // A credential given as a command-line option: `--password …`, `-token=…`,
     // `--client-secret …`.

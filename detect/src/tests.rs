@@ -145,8 +145,12 @@ fn ibans() {
         "GB82 West 1234 5698 7654 32",
         "DE89-3704-0044-0532-0130-00",
         "DE89.3704.0044.0532.0130.00",
+        "ES91 2100 0418 4502 0005 1332",
+        "AT61 1904 3002 3457 3201",
+        "BE68 5390 0754 7034",
     ] {
         assert_finds("IBAN_CODE", &format!("pay {iban} by Friday"), iban);
+        assert_finds("IBAN_CODE", &format!("pay {iban} para el pago"), iban);
     }
 }
 
@@ -251,9 +255,8 @@ fn secrets() {
         ),
         ("API KEY: q8Xz2LmP0vR7tK4w", "q8Xz2LmP0vR7tK4w"),
         ("'password' => 'Xk9mP2vL7qWz4'", "Xk9mP2vL7qWz4"),
-        ("PASSWORD := Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         ("DB_PASS=Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
-        ("pass: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("--pass: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         ("my password: Tr0ub4dor&3xyzQ", "Tr0ub4dor&3xyzQ"),
         (
             "my password: Summer2024;Secure!x, then",
@@ -270,6 +273,10 @@ fn secrets() {
         ),
         ("Das Passwort: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         ("пароль: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("ПАРОЛЬ: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("contrasena: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
+        ("password: $ecureP4ss2024!", "$ecureP4ss2024!"),
+        ("PASSWORD := \"Xk9mP2vL7qWz4\"", "Xk9mP2vL7qWz4"),
         ("パスワード：Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         ("كلمة المرور: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
         ("סיסמה: Xk9mP2vL7qWz4", "Xk9mP2vL7qWz4"),
@@ -299,6 +306,10 @@ fn secrets() {
         "bypass: enabled-for-v2-users and the token -> next_token_id123 mapping",
         "users.map(token => validate2(token)) and pwd was /home/ubuntu/work2024/Project",
         "password: ${DB_PASSWORD_2024} and PWD=/home/ubuntu/workspace/my-app-v2",
+        "--- PASS: TestParseConfig2 (0.00s) and PASS: test_utf8_decode_01",
+        "auth := base64.StdEncoding.EncodeToString([]byte(user2 + pass))",
+        "a basic python3.11-slim image and a basic llama-3.1-8b-instruct model",
+        "token: Identifier(variable_name1) and token = tokenizer.decode(output_ids2)",
     ] {
         let words = found(text);
         assert!(

@@ -95,6 +95,30 @@ pub(crate) fn iban(text: &str) -> bool {
     remainder == 1
 }
 
+/// The byte length of the start of `text` (an IBAN candidate: letters, digits and
+/// separators) that holds as many letters and digits as its country's IBANs have, when it
+/// holds more: a word written after the IBAN reads like one more group
+/// (`ES91 2100 0418 4502 0005 1332 para`).
+pub(crate) fn iban_extent(text: &str) -> Option<usize> {
+    let country: String = text
+        .chars()
+        .take(2)
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    let wanted = iban_length(&country)?;
+    let mut count = 0;
+    for (at, c) in text.char_indices() {
+        if c.is_ascii_alphanumeric() {
+            count += 1;
+            if count == wanted {
+                let end = at + c.len_utf8();
+                return (end < text.len()).then_some(end);
+            }
+        }
+    }
+    None
+}
+
 /// IBAN lengths by country (SWIFT IBAN registry).
 fn iban_length(country: &str) -> Option<usize> {
     Some(match country {
@@ -267,14 +291,47 @@ pub(crate) fn entropy(text: &str) -> f64 {
 }
 
 /// A generic secret value: long, high entropy, with both letters and digits; not a
-/// reference to one (`${DB_PASSWORD}`, `$TOKEN`) nor a file path (`PWD=/home/ubuntu/app2`).
+/// reference to one (`${DB_PASSWORD}`, `$TOKEN`), a file path (`PWD=/home/ubuntu/app2`) or a
+/// call in code (`token: Identifier(name1)`).
 pub(crate) fn generic_secret(text: &str) -> bool {
     text.len() >= 12
         && entropy(text) >= 3.3
         && text.chars().any(|c| c.is_ascii_digit())
         && text.chars().any(|c| c.is_ascii_alphabetic())
-        && !text.starts_with('$')
+        && !reference(text)
         && !path(text)
+        && !call(text)
+}
+
+/// Whether `text` is a whole reference to a variable: `${NAME…}` or `$NAME`.
+fn reference(text: &str) -> bool {
+    match text.strip_prefix('$') {
+        Some(braced) if braced.starts_with('{') => {
+            braced.ends_with('}') && braced.matches('}').count() == 1
+        }
+        Some(name) => {
+            name.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+        None => false,
+    }
+}
+
+/// Whether `text` starts as a call in code: a name (dotted or not) and `(`.
+fn call(text: &str) -> bool {
+    let Some(callee) = text.split_once('(').map(|(callee, _)| callee) else {
+        return false;
+    };
+    callee.len() >= 2
+        && callee
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && callee
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
 }
 
 /// Whether `text` is a file path: `/`, `~/` or `./` and then two or more names of letters,

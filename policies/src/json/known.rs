@@ -9,9 +9,12 @@
 //! the normalised view of the text and of the value that the shaped detectors read
 //! ([`Normalized`]: a value masked as `4155550172` is found spelled `４１５５５５０１７２`
 //! or `415&#53;550172`, and the other way round): a
-//! value that starts (ends) with a letter, digit or `_` matches only where no letter, digit
-//! or `_` comes before (after) it, so `Jan` is not found in `January` and `415 555 0172` not
-//! in `1415 555 01729`. One Aho-Corasick automaton finds every value in one pass over a text,
+//! value that starts (ends) with a letter, digit or `_` matches only where no such character
+//! comes before (after) it, so `Jan` is not found in `January` and `415 555 0172` not in
+//! `1415 555 01729`. As for the detectors, a value that starts (ends) with an ASCII one is
+//! apart from the letters of other scripts and from letters folded from them (`電話は
+//! 4155550172`, `карта4155550172`), while one that starts (ends) with a letter beyond ASCII
+//! continues into any (`Zoë` is not found in `Zoëy`). One Aho-Corasick automaton finds every value in one pass over a text,
 //! whatever the number of values; its cost is the text's length plus the matches it
 //! reports, and at one position only values that end each other can match.
 
@@ -73,14 +76,21 @@ impl std::fmt::Debug for FoundValues {
 pub struct KnownValues {
     /// Every value, ASCII case-insensitively; `None` when there is none.
     automaton: Option<AhoCorasick>,
-    /// For each value of the automaton, by pattern index: its entity type, and whether its
-    /// first and its last character continue a token.
-    values: Vec<(Box<str>, bool, bool)>,
+    /// For each value of the automaton, by pattern index: its entity type, and its first and
+    /// its last character where they continue a token.
+    values: Vec<(Box<str>, Option<char>, Option<char>)>,
 }
 
 /// Whether `c` continues a token: a value next to one is part of something longer.
 fn joins(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
+}
+
+/// Whether a value whose edge is `edge` (a character that continues a token) is part of a
+/// longer token with `neighbor` beside it; `folded`: the neighbor is a letter the view folded
+/// from another script.
+fn joined(edge: char, neighbor: char, folded: bool) -> bool {
+    joins(neighbor) && (!edge.is_ascii() || (neighbor.is_ascii() && !folded))
 }
 
 impl KnownValues {
@@ -107,8 +117,8 @@ impl KnownValues {
             entities.push(entity);
         }
         for (spelled, entity) in views.iter().zip(entities) {
-            let starts = spelled.chars().next().is_some_and(joins);
-            let ends = spelled.chars().next_back().is_some_and(joins);
+            let starts = spelled.chars().next().filter(|c| joins(*c));
+            let ends = spelled.chars().next_back().filter(|c| joins(*c));
             patterns.push(spelled);
             values.push((Box::from(entity), starts, ends));
         }
@@ -163,9 +173,14 @@ impl KnownValues {
             // A character the view removed (a zero-width space) keeps two tokens apart.
             let before = spelled.get(..start).and_then(|t| t.chars().next_back());
             let after = spelled.get(end..).and_then(|t| t.chars().next());
-            let joined_before = before.is_some_and(joins) && !view.removed_at(start);
-            let joined_after = after.is_some_and(joins) && !view.removed_at(end);
-            if (*starts && joined_before) || (*ends && joined_after) {
+            let joined_before = starts.zip(before).is_some_and(|(edge, c)| {
+                let folded = view.look_alike_at(start - c.len_utf8());
+                joined(edge, c, folded) && !view.removed_at(start)
+            });
+            let joined_after = ends.zip(after).is_some_and(|(edge, c)| {
+                joined(edge, c, view.look_alike_at(end)) && !view.removed_at(end)
+            });
+            if joined_before || joined_after {
                 continue;
             }
             let (start, end) = view.original(start, end);
@@ -258,6 +273,9 @@ mod tests {
                 ("jane@example.com".into(), "EMAIL_ADDRESS".into()),
             ]
         );
+        // Letters of other scripts, or folded from them, keep a value of ASCII apart.
+        assert_eq!(found(&known, "電話は4155550172です").len(), 1);
+        assert_eq!(found(&known, "карта4155550172").len(), 1);
         // A removed character keeps tokens apart; a digit next to the value joins it.
         assert_eq!(found(&known, "x\u{200B}4155550172").len(), 1);
         assert!(found(&known, "94155550172 \u{FF19}4155550172").is_empty());

@@ -154,10 +154,24 @@ fn chat(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireErro
     chat_tools(optional_array(obj, "tools", "")?, "tools", false, found)?;
     // Servers that render the chat template themselves (vLLM, SGLang) hand
     // `chat_template_kwargs` to the template, where its `tools` stand for the request's own.
+    // The templates of gpt-oss and Llama 3 also switch on their built-in tools by name
+    // (`builtin_tools: ["browser", "python"]`): each is a provider tool of the template.
     if let Some(Value::Object(kwargs)) = obj.get("chat_template_kwargs") {
         let at = "chat_template_kwargs";
         let tools = optional_array(kwargs, "tools", at)?;
         chat_tools(tools, &field_path(at, "tools"), true, found)?;
+        let builtin = field_path(at, "builtin_tools");
+        for (i, tool) in optional_array(kwargs, "builtin_tools", at)?
+            .iter()
+            .enumerate()
+        {
+            let path = format!("{builtin}[{i}]");
+            let name = tool.as_str().ok_or_else(|| WireError::Invalid {
+                field: path.clone(),
+                why: "a built-in tool is named by a string",
+            })?;
+            found.push(named(OfferKind::Provider, "template", name, path)?);
+        }
     }
     for (i, legacy) in optional_array(obj, "functions", "")?.iter().enumerate() {
         let path = format!("functions[{i}]");
@@ -274,6 +288,12 @@ fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<
                     });
                 }
                 if let Some(tunnel) = tunnel {
+                    if tunnel.is_empty() || connector.is_some_and(|c| c.contains(':')) {
+                        return Err(WireError::Invalid {
+                            field: path,
+                            why: "an MCP tunnel or connector id must be a plain, non-empty name",
+                        });
+                    }
                     let target = format!("tunnel:{tunnel}");
                     found.push(named(OfferKind::McpServer, "mcp", &target, path.clone())?);
                 }
@@ -532,6 +552,11 @@ mod tests {
         );
         // Template settings without tools offer nothing; a bare name stays malformed in the
         // request's own `tools`.
+        let builtin = json!({"chat_template_kwargs": {"builtin_tools": ["browser", "python"]}});
+        assert_eq!(
+            entities(ApiKind::OpenAiChat, builtin),
+            ["template:browser", "template:python"]
+        );
         let settings = json!({"chat_template_kwargs": {"enable_thinking": false}});
         assert!(entities(ApiKind::OpenAiChat, settings).is_empty());
         let bare = json!({"tools": [{"name": "wire_money"}]});
@@ -705,6 +730,13 @@ mod tests {
                 "mcp:https://allowed.example/sse"
             ]
         );
+        for odd in [
+            json!({"type": "mcp", "server_label": "x", "tunnel_id": ""}),
+            json!({"type": "mcp", "server_label": "x", "tunnel_id": "t", "connector_id": "tunnel:t"}),
+        ] {
+            let body = json!({ "tools": [odd] });
+            assert!(offers(ApiKind::OpenAiResponses, body.as_object().unwrap()).is_err());
+        }
         let nameless = json!({"tools": [{"type": "mcp", "server_label": "x"}]});
         assert!(offers(ApiKind::OpenAiResponses, nameless.as_object().unwrap()).is_err());
         let colon = json!({"input": [{"type": "additional_tools", "tools": [{"type": "function", "name": "mcp:x"}]}]});
