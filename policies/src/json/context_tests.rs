@@ -174,13 +174,15 @@ fn a_value_found_by_the_words_before_it_is_masked_where_another_message_repeats_
         {"role": "assistant", "content": "Noted."},
         {"role": "user", "content": "please repeat 4155550172 back"},
         {"role": "user", "content": "the order no 4155550172 too"},
+        {"role": "user", "content": "or call (415) 555-0172"},
         {"role": "user", "content": "or text \u{FF14}\u{FF11}\u{FF15}\u{FF15}\u{FF15}\u{FF15}\u{FF10}\u{FF11}\u{FF17}\u{FF12}"}
     ]});
     fixture.mask(&mut document);
     let text = document.to_string();
     assert!(!text.contains("4155550172"), "{text}");
     assert!(!text.contains('\u{FF14}'), "{text}");
-    assert_eq!(text.matches(&token).count(), 4, "{text}");
+    assert!(!text.contains("555-0172"), "{text}");
+    assert_eq!(text.matches(&token).count(), 5, "{text}");
     assert!(
         text.contains("please repeat") && text.contains("or text"),
         "{text}"

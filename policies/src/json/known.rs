@@ -14,11 +14,13 @@
 //! `1415 555 01729`. As for the detectors, a value that starts (ends) with an ASCII one is
 //! apart from the letters of other scripts and from letters folded from them (`電話は
 //! 4155550172`, `карта4155550172`), while one that starts (ends) with a letter beyond ASCII
-//! continues into any (`Zoë` is not found in `Zoëy`). One Aho-Corasick automaton finds every value in one pass over a text,
+//! continues into any (`Zoë` is not found in `Zoëy`). A value written as a number (digits
+//! and separators) is also found with its digits grouped otherwise (`415-555-0172` as
+//! `4155550172`). One Aho-Corasick automaton finds every value in one pass over a text,
 //! whatever the number of values; its cost is the text's length plus the matches it
 //! reports, and at one position only values that end each other can match.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use atdp_detect::Normalized;
@@ -79,6 +81,34 @@ pub struct KnownValues {
     /// For each value of the automaton, by pattern index: its entity type, and its first and
     /// its last character where they continue a token.
     values: Vec<(Box<str>, Option<char>, Option<char>)>,
+    /// The values written as numbers (digits and separators, at least [`MIN_NUMBER_DIGITS`]
+    /// digits), by their digits alone, with the index of their value: found however the
+    /// digits are grouped.
+    numbers: HashMap<String, usize>,
+}
+
+/// How many digits a value written as a number needs to be found whatever its separators:
+/// as many as the shortest phone numbers.
+const MIN_NUMBER_DIGITS: usize = 7;
+
+/// The separators a number's digit groups are written with.
+fn number_separator(byte: u8) -> bool {
+    matches!(byte, b' ' | b'.' | b'-' | b'/' | b'(' | b')')
+}
+
+/// The digits of `spelled` when it is written as a number (digits and separators, and a
+/// leading `+`) with at least [`MIN_NUMBER_DIGITS`] digits.
+fn number_digits(spelled: &str) -> Option<String> {
+    let bytes = spelled.strip_prefix('+').unwrap_or(spelled).as_bytes();
+    let number = bytes
+        .iter()
+        .all(|b| b.is_ascii_digit() || number_separator(*b));
+    let digits: String = bytes
+        .iter()
+        .filter(|b| b.is_ascii_digit())
+        .map(|b| char::from(*b))
+        .collect();
+    (number && digits.len() >= MIN_NUMBER_DIGITS).then_some(digits)
 }
 
 /// Whether `c` continues a token: a value next to one is part of something longer.
@@ -116,9 +146,13 @@ impl KnownValues {
             views.push(spelled.to_owned());
             entities.push(entity);
         }
+        let mut numbers = HashMap::new();
         for (spelled, entity) in views.iter().zip(entities) {
             let starts = spelled.chars().next().filter(|c| joins(*c));
             let ends = spelled.chars().next_back().filter(|c| joins(*c));
+            if let Some(digits) = number_digits(spelled) {
+                numbers.entry(digits).or_insert(values.len());
+            }
             patterns.push(spelled);
             values.push((Box::from(entity), starts, ends));
         }
@@ -126,6 +160,7 @@ impl KnownValues {
             return Ok(KnownValues {
                 automaton: None,
                 values,
+                numbers,
             });
         }
         let automaton = AhoCorasick::builder()
@@ -141,6 +176,7 @@ impl KnownValues {
         Ok(KnownValues {
             automaton: Some(automaton),
             values,
+            numbers,
         })
     }
 
@@ -186,7 +222,67 @@ impl KnownValues {
             let (start, end) = view.original(start, end);
             out.push(Hit { start, end, entity });
         }
+        self.find_numbers(&view, out);
         Ok(())
+    }
+
+    /// Appends to `out` every number of the view of a text whose digits are those of a value
+    /// written as a number, however its groups are set apart (`415-555-0172` is found written
+    /// `4155550172` or `(415) 555 0172`): a run of digits with up to two separators between
+    /// groups, on token boundaries.
+    fn find_numbers<'k>(&'k self, view: &Normalized<'_>, out: &mut Vec<Hit<'k>>) {
+        if self.numbers.is_empty() {
+            return;
+        }
+        let bytes = view.as_str().as_bytes();
+        let word = |at: usize| {
+            bytes[at].is_ascii_alphanumeric() && !view.look_alike_at(at) && !view.removed_at(at + 1)
+        };
+        let mut at = 0;
+        while at < bytes.len() {
+            if !bytes[at].is_ascii_digit() || (at > 0 && word(at - 1)) {
+                at += 1;
+                continue;
+            }
+            let start = at;
+            let mut end = at;
+            let mut digits = String::new();
+            let mut next = at;
+            while next < bytes.len() {
+                if bytes[next].is_ascii_digit() {
+                    digits.push(char::from(bytes[next]));
+                    next += 1;
+                    end = next;
+                    continue;
+                }
+                let gap = bytes[next..]
+                    .iter()
+                    .take(3)
+                    .take_while(|b| number_separator(**b))
+                    .count();
+                if gap == 0 || gap > 2 || !bytes.get(next + gap).is_some_and(u8::is_ascii_digit) {
+                    break;
+                }
+                next += gap;
+            }
+            let apart = bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric());
+            // A leading `+` (a country code's) is part of the number.
+            let start = if start > 0 && bytes[start - 1] == b'+' {
+                start - 1
+            } else {
+                start
+            };
+            if let Some(&index) = self.numbers.get(&digits).filter(|_| apart)
+                && let Some((entity, _, _)) = self.values.get(index)
+            {
+                let (start, end) = view.original(start, end);
+                // The value as it was written is found by the automaton already.
+                if !out.iter().any(|hit| hit.start == start && hit.end == end) {
+                    out.push(Hit { start, end, entity });
+                }
+            }
+            at = end.max(at + 1);
+        }
     }
 }
 
@@ -272,6 +368,26 @@ mod tests {
                 ("41555\u{200B}50172".into(), "PHONE_NUMBER".into()),
                 ("jane@example.com".into(), "EMAIL_ADDRESS".into()),
             ]
+        );
+        // A value written as a number is found however its digits are grouped, whole only.
+        let grouped = KnownValues::new([("415-555-0172", "PHONE_NUMBER")]).unwrap();
+        assert_eq!(
+            found(
+                &grouped,
+                "call 4155550172, (415) 555 0172 or 415.555.0172 now"
+            ),
+            [
+                ("4155550172".into(), "PHONE_NUMBER".into()),
+                ("415) 555 0172".into(), "PHONE_NUMBER".into()),
+                ("415.555.0172".into(), "PHONE_NUMBER".into()),
+            ]
+        );
+        assert!(
+            found(
+                &grouped,
+                "14155550172 4155550172x A4155550172 415 555 01729"
+            )
+            .is_empty()
         );
         // Letters of other scripts, or folded from them, keep a value of ASCII apart.
         assert_eq!(found(&known, "電話は4155550172です").len(), 1);
