@@ -188,9 +188,9 @@ impl<'a> Normalized<'a> {
     }
 
     /// Whether a letter of another script drawn as a Latin one, a styled letter or a long
-    /// sound mark was folded: the view then reads differently from [`Normalized::keeping_letters`]'s. (A
-    /// letter decoded from an escape counts too, whichever it was: that costs only a second
-    /// reading.)
+    /// sound mark was folded: the view then reads differently from
+    /// [`Normalized::keeping_letters`]'s. (A letter decoded from an escape counts too,
+    /// whichever it was: that costs only a second reading.)
     pub fn folded_letters(&self) -> bool {
         self.letters
     }

@@ -189,12 +189,12 @@ impl<'a> JsonMasker<'a> {
     /// one of a shaped type whose detectors may need the words around it
     /// ([`Scanner::found_by_context`]: a phone number after "mobile:", a customer id after
     /// its cue word), repeated in another message without those words or beside a word that
-    /// lowers its score ("tracking"). A second walk looks for them alone as known values (matched in
-    /// the normalised view, so a repeat spelled with other digits is found too), leaving the
-    /// placeholders of the first alone. Only a document with such a value pays
-    /// for it. Names, places and organisations are not carried so: each text is read with
-    /// its own words, and a name that is also a word (`Will`, `May`) would be masked wherever
-    /// the word is.
+    /// lowers its score ("tracking"). A second walk looks for them alone as known values
+    /// (matched in the normalised view, so a repeat spelled with other digits or grouped
+    /// otherwise is found too), leaving the placeholders of the first alone. Only a document
+    /// with such a value pays for it. Names, places and organisations are not carried so:
+    /// each text is read with its own words, and a name that is also a word (`Will`, `May`)
+    /// would be masked wherever the word is.
     pub fn mask(&self, document: &mut Value) -> Result<JsonMasked> {
         let mut pass = Pass::default();
         self.walk(document, &Path::Root, 0, &mut pass)?;
