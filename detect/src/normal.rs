@@ -145,13 +145,15 @@ impl<'a> Normalized<'a> {
                     original_end,
                 }),
                 Folded::Ascii(byte) => {
-                    let first = text.get(at..).and_then(|t| t.chars().next());
-                    let letter = letters
-                        && byte.is_ascii_alphabetic()
+                    // Only a folded letter or `-` can come from a letter of another script.
+                    let first = (letters && (byte.is_ascii_alphabetic() || byte == b'-'))
+                        .then(|| text.get(at..).and_then(|t| t.chars().next()))
+                        .flatten();
+                    let letter = byte.is_ascii_alphabetic()
                         && first.is_some_and(|c| {
                             look_alike(c).is_some() || styled_letter(c) || c == '%' || c == '&'
                         });
-                    let mark = letters && first.is_some_and(long_sound_mark);
+                    let mark = first.is_some_and(long_sound_mark);
                     folded_letters |= letter || mark;
                     let at = view.len();
                     if letter {

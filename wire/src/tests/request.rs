@@ -23,6 +23,14 @@ fn entities(view: &crate::RequestView) -> Vec<&str> {
     view.offers.iter().map(|o| o.entity.as_str()).collect()
 }
 
+/// The recorded tools, as (kind, name).
+fn tool_kinds_and_names(view: &crate::RequestView) -> Vec<(&str, &str)> {
+    view.tools
+        .iter()
+        .map(|t| (t.kind.as_str(), t.name.as_str()))
+        .collect()
+}
+
 fn object(text: Option<&str>) -> Value {
     serde_json::from_str(text.unwrap()).unwrap()
 }
@@ -377,11 +385,7 @@ fn a_tool_defined_in_the_top_level_system_is_recorded_before_those_of_the_messag
             "definition": {"name": "wire_money", "input_schema": {"type": "object"}}}}
     ]}]});
     let view = parse_request(ApiKind::AnthropicMessages, &body).unwrap();
-    let names: Vec<(&str, &str)> = view
-        .tools
-        .iter()
-        .map(|t| (t.kind.as_str(), t.name.as_str()))
-        .collect();
+    let names = tool_kinds_and_names(&view);
     assert_eq!(
         names,
         [("bash_20250124", "bash"), ("function", "wire_money")]
@@ -403,11 +407,7 @@ fn tools_defined_in_anthropic_content_are_recorded_with_the_requests_tools() {
         {"type": "text", "text": "go"}
     ]}]});
     let view = parse_request(ApiKind::AnthropicMessages, &body).unwrap();
-    let names: Vec<(&str, &str)> = view
-        .tools
-        .iter()
-        .map(|t| (t.kind.as_str(), t.name.as_str()))
-        .collect();
+    let names = tool_kinds_and_names(&view);
     assert_eq!(
         names,
         [
