@@ -105,6 +105,19 @@ async fn prepare(
     let keys = state.keys();
     let (mut document, mut outbound) =
         stage!(mask_for_upstream(state, &policy, &keys, &caller, &upstream, heavy, document).await);
+    if state.config.mask && !outbound.by_context.is_empty() {
+        let masked = [
+            policy.masking.policy(Destination::Storage),
+            policy.masking.policy(mask::destination(upstream.trust)),
+        ];
+        stage!(decide::check_names_against(
+            &outbound.by_context,
+            masked,
+            &request,
+            &named,
+            &forwarded
+        ));
+    }
     let decision = decide::decide(
         &policy.access,
         &caller,

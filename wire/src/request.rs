@@ -101,21 +101,17 @@ pub fn parse_request(api: ApiKind, body: &Value) -> Result<RequestView, WireErro
         _ => false,
     };
     let mut non_text = NonText::default();
-    let (messages, tools) = match api {
-        ApiKind::OpenAiChat => (
-            openai::chat_messages(obj, &mut non_text)?,
-            openai::chat_tools(obj)?,
-        ),
-        ApiKind::OpenAiResponses => (
-            openai::responses_input(obj, &mut non_text)?,
-            openai::responses_tools(obj)?,
-        ),
-        ApiKind::AnthropicMessages => (
-            anthropic::messages(obj, &mut non_text)?,
-            anthropic::tools(obj)?,
-        ),
+    let messages = match api {
+        ApiKind::OpenAiChat => openai::chat_messages(obj, &mut non_text)?,
+        ApiKind::OpenAiResponses => openai::responses_input(obj, &mut non_text)?,
+        ApiKind::AnthropicMessages => anthropic::messages(obj, &mut non_text)?,
     };
-    let (offers, extra_models) = offers::offers(api, obj)?;
+    // The tools recorded are the definitions of the walk that decides them.
+    let offers::Found {
+        offers,
+        tools,
+        models: extra_models,
+    } = offers::offers(api, obj)?;
     let content = content::read(api, obj)?;
     let params = select(obj, |key| PARAMS.contains(&key));
     let mut extra = select(obj, |key| {

@@ -190,6 +190,27 @@ fn a_value_found_by_the_words_before_it_is_masked_where_another_message_repeats_
 }
 
 #[test]
+fn the_values_found_by_their_context_are_reported_whatever_their_action() {
+    // Names and ids carried as given are checked against these, for a policy that leaves
+    // them in the clear towards this upstream as for one that masks them.
+    for action in [Action::Tokenize, Action::Allow] {
+        let mut fixture = Fixture::new(Action::Tokenize);
+        fixture.policy = crate::mask::MaskPolicy::all(action);
+        let mut document = json!({"messages": [
+            {"role": "user", "content": "my mobile: 4155550172, mail jane@example.com"},
+            {"role": "tool", "content": json!({"password": SECRET}).to_string()}
+        ]});
+        let masked = fixture.mask(&mut document);
+        let found: Vec<(&str, &str)> = masked.by_context.iter().collect();
+        assert_eq!(
+            found,
+            [("4155550172", "PHONE_NUMBER"), (SECRET, "SECRET")],
+            "{action:?}"
+        );
+    }
+}
+
+#[test]
 fn a_value_found_alone_is_not_read_twice() {
     // An e-mail address is found wherever it stands: no second walk is needed, and a number
     // that only looks like part of a value elsewhere stays.

@@ -16,11 +16,12 @@
 //! 4155550172`, `карта4155550172`), while one that starts (ends) with a letter beyond ASCII
 //! continues into any (`Zoë` is not found in `Zoëy`). A value written as a number (digits
 //! and separators) is also found with its digits grouped otherwise (`415-555-0172` as
-//! `4155550172`). One Aho-Corasick automaton finds every value in one pass over a text,
+//! `4155550172`), after a country code (`+1 415 555 0172`) and beside another number. One Aho-Corasick automaton finds every value in one pass over a text,
 //! whatever the number of values; its cost is the text's length plus the matches it
 //! reports, and at one position only values that end each other can match.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ops::Range;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use atdp_detect::Normalized;
@@ -85,6 +86,8 @@ pub struct KnownValues {
     /// digits), by their digits alone, with the index of their value: found however the
     /// digits are grouped.
     numbers: HashMap<String, usize>,
+    /// The most digits of a value of `numbers`.
+    longest_number: usize,
 }
 
 /// How many digits a value written as a number needs to be found whatever its separators:
@@ -161,6 +164,7 @@ impl KnownValues {
                 automaton: None,
                 values,
                 numbers,
+                longest_number: 0,
             });
         }
         let automaton = AhoCorasick::builder()
@@ -173,10 +177,12 @@ impl KnownValues {
                     patterns.len()
                 ))
             })?;
+        let longest_number = numbers.keys().map(String::len).max().unwrap_or(0);
         Ok(KnownValues {
             automaton: Some(automaton),
             values,
             numbers,
+            longest_number,
         })
     }
 
@@ -188,6 +194,14 @@ impl KnownValues {
     /// Whether there is no value to match.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
+    }
+
+    /// The entity type of a value that `text` holds on token boundaries, spelled in any way
+    /// [`KnownValues`] matches; `None` when it holds none.
+    pub fn first_in(&self, text: &str) -> Result<Option<&str>> {
+        let mut found = Vec::new();
+        self.find(text, &mut found)?;
+        Ok(found.first().map(|hit| hit.entity))
     }
 
     /// Appends to `out` every occurrence of a value in `text` on token boundaries, in the
@@ -229,7 +243,10 @@ impl KnownValues {
     /// Appends to `out` every number of the view of a text whose digits are those of a value
     /// written as a number, however its groups are set apart (`415-555-0172` is found written
     /// `4155550172` or `(415) 555 0172`): a run of digits with up to two separators between
-    /// groups, on token boundaries.
+    /// groups, on token boundaries; the whole run, the run after a country code written onto
+    /// it (`+14155550172`), or, where the run holds more than the value, whole groups of it (a
+    /// country code set apart, `+1 415 555 0172`; a number beside another, `4155550172
+    /// 4155550173`).
     fn find_numbers<'k>(&'k self, view: &Normalized<'_>, out: &mut Vec<Hit<'k>>) {
         if self.numbers.is_empty() {
             return;
@@ -244,45 +261,104 @@ impl KnownValues {
                 at += 1;
                 continue;
             }
-            let start = at;
-            let mut end = at;
-            let mut digits = String::new();
-            let mut next = at;
-            while next < bytes.len() {
-                if bytes[next].is_ascii_digit() {
-                    digits.push(char::from(bytes[next]));
-                    next += 1;
-                    end = next;
-                    continue;
-                }
-                let gap = bytes[next..]
-                    .iter()
-                    .take(3)
-                    .take_while(|b| number_separator(**b))
-                    .count();
-                if gap == 0 || gap > 2 || !bytes.get(next + gap).is_some_and(u8::is_ascii_digit) {
-                    break;
-                }
-                next += gap;
-            }
-            let apart = bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric());
-            // A leading `+` (a country code's) is part of the number.
-            let start = if start > 0 && bytes[start - 1] == b'+' {
-                start - 1
-            } else {
-                start
-            };
-            if let Some(&index) = self.numbers.get(&digits).filter(|_| apart)
-                && let Some((entity, _, _)) = self.values.get(index)
-            {
-                let (start, end) = view.original(start, end);
-                // The value as it was written is found by the automaton already.
-                if !out.iter().any(|hit| hit.start == start && hit.end == end) {
-                    out.push(Hit { start, end, entity });
-                }
+            let groups = digit_groups(bytes, at);
+            let end = groups.last().map_or(at + 1, |group| group.end);
+            if bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric()) {
+                self.number_hits(view, &groups, out);
             }
             at = end.max(at + 1);
         }
+    }
+
+    /// The hits of [`KnownValues::find_numbers`] in one run of digit `groups` of `view`.
+    fn number_hits<'k>(
+        &'k self,
+        view: &Normalized<'_>,
+        groups: &[Range<usize>],
+        out: &mut Vec<Hit<'k>>,
+    ) {
+        let bytes = view.as_str().as_bytes();
+        let digits_of = |group: &Range<usize>| bytes.get(group.clone()).unwrap_or_default();
+        let mut push = |start: usize, end: usize, entity: &'k str| {
+            let (start, end) = view.original(start, end);
+            // The value as it was written is found by the automaton already.
+            if !out.iter().any(|hit| hit.start == start && hit.end == end) {
+                out.push(Hit { start, end, entity });
+            }
+        };
+        let (Some(first), Some(last)) = (groups.first(), groups.last()) else {
+            return;
+        };
+        let whole: Vec<u8> = groups.iter().flat_map(digits_of).copied().collect();
+        // A leading `+` (a country code's) is part of the number.
+        let plus = first.start > 0 && bytes.get(first.start - 1) == Some(&b'+');
+        let start = if plus { first.start - 1 } else { first.start };
+        let code = if plus { 0..=COUNTRY_CODE_DIGITS } else { 0..=0 };
+        for skipped in code {
+            if let Some(entity) = whole.get(skipped..).and_then(|d| self.number(d)) {
+                push(start, last.end, entity);
+                return;
+            }
+        }
+        let mut i = 0;
+        while i + 1 < groups.len() {
+            let mut digits = Vec::new();
+            let mut matched = None;
+            for (j, group) in groups.iter().enumerate().skip(i) {
+                digits.extend_from_slice(digits_of(group));
+                if digits.len() > self.longest_number {
+                    break;
+                }
+                if let Some(entity) = self.number(&digits) {
+                    matched = Some((j, entity));
+                    break;
+                }
+            }
+            match matched {
+                Some((j, entity)) => {
+                    if let (Some(from), Some(to)) = (groups.get(i), groups.get(j)) {
+                        push(from.start, to.end, entity);
+                    }
+                    i = j + 1;
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// The entity of the value written as a number whose digits are `digits`.
+    fn number(&self, digits: &[u8]) -> Option<&str> {
+        let digits = std::str::from_utf8(digits).ok()?;
+        let index = self.numbers.get(digits)?;
+        self.values.get(*index).map(|(entity, _, _)| &**entity)
+    }
+}
+
+/// How many digits a country code written onto a number after `+` may have.
+const COUNTRY_CODE_DIGITS: usize = 3;
+
+/// The digit groups of the run that starts at `at`: digits, set apart by up to two
+/// separators each.
+fn digit_groups(bytes: &[u8], at: usize) -> Vec<Range<usize>> {
+    let mut groups = Vec::new();
+    let mut next = at;
+    loop {
+        let start = next;
+        while bytes.get(next).is_some_and(u8::is_ascii_digit) {
+            next += 1;
+        }
+        groups.push(start..next);
+        let gap = bytes
+            .get(next..)
+            .unwrap_or_default()
+            .iter()
+            .take(3)
+            .take_while(|b| number_separator(**b))
+            .count();
+        if gap == 0 || gap > 2 || !bytes.get(next + gap).is_some_and(u8::is_ascii_digit) {
+            return groups;
+        }
+        next += gap;
     }
 }
 
@@ -388,6 +464,19 @@ mod tests {
                 "14155550172 4155550172x A4155550172 415 555 01729"
             )
             .is_empty()
+        );
+        // With a country code, written onto it or set apart, and beside another number.
+        assert_eq!(
+            found(
+                &grouped,
+                "+14155550172, +1 415 555 0172, 0044 415 555 0172 and 4155550172 4155550173"
+            ),
+            [
+                ("+14155550172".into(), "PHONE_NUMBER".into()),
+                ("+1 415 555 0172".into(), "PHONE_NUMBER".into()),
+                ("415 555 0172".into(), "PHONE_NUMBER".into()),
+                ("4155550172".into(), "PHONE_NUMBER".into()),
+            ]
         );
         // Letters of other scripts, or folded from them, keep a value of ASCII apart.
         assert_eq!(found(&known, "電話は4155550172です").len(), 1);

@@ -60,6 +60,12 @@ pub struct JsonMasked {
     /// The originals of the values masked (every span whose action is not `allow`), to mask
     /// them by their exact text elsewhere ([`KnownValues`]). Kept in memory only.
     pub values: FoundValues,
+    /// The originals of the values found with the words around them, whatever their action:
+    /// those of a type the detectors may need context for ([`Scanner::found_by_context`]; not
+    /// names, places and organisations) and those found only after their key. A name or id
+    /// the request carries as given may not repeat one of them: read alone, it would not be
+    /// found there. Kept in memory only.
+    pub by_context: FoundValues,
 }
 
 /// Masks `document` in place.
@@ -200,13 +206,28 @@ impl<'a> JsonMasker<'a> {
         self.walk(document, &Path::Root, 0, &mut pass)?;
         let mut by_context = std::mem::take(&mut pass.by_context);
         let name = |entity: &str| atdp_detect::NAME_ENTITIES.contains(&entity);
+        let shaped_by_context =
+            |entity: &str| !name(entity) && self.scanner.found_by_context(entity);
         by_context.extend(
             pass.found
                 .values
                 .iter()
-                .filter(|(_, entity)| !name(entity) && self.scanner.found_by_context(entity))
+                .filter(|(_, entity)| shaped_by_context(entity))
                 .map(|(value, entity)| (value.to_owned(), entity.to_owned())),
         );
+        // An allowed span's token is its original.
+        let allowed = pass
+            .found
+            .spans
+            .iter()
+            .map(|(_, span)| span)
+            .filter(|span| span.action == Action::Allow && shaped_by_context(&span.entity));
+        for span in allowed {
+            pass.found.by_context.insert(&span.token, &span.entity);
+        }
+        for (value, entity) in &by_context {
+            pass.found.by_context.insert(value, entity);
+        }
         let masked: Vec<(&str, &str)> = by_context
             .iter()
             .map(|(value, entity)| (value.as_str(), entity.as_str()))

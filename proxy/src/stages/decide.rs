@@ -14,7 +14,10 @@
 
 use atdp_detect::Scanner;
 
-use atdp_policies::{AccessPolicy, Action, Forwarding, MaskPolicy, Verdict, decode_json_escapes};
+use atdp_policies::{
+    AccessPolicy, Action, Forwarding, FoundValues, KnownValues, MaskPolicy, Verdict,
+    decode_json_escapes,
+};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
@@ -47,34 +50,90 @@ pub fn check_names(
     forwarded: &[(HeaderName, HeaderValue)],
 ) -> Result<(), Refusal> {
     let kept = |entity: &str| masked.iter().any(|p| p.action(entity) != Action::Allow);
-    let found = |field: &str, text: &str| match scan_as_read(scanner, text, &kept).first() {
-        Some(span) => Err(Refusal::InvalidRequest {
-            message: format!(
-                "{field} holds a value the detectors find ({}); names, ids and headers are \
-                 forwarded and stored as given, so they may not carry personal data",
-                span.entity
-            ),
-        }),
-        None => Ok(()),
-    };
-    found("model", &request.model)?;
+    each_name(
+        request,
+        named,
+        forwarded,
+        |field, text| match scan_as_read(scanner, text, &kept).first() {
+            Some(span) => Err(holds_a_value(field, span.entity)),
+            None => Ok(()),
+        },
+    )
+}
+
+/// Refuses a request whose names or ids (those of [`check_names`]) repeat a value that masking
+/// found in its text with the words around it (`found`: [`crate::stages::mask::Outbound`]'s
+/// `by_context`, a phone number after "mobile:"), of a type the policy masks for storage or
+/// for this upstream: read alone, the name would not show it, and it would be routed,
+/// forwarded and stored as given. A value is matched as masking matches a known value (in any
+/// spelling, on token boundaries). A failure to build the matcher refuses the call.
+pub fn check_names_against(
+    found: &FoundValues,
+    masked: [&MaskPolicy; 2],
+    request: &RequestView,
+    named: &Named,
+    forwarded: &[(HeaderName, HeaderValue)],
+) -> Result<(), Refusal> {
+    let kept = |entity: &str| masked.iter().any(|p| p.action(entity) != Action::Allow);
+    let values = found.iter().filter(|(_, entity)| kept(entity));
+    let known = KnownValues::new(values).map_err(|error| {
+        tracing::error!(error = %error, "The values found by their context cannot be matched; the request is refused.");
+        Refusal::MaskingFailed
+    })?;
+    if known.is_empty() {
+        return Ok(());
+    }
+    each_name(request, named, forwarded, |field, text| {
+        let decoded = text.contains('\\').then(|| decode_json_escapes(text));
+        for read in std::iter::once(text).chain(decoded.as_deref()) {
+            let holds = known.first_in(read).map_err(|error| {
+                tracing::error!(error = %error, "Matching a name against the request's values failed; the request is refused.");
+                Refusal::MaskingFailed
+            })?;
+            if let Some(entity) = holds {
+                return Err(holds_a_value(field, entity));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The refusal of a name or id at `field` that holds a value of `entity`.
+fn holds_a_value(field: &str, entity: &str) -> Refusal {
+    Refusal::InvalidRequest {
+        message: format!(
+            "{field} holds a value the detectors find ({entity}); names, ids and headers are \
+             forwarded and stored as given, so they may not carry personal data"
+        ),
+    }
+}
+
+/// Calls `check` with each name or id of the request that is routed on, decided on,
+/// forwarded or stored as given, and the field it is in; stops at its first refusal.
+fn each_name(
+    request: &RequestView,
+    named: &Named,
+    forwarded: &[(HeaderName, HeaderValue)],
+    mut check: impl FnMut(&str, &str) -> Result<(), Refusal>,
+) -> Result<(), Refusal> {
+    check("model", &request.model)?;
     for model in &request.extra_models {
-        found("a fallback model", model)?;
+        check("a fallback model", model)?;
     }
     for offer in &request.offers {
-        found(&offer.field, &offer.entity)?;
+        check(&offer.field, &offer.entity)?;
     }
     for media in &request.unscannable {
-        found("a media type", media)?;
+        check("a media type", media)?;
     }
     match named {
-        Named::Trajectory(id) => found("header x-atdp-trajectory-id", id)?,
-        Named::Session(id) => found("header x-atdp-session-id", id)?,
+        Named::Trajectory(id) => check("header x-atdp-trajectory-id", id)?,
+        Named::Session(id) => check("header x-atdp-session-id", id)?,
         Named::Automatic => {}
     }
     for (name, value) in forwarded {
         let text = String::from_utf8_lossy(value.as_bytes());
-        found(&format!("header {name}"), &text)?;
+        check(&format!("header {name}"), &text)?;
     }
     Ok(())
 }

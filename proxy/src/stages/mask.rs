@@ -23,6 +23,9 @@ pub struct Outbound {
     pub restore: HashMap<String, VaultItem>,
     /// The originals of every value masked, with their types (only in memory).
     pub values: FoundValues,
+    /// The originals of the values found with the words around them, whatever their action
+    /// ([`atdp_policies::JsonMasked::by_context`]; only in memory).
+    pub by_context: FoundValues,
 }
 
 /// The masking actions that apply to what an upstream of `trust` is sent.
@@ -75,6 +78,7 @@ pub fn mask_outbound(
         found,
         restore,
         values: masked.values,
+        by_context: masked.by_context,
     })
 }
 

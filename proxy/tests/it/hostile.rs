@@ -558,6 +558,26 @@ fn names_ids_and_headers_that_carry_personal_data_are_refused_and_nothing_is_sto
             ),
             vec![],
         ),
+        // A value the detectors find only with the words around it, which a name repeats
+        // alone: read alone the name shows nothing.
+        (
+            "model",
+            chat(json!({"model": "gpt-4155550172",
+                "messages": [{"role": "user", "content": "my mobile: 4155550172"}]})),
+            vec![],
+        ),
+        (
+            "header x-atdp-trajectory-id",
+            chat(json!({"messages": [{"role": "user", "content": "my mobile: (415) 555-0172"}]})),
+            vec![("x-atdp-trajectory-id", "t-4155550172")],
+        ),
+        (
+            "tools[0]",
+            chat(json!({
+                "messages": [{"role": "user", "content": "call me, mobile: 4155550172"}],
+                "tools": [{"type": "function", "function": {"name": "dial-4155550172"}}]})),
+            vec![],
+        ),
     ];
     for (field, body, headers) in refused {
         let path = if field == "a fallback model" {
@@ -569,7 +589,7 @@ fn names_ids_and_headers_that_carry_personal_data_are_refused_and_nothing_is_sto
         assert_eq!(response.status, 400, "{field}: {}", text(&response));
         let message = text(&response);
         assert!(message.contains(field), "{field}: {message}");
-        for value in ["jane", "4111"] {
+        for value in ["jane", "4111", "0172"] {
             assert!(
                 !message.contains(value),
                 "the refusal quotes the value: {message}"
@@ -604,7 +624,7 @@ fn names_ids_and_headers_that_carry_personal_data_are_refused_and_nothing_is_sto
         serde_json::to_string(&lake.audit).unwrap(),
         serde_json::to_string(&lake.rewards).unwrap()
     );
-    for value in ["jane", "4111", "dave"] {
+    for value in ["jane", "4111", "dave", "0172"] {
         assert!(!stored.contains(value), "{value} stored in the lake");
     }
 }

@@ -4,8 +4,8 @@ use atdp_schema::{Message, Tool, ToolCall};
 use serde_json::{Map, Value};
 
 use super::{
-    JoinedText, NonText, content_text, field_path, json_text, object, optional_array, optional_str,
-    other_tool, required_array, required_str,
+    JoinedText, NonText, content_text, field_path, json_text, object, optional_str, other_tool,
+    required_array, required_str,
 };
 use crate::WireError;
 
@@ -108,55 +108,8 @@ fn push_message(
     Ok(())
 }
 
-/// `tools`, then the tools that `tool_addition` blocks of the top-level `system` and of the
-/// messages define (as a block or in a `compaction` block's `tool_changes`), in the body's
-/// order: custom tools `{name, description, input_schema}` are function tools; server tools
-/// (`web_search_20250305`, `bash_20250124`, …) keep their type.
-pub(super) fn tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, WireError> {
-    let mut tools = Vec::new();
-    for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        tools.push(tool_of(object(tool, &path)?, &path)?);
-    }
-    let system = match obj.get("system") {
-        Some(Value::Array(blocks)) => Some(("system".to_owned(), blocks)),
-        _ => None,
-    };
-    let messages = optional_array(obj, "messages", "")?
-        .iter()
-        .enumerate()
-        .filter_map(|(i, message)| match message.get("content") {
-            Some(Value::Array(blocks)) => Some((format!("messages[{i}].content"), blocks)),
-            _ => None,
-        });
-    for (at, blocks) in system.into_iter().chain(messages) {
-        for (j, value) in blocks.iter().enumerate() {
-            let path = format!("{at}[{j}]");
-            let Some(block) = value.as_object() else {
-                continue;
-            };
-            let changes = match block.get("type").and_then(Value::as_str) {
-                Some("tool_addition") => std::slice::from_ref(value),
-                Some("compaction") => optional_array(block, "tool_changes", &path)?,
-                _ => continue,
-            };
-            for change in changes {
-                let definition = change
-                    .get("tool")
-                    .filter(|t| t.get("type").and_then(Value::as_str) == Some("tool_definition"))
-                    .and_then(|t| t.get("definition"))
-                    .and_then(Value::as_object);
-                if let Some(definition) = definition {
-                    tools.push(tool_of(definition, &path)?);
-                }
-            }
-        }
-    }
-    Ok(tools)
-}
-
 /// One tool definition as recorded.
-fn tool_of(tool: &Map<String, Value>, path: &str) -> Result<Tool, WireError> {
+pub(super) fn tool_of(tool: &Map<String, Value>, path: &str) -> Result<Tool, WireError> {
     Ok(match optional_str(tool, "type", path)? {
         None | Some("custom") => Tool {
             kind: "function".to_owned(),

@@ -27,7 +27,11 @@ use serde_json::{Map, Value};
 
 mod inline;
 
-use super::{field_path, object, optional_array, optional_str, required_str};
+use atdp_schema::Tool;
+
+use super::anthropic::tool_of;
+use super::openai::function_tool;
+use super::{field_path, object, optional_array, optional_str, other_tool, required_str};
 use crate::{ApiKind, WireError};
 
 /// What kind of thing an offer is.
@@ -72,19 +76,41 @@ pub struct Offer {
     pub field: String,
 }
 
-/// The offers of a request body and the extra models it may be served by.
-pub(crate) fn offers(
-    api: ApiKind,
-    obj: &Map<String, Value>,
-) -> Result<(Vec<Offer>, Vec<String>), WireError> {
-    let mut found = Vec::new();
-    let mut models = Vec::new();
+/// What one walk of a request finds: the offers it decides, the tools it defines, and the
+/// extra models it may be served by.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    /// Everything that can act, in the body's order.
+    pub(crate) offers: Vec<Offer>,
+    /// Every tool definition among them, as recorded with the step, in the body's order:
+    /// the walk that decides a definition is the one that records it, so a tool the model was
+    /// handed is in the step's tool list wherever the request defined it.
+    pub(crate) tools: Vec<Tool>,
+    /// The models of Anthropic `fallbacks`.
+    pub(crate) models: Vec<String>,
+}
+
+impl Found {
+    fn push(&mut self, offer: Offer) {
+        self.offers.push(offer);
+    }
+
+    /// `offer`, and the definition it was read from.
+    fn define(&mut self, offer: Offer, tool: Tool) {
+        self.offers.push(offer);
+        self.tools.push(tool);
+    }
+}
+
+/// The offers, tool definitions and extra models of a request body.
+pub(crate) fn offers(api: ApiKind, obj: &Map<String, Value>) -> Result<Found, WireError> {
+    let mut found = Found::default();
     match api {
         ApiKind::OpenAiChat => chat(obj, &mut found)?,
         ApiKind::OpenAiResponses => responses(obj, &mut found)?,
-        ApiKind::AnthropicMessages => anthropic(obj, &mut found, &mut models)?,
+        ApiKind::AnthropicMessages => anthropic(obj, &mut found)?,
     }
-    Ok((found, models))
+    Ok(found)
 }
 
 /// `web_search_20250305` → `web_search`, `web_search_2025_08_26` → `web_search`: a trailing
@@ -150,7 +176,7 @@ fn named(kind: OfferKind, prefix: &str, id: &str, field: String) -> Result<Offer
 
 /// Chat completions: `tools` (function and custom), the legacy `functions`, and
 /// `web_search_options`.
-fn chat(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireError> {
+fn chat(obj: &Map<String, Value>, found: &mut Found) -> Result<(), WireError> {
     chat_tools(optional_array(obj, "tools", "")?, "tools", false, found)?;
     // Servers that render the chat template themselves (vLLM, SGLang) hand
     // `chat_template_kwargs` to the template, where its `tools` stand for the request's own.
@@ -176,7 +202,8 @@ fn chat(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireErro
     for (i, legacy) in optional_array(obj, "functions", "")?.iter().enumerate() {
         let path = format!("functions[{i}]");
         let legacy = object(legacy, &path)?;
-        found.push(function(required_str(legacy, "name", &path)?, path)?);
+        let offer = function(required_str(legacy, "name", &path)?, path.clone())?;
+        found.define(offer, function_tool(legacy, &path)?);
     }
     if obj.get("web_search_options").is_some_and(|o| !o.is_null()) {
         found.push(provider(
@@ -191,31 +218,36 @@ fn chat(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireErro
 /// Chat tools of the list at `at`: functions and custom tools by name, others as provider
 /// tools of their type; with `bare`, also a `{"name": …}` function without its `function`
 /// wrapper (as a chat template reads them).
-fn chat_tools(
-    tools: &[Value],
-    at: &str,
-    bare: bool,
-    found: &mut Vec<Offer>,
-) -> Result<(), WireError> {
+fn chat_tools(tools: &[Value], at: &str, bare: bool, found: &mut Found) -> Result<(), WireError> {
     for (i, tool) in tools.iter().enumerate() {
         let path = format!("{at}[{i}]");
         let tool = object(tool, &path)?;
         let kind = optional_str(tool, "type", &path)?.unwrap_or("function");
+        // The definition sits under a key named like the type (`function`, `custom`).
+        let definition_path = field_path(&path, kind);
         match kind {
             "function" | "custom" => {
-                let definition_path = field_path(&path, kind);
-                let definition = match tool.get(kind) {
-                    Some(definition) => object(definition, &definition_path)?,
-                    None if bare && tool.contains_key("name") => {
-                        found.push(function(required_str(tool, "name", &path)?, path)?);
-                        continue;
-                    }
+                let (definition, at) = match tool.get(kind) {
+                    Some(definition) => (object(definition, &definition_path)?, &definition_path),
+                    None if bare && tool.contains_key("name") => (tool, &path),
                     None => return Err(WireError::missing(definition_path)),
                 };
-                let name = required_str(definition, "name", &definition_path)?;
-                found.push(function(name, path)?);
+                let offer = function(required_str(definition, "name", at)?, path.clone())?;
+                let recorded = if kind == "function" {
+                    function_tool(definition, at)?
+                } else {
+                    other_tool(kind, definition, at)?
+                };
+                found.define(offer, recorded);
             }
-            other => found.push(provider("openai", other, path)),
+            other => {
+                let (definition, at) = match tool.get(other) {
+                    Some(definition) => (object(definition, &definition_path)?, &definition_path),
+                    None => (tool, &path),
+                };
+                let recorded = other_tool(other, definition, at)?;
+                found.define(provider("openai", other, path), recorded);
+            }
         }
     }
     Ok(())
@@ -224,7 +256,7 @@ fn chat_tools(
 /// Responses: `tools` of every type, wherever a list of them sits (the top level, an `input`
 /// item such as `additional_tools` or `tool_search_output`, a `namespace` tool), a saved
 /// `prompt`, `multi_agent`.
-fn responses(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), WireError> {
+fn responses(obj: &Map<String, Value>, found: &mut Found) -> Result<(), WireError> {
     responses_tools(optional_array(obj, "tools", "")?, "tools", found)?;
     if let Some(Value::Array(items)) = obj.get("input") {
         for (i, item) in items.iter().enumerate() {
@@ -266,16 +298,26 @@ fn responses(obj: &Map<String, Value>, found: &mut Vec<Offer>) -> Result<(), Wir
 
 /// A list of Responses tools at `at`; a `namespace` tool is an offer of its own and so is each
 /// tool inside it.
-fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<(), WireError> {
+fn responses_tools(tools: &[Value], at: &str, found: &mut Found) -> Result<(), WireError> {
     for (i, tool) in tools.iter().enumerate() {
         let path = format!("{at}[{i}]");
         let tool = object(tool, &path)?;
         match optional_str(tool, "type", &path)?.unwrap_or("function") {
-            "function" | "custom" => {
-                let name = required_str(tool, "name", &path)?;
-                found.push(function(name, path)?);
+            kind @ ("function" | "custom") => {
+                let offer = function(required_str(tool, "name", &path)?, path.clone())?;
+                let recorded = if kind == "function" {
+                    function_tool(tool, &path)?
+                } else {
+                    other_tool(kind, tool, &path)?
+                };
+                found.define(offer, recorded);
             }
             "mcp" => {
+                let mut recorded = other_tool("mcp", tool, &path)?;
+                if let Some(label) = optional_str(tool, "server_label", &path)? {
+                    recorded.name = label.to_owned();
+                }
+                found.tools.push(recorded);
                 let url = optional_str(tool, "server_url", &path)?;
                 let connector = optional_str(tool, "connector_id", &path)?;
                 // A tunnel reaches a private server in place of the URL: the tunnel is
@@ -306,11 +348,15 @@ fn responses_tools(tools: &[Value], at: &str, found: &mut Vec<Offer>) -> Result<
                 }
             }
             "namespace" => {
-                found.push(provider("openai", "namespace", path.clone()));
+                let recorded = other_tool("namespace", tool, &path)?;
+                found.define(provider("openai", "namespace", path.clone()), recorded);
                 let inner = optional_array(tool, "tools", &path)?;
                 responses_tools(inner, &format!("{path}.tools"), found)?;
             }
-            other => found.push(provider("openai", other, path)),
+            other => {
+                let recorded = other_tool(other, tool, &path)?;
+                found.define(provider("openai", other, path), recorded);
+            }
         }
     }
     Ok(())
@@ -436,11 +482,7 @@ fn unreserved_decoded(path: &str) -> String {
 
 /// Messages: `tools` (custom and Anthropic-defined, `mcp_toolset`), `mcp_servers`,
 /// `container.skills`, the tools content adds ([`inline`]), and the models of `fallbacks`.
-fn anthropic(
-    obj: &Map<String, Value>,
-    found: &mut Vec<Offer>,
-    models: &mut Vec<String>,
-) -> Result<(), WireError> {
+fn anthropic(obj: &Map<String, Value>, found: &mut Found) -> Result<(), WireError> {
     let mut declared = inline::Declared::default();
     for (i, server) in optional_array(obj, "mcp_servers", "")?.iter().enumerate() {
         let path = format!("mcp_servers[{i}]");
@@ -453,8 +495,9 @@ fn anthropic(
     }
     for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
         let path = format!("tools[{i}]");
-        let offer = anthropic_tool(object(tool, &path)?, path, &mut declared)?;
-        found.push(offer);
+        let tool = object(tool, &path)?;
+        let recorded = tool_of(tool, &path)?;
+        found.define(anthropic_tool(tool, path, &mut declared)?, recorded);
     }
     inline::anthropic(obj, &mut declared, found)?;
     if let Some(container) = obj.get("container").filter(|c| c.is_object()) {
@@ -472,12 +515,13 @@ fn anthropic(
     match obj.get("fallbacks") {
         None | Some(Value::Null) => {}
         Some(Value::String(default)) if default == "default" => {
-            models.push("fallbacks:default".into());
+            found.models.push("fallbacks:default".into());
         }
         Some(Value::Array(entries)) => {
             for (i, entry) in entries.iter().enumerate() {
                 let path = format!("fallbacks[{i}]");
-                models.push(required_str(object(entry, &path)?, "model", &path)?.to_owned());
+                let model = required_str(object(entry, &path)?, "model", &path)?;
+                found.models.push(model.to_owned());
             }
         }
         Some(_) => {
@@ -520,7 +564,7 @@ mod tests {
     use super::*;
 
     fn entities(api: ApiKind, body: Value) -> Vec<String> {
-        let (offers, _) = offers(api, body.as_object().unwrap()).unwrap();
+        let offers = offers(api, body.as_object().unwrap()).unwrap().offers;
         offers.into_iter().map(|o| o.entity).collect()
     }
 
@@ -533,7 +577,9 @@ mod tests {
                 {"name": "wire_money", "parameters": {}}
             ]}
         });
-        let (decided, _) = offers(ApiKind::OpenAiChat, body.as_object().unwrap()).unwrap();
+        let decided = offers(ApiKind::OpenAiChat, body.as_object().unwrap())
+            .unwrap()
+            .offers;
         let found: Vec<(String, String)> =
             decided.into_iter().map(|o| (o.entity, o.field)).collect();
         assert_eq!(
@@ -630,7 +676,7 @@ mod tests {
             "container": {"skills": [{"type": "anthropic", "skill_id": "pptx"}]},
             "fallbacks": [{"model": "claude-haiku-4-5"}]
         });
-        let (offers, models) =
+        let super::Found { offers, models, .. } =
             offers(ApiKind::AnthropicMessages, body.as_object().unwrap()).unwrap();
         let names: Vec<&str> = offers.iter().map(|o| o.entity.as_str()).collect();
         assert_eq!(
@@ -645,11 +691,12 @@ mod tests {
             ]
         );
         assert_eq!(models, ["claude-haiku-4-5"]);
-        let (_, models) = super::offers(
+        let models = super::offers(
             ApiKind::AnthropicMessages,
             json!({"fallbacks": "default"}).as_object().unwrap(),
         )
-        .unwrap();
+        .unwrap()
+        .models;
         assert_eq!(models, ["fallbacks:default"]);
     }
 

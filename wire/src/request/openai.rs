@@ -5,7 +5,7 @@ use atdp_schema::{Message, Tool, ToolCall};
 use serde_json::{Map, Value};
 
 use super::{
-    NonText, content_text, field_path, json_text, object, optional_array, optional_str, other_tool,
+    NonText, content_text, field_path, json_text, object, optional_array, optional_str,
     required_array, required_str,
 };
 use crate::WireError;
@@ -170,56 +170,8 @@ fn responses_item(
     Ok(())
 }
 
-/// Chat completions `tools`: `[{type: "function", function: {name, description,
-/// parameters}}]`; other tool types keep their type.
-pub(super) fn chat_tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, WireError> {
-    let mut tools = Vec::new();
-    for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let tool = object(tool, &path)?;
-        let kind = optional_str(tool, "type", &path)?.unwrap_or("function");
-        // The definition sits under a key named like the type (`function`, `custom`).
-        let definition_path = field_path(&path, kind);
-        let definition = match tool.get(kind) {
-            Some(definition) => object(definition, &definition_path)?,
-            None if kind == "function" => return Err(WireError::missing(definition_path)),
-            None => tool,
-        };
-        tools.push(if kind == "function" {
-            function_tool(definition, &definition_path)?
-        } else {
-            other_tool(kind, definition, &definition_path)?
-        });
-    }
-    Ok(tools)
-}
-
-/// Responses `tools`: `[{type: "function", name, description, parameters}]`; built-in
-/// tools (`web_search`, `file_search`, `mcp`, …) keep their type.
-pub(super) fn responses_tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, WireError> {
-    let mut tools = Vec::new();
-    for (i, tool) in optional_array(obj, "tools", "")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let tool = object(tool, &path)?;
-        tools.push(
-            match optional_str(tool, "type", &path)?.unwrap_or("function") {
-                "function" => function_tool(tool, &path)?,
-                "mcp" => {
-                    let mut mcp = other_tool("mcp", tool, &path)?;
-                    if let Some(label) = optional_str(tool, "server_label", &path)? {
-                        mcp.name = label.to_owned();
-                    }
-                    mcp
-                }
-                kind => other_tool(kind, tool, &path)?,
-            },
-        );
-    }
-    Ok(tools)
-}
-
 /// `{name, description, parameters}`.
-fn function_tool(obj: &Map<String, Value>, path: &str) -> Result<Tool, WireError> {
+pub(super) fn function_tool(obj: &Map<String, Value>, path: &str) -> Result<Tool, WireError> {
     Ok(Tool {
         kind: "function".to_owned(),
         name: required_str(obj, "name", path)?.to_owned(),

@@ -397,6 +397,8 @@ fn a_tool_defined_in_the_top_level_system_is_recorded_before_those_of_the_messag
 fn tools_defined_in_anthropic_content_are_recorded_with_the_requests_tools() {
     let body = json!({"model": "m", "max_tokens": 1,
     "tools": [{"name": "lookup", "input_schema": {"type": "object"}}],
+    "system": [{"type": "tool_addition", "tool": {"type": "tool_definition",
+        "definition": {"name": "audit_log", "input_schema": {"type": "object"}}}}],
     "messages": [{"role": "user", "content": [
         {"type": "tool_addition", "tool": {"type": "tool_definition",
             "definition": {"name": "wire_money", "description": "Moves money.", "input_schema": {"type": "object"}}}},
@@ -404,6 +406,11 @@ fn tools_defined_in_anthropic_content_are_recorded_with_the_requests_tools() {
             {"type": "tool_addition", "tool": {"type": "tool_definition",
                 "definition": {"type": "web_fetch_20250910", "name": "web_fetch"}}}
         ]},
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "tool_addition", "tool": {"type": "tool_definition",
+                "definition": {"name": "refund", "description": "Refunds.", "input_schema": {"type": "object"}}}}
+        ]},
+        {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "lookup"}},
         {"type": "text", "text": "go"}
     ]}]});
     let view = parse_request(ApiKind::AnthropicMessages, &body).unwrap();
@@ -412,12 +419,76 @@ fn tools_defined_in_anthropic_content_are_recorded_with_the_requests_tools() {
         names,
         [
             ("function", "lookup"),
+            ("function", "audit_log"),
             ("function", "wire_money"),
-            ("web_fetch_20250910", "web_fetch")
+            ("web_fetch_20250910", "web_fetch"),
+            ("function", "refund")
+        ]
+    );
+    assert_eq!(view.tools[4].description.as_deref(), Some("Refunds."));
+    assert_eq!(
+        entities(&view),
+        [
+            "lookup",
+            "audit_log",
+            "wire_money",
+            "anthropic:web_fetch",
+            "refund",
+            "lookup"
+        ]
+    );
+}
+
+#[test]
+fn every_tool_definition_an_openai_request_hands_the_model_is_recorded() {
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "go"}],
+        "tools": [
+            {"type": "function", "function": {"name": "lookup", "description": "Finds.",
+                "parameters": {"type": "object"}}},
+            {"type": "custom", "custom": {"name": "sql", "description": "Runs SQL."}}
+        ],
+        "functions": [{"name": "legacy_refund", "parameters": {"type": "object"}}],
+        "chat_template_kwargs": {"tools": [
+            {"name": "template_only", "description": "Given to the template.",
+                "parameters": {"type": "object"}},
+            {"type": "function", "function": {"name": "wrapped"}}
+        ]}
+    });
+    let view = parse_request(ApiKind::OpenAiChat, &chat).unwrap();
+    assert_eq!(
+        tool_kinds_and_names(&view),
+        [
+            ("function", "lookup"),
+            ("custom", "sql"),
+            ("function", "template_only"),
+            ("function", "wrapped"),
+            ("function", "legacy_refund")
         ]
     );
     assert_eq!(
-        entities(&view),
-        ["lookup", "wire_money", "anthropic:web_fetch"]
+        view.tools[2].parameters.as_deref(),
+        Some(r#"{"type":"object"}"#)
+    );
+    let responses = json!({"model": "m", "input": [
+            {"type": "message", "role": "user", "content": "go"},
+            {"type": "additional_tools", "tools": [{"type": "function", "name": "late",
+                "parameters": {"type": "object"}}]}
+        ],
+        "tools": [
+            {"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "find"}]},
+            {"type": "mcp", "server_label": "docs", "server_url": "https://mcp.example.com"},
+            {"type": "web_search"}
+        ]
+    });
+    let view = parse_request(ApiKind::OpenAiResponses, &responses).unwrap();
+    assert_eq!(
+        tool_kinds_and_names(&view),
+        [
+            ("namespace", "crm"),
+            ("function", "find"),
+            ("mcp", "docs"),
+            ("web_search", "web_search"),
+            ("function", "late")
+        ]
     );
 }

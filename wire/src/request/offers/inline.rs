@@ -24,8 +24,9 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::{Offer, OfferKind, anthropic_tool, function, named};
+use super::{Found, Offer, OfferKind, anthropic_tool, function, named};
 use crate::WireError;
+use crate::request::anthropic::tool_of;
 use crate::request::{field_path, object, optional_array, optional_str, required_str};
 
 /// The tools and MCP servers a request has defined so far, by name.
@@ -66,7 +67,7 @@ impl Declared {
 pub(super) fn anthropic(
     obj: &Map<String, Value>,
     declared: &mut Declared,
-    found: &mut Vec<Offer>,
+    found: &mut Found,
 ) -> Result<(), WireError> {
     if let Some(system) = obj.get("system") {
         blocks(system, "system", declared, found)?;
@@ -91,7 +92,7 @@ fn blocks(
     value: &Value,
     path: &str,
     declared: &mut Declared,
-    found: &mut Vec<Offer>,
+    found: &mut Found,
 ) -> Result<(), WireError> {
     match value {
         Value::Array(items) => {
@@ -111,7 +112,7 @@ fn content_block(
     block: &Map<String, Value>,
     path: &str,
     declared: &mut Declared,
-    found: &mut Vec<Offer>,
+    found: &mut Found,
 ) -> Result<(), WireError> {
     match optional_str(block, "type", path)? {
         Some("tool_addition") => addition(block, path, declared, found)?,
@@ -163,21 +164,24 @@ fn addition(
     block: &Map<String, Value>,
     path: &str,
     declared: &mut Declared,
-    found: &mut Vec<Offer>,
+    found: &mut Found,
 ) -> Result<(), WireError> {
     let tool_path = field_path(path, "tool");
     let Some(tool) = block.get("tool") else {
         return Err(WireError::missing(tool_path));
     };
     let tool = object(tool, &tool_path)?;
-    let offer = match required_str(tool, "type", &tool_path)? {
+    // A definition is recorded with the step; a reference names a tool recorded elsewhere.
+    let reference = match required_str(tool, "type", &tool_path)? {
         "tool_definition" => {
             let definition_path = field_path(&tool_path, "definition");
             let Some(definition) = tool.get("definition") else {
                 return Err(WireError::missing(definition_path));
             };
             let definition = object(definition, &definition_path)?;
-            anthropic_tool(definition, tool_path, declared)?
+            let recorded = tool_of(definition, &definition_path)?;
+            found.define(anthropic_tool(definition, tool_path, declared)?, recorded);
+            return Ok(());
         }
         "tool_reference" => {
             declared.reference(required_str(tool, "name", &tool_path)?, tool_path)?
@@ -194,7 +198,7 @@ fn addition(
             });
         }
     };
-    found.push(offer);
+    found.push(reference);
     Ok(())
 }
 
@@ -206,7 +210,9 @@ mod tests {
     use crate::request::offers::offers;
 
     fn decided(body: serde_json::Value) -> Vec<(String, String)> {
-        let (found, _) = offers(ApiKind::AnthropicMessages, body.as_object().unwrap()).unwrap();
+        let found = offers(ApiKind::AnthropicMessages, body.as_object().unwrap())
+            .unwrap()
+            .offers;
         found.into_iter().map(|o| (o.entity, o.field)).collect()
     }
 
