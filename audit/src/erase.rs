@@ -20,6 +20,7 @@ use atdp_policies::{AccessPolicy, KeyFile, MaskingConfig};
 use atdp_schema::Table;
 use deltalake::datafusion::prelude::{col, lit};
 use deltalake::operations::vacuum::VacuumMode;
+use object_store::ObjectStoreExt;
 use serde::Serialize;
 
 use crate::auditor::{self, Auditor};
@@ -228,6 +229,7 @@ async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Resu
         .with_predicate(predicate)
         .await
         .map_err(Error::query)?;
+    drop_change_files(&table).await?;
     deleted.rows = metrics.num_deleted_rows.and_then(|n| u64::try_from(n).ok());
     deleted.files_removed = metrics.num_removed_files;
     deleted.files_rewritten = metrics.num_added_files;
@@ -243,4 +245,40 @@ async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Resu
         .map_err(Error::query)?;
     deleted.files_deleted = vacuum.files_deleted.len();
     Ok(deleted)
+}
+
+/// Deletes the change-data files that the table's latest commit wrote. With Delta's change
+/// data feed switched on for a table (`delta.enableChangeDataFeed`, an operator's choice), a
+/// delete writes every row it removes to a file of `_change_data/` as well, which no vacuum
+/// of removed files touches: an erased vault row would stay readable there, and an expired
+/// step too. The feed of that commit no longer reads; the rows it held must not. Returns how
+/// many files were deleted.
+pub(crate) async fn drop_change_files(table: &deltalake::DeltaTable) -> Result<usize> {
+    let Some(version) = table.version() else {
+        return Ok(0);
+    };
+    let commit = table
+        .log_store()
+        .read_commit_entry(version)
+        .await
+        .map_err(Error::query)?
+        .ok_or_else(|| Error::Invalid(format!("commit {version} of the table is missing")))?;
+    let store = table.object_store();
+    let mut dropped = 0;
+    for line in commit.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let action: serde_json::Value = serde_json::from_slice(line).map_err(Error::query)?;
+        let Some(path) = action
+            .pointer("/cdc/path")
+            .and_then(serde_json::Value::as_str)
+        else {
+            continue;
+        };
+        let path = object_store::path::Path::parse(path)
+            .unwrap_or_else(|_| object_store::path::Path::from(path));
+        match store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => dropped += 1,
+            Err(error) => return Err(Error::query(error)),
+        }
+    }
+    Ok(dropped)
 }

@@ -178,6 +178,7 @@ async fn delete(table: DeltaTable, predicate: Expr) -> Result<(DeltaTable, Optio
         .with_predicate(predicate)
         .await
         .map_err(Error::query)?;
+    crate::erase::drop_change_files(&table).await?;
     Ok((
         table,
         metrics.num_deleted_rows.and_then(|n| u64::try_from(n).ok()),

@@ -3,6 +3,13 @@
 //! every file that is missing or does not read (a flipped byte in a Parquet file, a deleted
 //! file). Events are read per file, not through one table scan, so that a damaged file is
 //! named instead of failing the whole read.
+//!
+//! Readers do not read the files alone: they take a file's tenant and date from the Delta
+//! log's partition values and skip files by the log's statistics. So the log's word on each
+//! file is checked against the events the file holds (whose tenant is hashed into the
+//! chain): partition values that name another tenant or day, or statistics that leave out a
+//! value the file holds (which would hide its events from a filtered read, an erasure
+//! lookup for one), are a problem of that file.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -141,6 +148,140 @@ fn decode(bytes: bytes::Bytes, tenant: Option<&str>) -> Result<Vec<AuditEvent>> 
     Ok(events)
 }
 
+/// What the Delta log says of one data file.
+struct LogEntry {
+    partitions: HashMap<String, Option<String>>,
+    stats: Option<String>,
+}
+
+/// A statistic's value, as a reader compares it.
+#[derive(Debug, PartialEq, PartialOrd)]
+enum Stat {
+    Text(String),
+    Int(i64),
+}
+
+/// The value of the statistics column `column` of `event`, `Some(None)` for a null, `None`
+/// for a column the check does not know. Times are compared at the milliseconds the log's
+/// statistics keep.
+fn stat_of(event: &AuditEvent, column: &str) -> Option<Option<Stat>> {
+    let text = |value: &str| Some(Some(Stat::Text(value.to_owned())));
+    match column {
+        "event_id" => text(&event.event_id),
+        "chain_id" => text(&event.chain_id),
+        "kind" => text(&event.kind),
+        "actor" => text(&event.actor),
+        "subject" => Some(event.subject.clone().map(Stat::Text)),
+        "decision" => Some(event.decision.clone().map(Stat::Text)),
+        "chain_seq" => Some(Some(Stat::Int(event.chain_seq))),
+        "occurred_at" => Some(Some(Stat::Int(event.occurred_at.div_euclid(1000)))),
+        _ => None,
+    }
+}
+
+/// A statistic as the log writes it for `column`.
+fn stat_in_log(column: &str, value: &serde_json::Value) -> Option<Stat> {
+    match column {
+        "occurred_at" => {
+            let time = chrono::DateTime::parse_from_rfc3339(value.as_str()?).ok()?;
+            Some(Stat::Int(time.timestamp_micros().div_euclid(1000)))
+        }
+        "chain_seq" => value.as_i64().map(Stat::Int),
+        _ => value.as_str().map(|text| Stat::Text(text.to_owned())),
+    }
+}
+
+/// The day (`YYYY-MM-DD`) an event's `date` partition holds it under.
+fn day_of(event: &AuditEvent) -> String {
+    const DAYS_TO_EPOCH: i32 = 719_163;
+    let days = atdp_schema::date_of_micros(event.occurred_at);
+    days.checked_add(DAYS_TO_EPOCH)
+        .and_then(chrono::NaiveDate::from_num_days_from_ce_opt)
+        .map(|day| day.format("%Y-%m-%d").to_string())
+        .unwrap_or_default()
+}
+
+/// Where the log's word on a file disagrees with the `events` it holds, in words.
+fn log_disagrees(entry: Option<&LogEntry>, events: &[AuditEvent]) -> Option<String> {
+    let Some(entry) = entry else {
+        return Some("the table lists it but its log entry cannot be read".into());
+    };
+    for event in events {
+        let tenant = entry.partitions.get("tenant_id").cloned().flatten();
+        if tenant.as_deref() != Some(event.tenant_id.as_str()) {
+            return Some(
+                "the log's tenant_id partition value is not the tenant its events hash".into(),
+            );
+        }
+        let day = entry.partitions.get("date").cloned().flatten();
+        if day.as_deref() != Some(day_of(event).as_str()) {
+            return Some("the log's date partition value is not the day of its events".into());
+        }
+    }
+    let Some(stats) = &entry.stats else {
+        return None;
+    };
+    let Ok(stats) = serde_json::from_str::<serde_json::Value>(stats) else {
+        return Some("the log's statistics do not read".into());
+    };
+    if let Some(records) = stats.get("numRecords")
+        && records.as_u64() != u64::try_from(events.len()).ok()
+    {
+        return Some(format!(
+            "the log counts {records} records, the file holds {}",
+            events.len()
+        ));
+    }
+    let bound = |kind: &str, column: &str| stats.get(kind).and_then(|values| values.get(column));
+    let columns = ["minValues", "maxValues", "nullCount"]
+        .iter()
+        .filter_map(|kind| stats.get(*kind)?.as_object())
+        .flat_map(|values| values.keys())
+        .collect::<std::collections::BTreeSet<_>>();
+    for column in columns {
+        let Some(values) = events
+            .iter()
+            .map(|event| stat_of(event, column))
+            .collect::<Option<Vec<Option<Stat>>>>()
+        else {
+            continue;
+        };
+        let wrong = |what: &str| {
+            Some(format!(
+                "the log's {what} of {column} leaves out values the file holds"
+            ))
+        };
+        if let Some(count) = bound("nullCount", column)
+            && count.as_u64() != u64::try_from(values.iter().filter(|v| v.is_none()).count()).ok()
+        {
+            return wrong("null count");
+        }
+        let present = values.iter().flatten();
+        if let Some(min) = bound("minValues", column) {
+            let Some(min) = stat_in_log(column, min) else {
+                return wrong("minimum");
+            };
+            if present.clone().any(|value| *value < min) {
+                return wrong("minimum");
+            }
+        }
+        if let Some(max) = bound("maxValues", column) {
+            let Some(max) = stat_in_log(column, max) else {
+                return wrong("maximum");
+            };
+            // A text maximum may be cut short: a value it begins is within it.
+            let within = |value: &Stat| match (value, &max) {
+                (Stat::Text(value), Stat::Text(max)) => value <= max || value.starts_with(max),
+                _ => *value <= max,
+            };
+            if !present.clone().all(within) {
+                return wrong("maximum");
+            }
+        }
+    }
+    None
+}
+
 /// Verifies the `audit` table (at `version`, or the latest).
 pub async fn verify(lake: &Lake, version: Option<u64>) -> Result<VerifyReport> {
     let table = match version {
@@ -160,6 +301,18 @@ pub async fn verify(lake: &Lake, version: Option<u64>) -> Result<VerifyReport> {
         .get_files_by_partitions(&[])
         .await
         .map_err(Error::query)?;
+    let snapshot = table.snapshot().map_err(Error::query)?;
+    let log: HashMap<String, LogEntry> = snapshot
+        .log_data()
+        .iter()
+        .map(|file| {
+            let entry = LogEntry {
+                partitions: file.partition_values_map(),
+                stats: file.stats(),
+            };
+            (file.object_store_path().to_string(), entry)
+        })
+        .collect();
     let store = table.object_store();
     let mut file_problems = Vec::new();
     let mut chains: BTreeMap<String, Vec<AuditEvent>> = BTreeMap::new();
@@ -181,6 +334,12 @@ pub async fn verify(lake: &Lake, version: Option<u64>) -> Result<VerifyReport> {
         let tenant = partition_values(&name).remove("tenant_id");
         match read.and_then(|bytes| decode(bytes, tenant.as_deref())) {
             Ok(found) => {
+                if let Some(problem) = log_disagrees(log.get(&name), &found) {
+                    file_problems.push(FileProblem {
+                        file: name.clone(),
+                        problem,
+                    });
+                }
                 events += found.len();
                 for event in found {
                     file_of.insert((event.chain_id.clone(), event.chain_seq), name.clone());

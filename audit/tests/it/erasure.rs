@@ -142,6 +142,23 @@ async fn reveal_then_erase_then_reveal_fails() {
         Some(serde_json::json!({"trajectories": {"other": [demo]}})),
     );
 
+    // An operator has switched Delta's change data feed on for the vault: a delete then
+    // writes the rows it removes to change files too, which must not keep them.
+    let vault = f
+        .lake
+        .open_table(atdp_schema::Table::PiiVault)
+        .await
+        .unwrap()
+        .unwrap();
+    vault
+        .set_tbl_properties()
+        .with_properties(std::collections::HashMap::from([(
+            "delta.enableChangeDataFeed".to_owned(),
+            "true".to_owned(),
+        )]))
+        .await
+        .unwrap();
+
     let report = atdp_audit::erase(
         &f.lake,
         &f.policy,
@@ -177,7 +194,12 @@ async fn reveal_then_erase_then_reveal_fails() {
         reveal(email.clone(), "again").await,
         Err(Error::NotFound(_))
     ));
-    // Gone from storage, not only from the current table version.
+    // Gone from storage, not only from the current table version, change files included.
+    let log = std::fs::read_dir(vault_dir.join("_delta_log"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
+        .collect::<String>();
+    assert!(log.contains("\"cdc\""), "the delete wrote change files");
     assert_eq!(
         files_containing(&vault_dir, &ciphertext),
         Vec::<std::path::PathBuf>::new()
