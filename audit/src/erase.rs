@@ -224,12 +224,13 @@ async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Resu
     let predicate = col("tenant_id")
         .eq(lit(tenant.to_owned()))
         .and(col("token").in_list(tokens.iter().map(|t| lit(t.clone())).collect(), false));
+    let before = table.version();
     let (table, metrics) = table
         .delete()
         .with_predicate(predicate)
         .await
         .map_err(Error::query)?;
-    drop_change_files(&table).await?;
+    drop_change_files(&table, before).await?;
     deleted.rows = metrics.num_deleted_rows.and_then(|n| u64::try_from(n).ok());
     deleted.files_removed = metrics.num_removed_files;
     deleted.files_rewritten = metrics.num_added_files;
@@ -247,14 +248,19 @@ async fn delete_vault_rows(lake: &Lake, tenant: &str, tokens: &[String]) -> Resu
     Ok(deleted)
 }
 
-/// Deletes the change-data files that the table's latest commit wrote. With Delta's change
-/// data feed switched on for a table (`delta.enableChangeDataFeed`, an operator's choice), a
-/// delete writes every row it removes to a file of `_change_data/` as well, which no vacuum
-/// of removed files touches: an erased vault row would stay readable there, and an expired
-/// step too. The feed of that commit no longer reads; the rows it held must not. Returns how
-/// many files were deleted.
-pub(crate) async fn drop_change_files(table: &deltalake::DeltaTable) -> Result<usize> {
-    let Some(version) = table.version() else {
+/// Deletes the change-data files that a delete committed on `table` wrote (`before`: the
+/// table's version before it; a delete that matched nothing commits nothing, and the latest
+/// commit is then someone else's). With Delta's change data feed switched on for a table
+/// (`delta.enableChangeDataFeed`, an operator's choice), a delete writes every row it removes
+/// to a file of `_change_data/` as well, which no vacuum of removed files touches: an erased
+/// vault row would stay readable there, and an expired step too. The feed of that commit no
+/// longer reads; the rows it held must not. A file that cannot be deleted, or is not where
+/// the commit says, is an error. Returns how many files were deleted.
+pub(crate) async fn drop_change_files(
+    table: &deltalake::DeltaTable,
+    before: Option<u64>,
+) -> Result<usize> {
+    let Some(version) = table.version().filter(|v| Some(*v) != before) else {
         return Ok(0);
     };
     let commit = table
@@ -273,12 +279,18 @@ pub(crate) async fn drop_change_files(table: &deltalake::DeltaTable) -> Result<u
         else {
             continue;
         };
-        let path = object_store::path::Path::parse(path)
-            .unwrap_or_else(|_| object_store::path::Path::from(path));
-        match store.delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => dropped += 1,
-            Err(error) => return Err(Error::query(error)),
-        }
+        // Paths in the log are percent-encoded, as delta-rs reads them.
+        let decoded = crate::verify::percent_decode(path);
+        let path = object_store::path::Path::parse(&decoded)
+            .unwrap_or_else(|_| object_store::path::Path::from(decoded.as_str()));
+        store.head(&path).await.map_err(|error| {
+            Error::Invalid(format!(
+                "a change file the delete wrote is not where its commit says ({error}); \
+                 delete the table's _change_data files of version {version} by hand"
+            ))
+        })?;
+        store.delete(&path).await.map_err(Error::query)?;
+        dropped += 1;
     }
     Ok(dropped)
 }

@@ -173,12 +173,13 @@ fn in_list(column: &str, values: &BTreeSet<String>) -> Expr {
 /// Deletes the rows of `table` matching `predicate`; returns the table after the commit,
 /// the rows deleted and the files removed.
 async fn delete(table: DeltaTable, predicate: Expr) -> Result<(DeltaTable, Option<u64>, usize)> {
+    let before = table.version();
     let (table, metrics) = table
         .delete()
         .with_predicate(predicate)
         .await
         .map_err(Error::query)?;
-    crate::erase::drop_change_files(&table).await?;
+    crate::erase::drop_change_files(&table, before).await?;
     Ok((
         table,
         metrics.num_deleted_rows.and_then(|n| u64::try_from(n).ok()),

@@ -92,7 +92,7 @@ fn partition_values(path: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn percent_decode(text: &str) -> String {
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

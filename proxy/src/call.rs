@@ -106,16 +106,17 @@ async fn prepare(
     let (mut document, mut outbound) =
         stage!(mask_for_upstream(state, &policy, &keys, &caller, &upstream, heavy, document).await);
     if state.config.mask && !outbound.by_context.is_empty() {
-        let masked = [
-            policy.masking.policy(Destination::Storage),
-            policy.masking.policy(mask::destination(upstream.trust)),
-        ];
+        let found = std::mem::take(&mut outbound.by_context);
+        let (matching, trust) = (policy.clone(), upstream.trust);
+        let known = state
+            .heavy
+            .run_if(heavy, move || {
+                decide::context_matcher(&matching, trust, &found)
+            })
+            .await;
+        let known = stage!(known.unwrap_or(Err(Refusal::Internal)));
         stage!(decide::check_names_against(
-            &outbound.by_context,
-            masked,
-            &request,
-            &named,
-            &forwarded
+            &known, &request, &named, &forwarded
         ));
     }
     let decision = decide::decide(

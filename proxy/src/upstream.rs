@@ -227,6 +227,14 @@ impl Upstreams {
                     if !retryable(&mut error, stage, reused) || tries >= MAX_TRIES {
                         return Err(error);
                     }
+                    // No content: the error's kind, and where the try stopped.
+                    tracing::warn!(
+                        upstream = %dispatch.upstream.name,
+                        try_number = tries,
+                        reused,
+                        error = error.etype.as_str(),
+                        "A try failed before the upstream could have the whole request; it is sent again on another connection."
+                    );
                 }
             }
         }

@@ -240,11 +240,47 @@ pub(crate) struct TokenTrace {
     ids_from_tokens: bool,
     seen_logprobs: bool,
     seen_ids: bool,
+    /// A message or delta held something besides what is recorded (`reasoning_content`, …):
+    /// the ids then cover text the record does not hold, which no masking has read.
+    unrecorded: bool,
+    /// Text was seen in `content`, and in `refusal`: the record holds one of them only.
+    content: bool,
+    refusal: bool,
+}
+
+/// The members of a chat message or delta that the record holds.
+const RECORDED_MEMBERS: &[&str] = &["role", "content", "refusal", "tool_calls"];
+
+/// Whether `value` holds nothing: null, or an empty string, list or object.
+fn empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(text) => text.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(members) => members.is_empty(),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
 }
 
 impl TokenTrace {
     /// Adds a choice's (vLLM) `token_ids` and `logprobs.content`.
     pub(crate) fn add_choice(&mut self, choice: &Value) {
+        let message = choice.get("message").or_else(|| choice.get("delta"));
+        if let Some(members) = message.and_then(Value::as_object) {
+            let text = |key: &str| members.get(key).filter(|v| !empty(v));
+            // The record holds `content` when it is text, else `refusal`: content of another
+            // shape, or both, leave text out.
+            let content = text("content");
+            self.content |= content.is_some();
+            self.refusal |= text("refusal").is_some();
+            if content.is_some_and(|c| !c.is_string())
+                || members
+                    .iter()
+                    .any(|(key, value)| !RECORDED_MEMBERS.contains(&key.as_str()) && !empty(value))
+            {
+                self.unrecorded = true;
+            }
+        }
         if let Some(ids) = choice.get("token_ids").and_then(Value::as_array) {
             if !self.seen_ids {
                 self.seen_ids = true;
@@ -282,8 +318,13 @@ impl TokenTrace {
         }
     }
 
-    /// `(token_ids, logprobs)`, each `None` when the upstream sent none.
+    /// `(token_ids, logprobs)`, each `None` when the upstream sent none, and both `None` when
+    /// the reply held text the record does not (the ids and log-probs cover it: they would
+    /// carry text into the lake that no masking read, and would not match what is stored).
     pub(crate) fn finish(self) -> (Option<Vec<i32>>, Option<Vec<f32>>) {
+        if self.unrecorded || (self.content && self.refusal) {
+            return (None, None);
+        }
         let from_tokens = self.ids_from_tokens && !self.ids.is_empty();
         let ids = (self.seen_ids || from_tokens).then_some(self.ids);
         (ids, self.seen_logprobs.then_some(self.logprobs))

@@ -154,6 +154,9 @@ async fn verify_names_the_edited_or_missing_file() {
     assert!(chain.file.as_ref().unwrap().ends_with(&file_name(&target)));
 }
 
+/// A change to a Delta `add` action.
+type Edit = fn(&mut serde_json::Value);
+
 /// Appends a commit to the `audit` table's log that adds its first file again with `edit`
 /// applied to the add action: the file's bytes stay as they were.
 fn recommit_first_file(f: &Fixture, edit: impl Fn(&mut serde_json::Value)) {
@@ -185,7 +188,7 @@ fn recommit_first_file(f: &Fixture, edit: impl Fn(&mut serde_json::Value)) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_finds_a_log_entry_that_misstates_a_files_tenant_day_or_statistics() {
-    let edits: [(&str, fn(&mut serde_json::Value)); 4] = [
+    let edits: [(&str, Edit); 4] = [
         ("tenant_id", |add| {
             add["partitionValues"]["tenant_id"] = "zzz".into();
         }),

@@ -80,7 +80,7 @@ pub struct KnownValues {
     /// Every value, ASCII case-insensitively; `None` when there is none.
     automaton: Option<AhoCorasick>,
     /// For each value of the automaton, by pattern index: its entity type, and its first and
-    /// its last character where they continue a token.
+    /// its last character where they continue a token (`None` for a value found glued).
     values: Vec<(Box<str>, Option<char>, Option<char>)>,
     /// The values written as numbers (digits and separators, at least [`MIN_NUMBER_DIGITS`]
     /// digits), by their digits alone, with the index of their value: found however the
@@ -93,6 +93,10 @@ pub struct KnownValues {
 /// How many digits a value written as a number needs to be found whatever its separators:
 /// as many as the shortest phone numbers.
 const MIN_NUMBER_DIGITS: usize = 7;
+
+/// How many digits a value written as a number may have to be found however its digits are
+/// grouped (more than any phone, card or account number); a longer one is found as written.
+const MAX_NUMBER_DIGITS: usize = 34;
 
 /// The separators a number's digit groups are written with.
 fn number_separator(byte: u8) -> bool {
@@ -131,12 +135,34 @@ impl KnownValues {
     /// be built (more values than it can hold): the caller must not store text it could not
     /// check.
     pub fn new<'v>(pairs: impl IntoIterator<Item = (&'v str, &'v str)>) -> Result<KnownValues> {
+        KnownValues::with_glued(
+            pairs
+                .into_iter()
+                .map(|(value, entity)| (value, entity, false)),
+        )
+    }
+
+    /// Whether a value of `entity` spelled `value` can be told apart glued to other text: a
+    /// shaped value with a digit or a sign (`jane@example.com`, `415-555-0172`), not a name
+    /// and not a value of letters alone, which any longer word may hold (`Stan` in
+    /// `understand`).
+    pub fn gluable(value: &str, entity: &str) -> bool {
+        !atdp_detect::NAME_ENTITIES.contains(&entity) && value.chars().any(|c| !c.is_alphabetic())
+    }
+
+    /// The values of `triples`, each `(original, entity, glued)`: a value with `glued` is found
+    /// also where letters, digits or `_` continue it (`xjane@example.comx`), as in a reply
+    /// where the proxy restored it from a placeholder the model wrote glued to other text.
+    /// Written otherwise (grouped as another number), it is found on token boundaries only.
+    pub fn with_glued<'v>(
+        triples: impl IntoIterator<Item = (&'v str, &'v str, bool)>,
+    ) -> Result<KnownValues> {
         let mut seen: HashSet<String> = HashSet::new();
         let mut patterns: Vec<&str> = Vec::new();
         let mut values = Vec::new();
         let mut views: Vec<String> = Vec::new();
         let mut entities = Vec::new();
-        for (original, entity) in pairs {
+        for (original, entity, glued) in triples {
             let view = Normalized::new(original);
             let spelled = view.as_str();
             let long = spelled.chars().nth(MIN_KNOWN_CHARS - 1).is_some();
@@ -147,13 +173,13 @@ impl KnownValues {
                 continue;
             }
             views.push(spelled.to_owned());
-            entities.push(entity);
+            entities.push((entity, glued));
         }
         let mut numbers = HashMap::new();
-        for (spelled, entity) in views.iter().zip(entities) {
-            let starts = spelled.chars().next().filter(|c| joins(*c));
-            let ends = spelled.chars().next_back().filter(|c| joins(*c));
-            if let Some(digits) = number_digits(spelled) {
+        for (spelled, (entity, glued)) in views.iter().zip(entities) {
+            let starts = spelled.chars().next().filter(|c| joins(*c) && !glued);
+            let ends = spelled.chars().next_back().filter(|c| joins(*c) && !glued);
+            if let Some(digits) = number_digits(spelled).filter(|d| d.len() <= MAX_NUMBER_DIGITS) {
                 numbers.entry(digits).or_insert(values.len());
             }
             patterns.push(spelled);
@@ -255,6 +281,8 @@ impl KnownValues {
         let word = |at: usize| {
             bytes[at].is_ascii_alphanumeric() && !view.look_alike_at(at) && !view.removed_at(at + 1)
         };
+        // The spans found so far, so that a span is reported once however many runs hold it.
+        let mut reported: HashSet<(usize, usize)> = out.iter().map(|h| (h.start, h.end)).collect();
         let mut at = 0;
         while at < bytes.len() {
             if !bytes[at].is_ascii_digit() || (at > 0 && word(at - 1)) {
@@ -263,43 +291,55 @@ impl KnownValues {
             }
             let groups = digit_groups(bytes, at);
             let end = groups.last().map_or(at + 1, |group| group.end);
-            if bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric()) {
-                self.number_hits(view, &groups, out);
+            let apart = bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric());
+            for (start, end, entity) in self.number_hits(bytes, &groups, apart) {
+                let (start, end) = view.original(start, end);
+                if reported.insert((start, end)) {
+                    out.push(Hit { start, end, entity });
+                }
             }
             at = end.max(at + 1);
         }
     }
 
-    /// The hits of [`KnownValues::find_numbers`] in one run of digit `groups` of `view`.
-    fn number_hits<'k>(
-        &'k self,
-        view: &Normalized<'_>,
+    /// The hits of [`KnownValues::find_numbers`] in one run of digit `groups` of `bytes`, as
+    /// spans of `bytes` with their entity; `apart`: nothing continues the run's last group.
+    fn number_hits(
+        &self,
+        bytes: &[u8],
         groups: &[Range<usize>],
-        out: &mut Vec<Hit<'k>>,
-    ) {
-        let bytes = view.as_str().as_bytes();
+        apart: bool,
+    ) -> Vec<(usize, usize, &str)> {
+        let mut hits = Vec::new();
         let digits_of = |group: &Range<usize>| bytes.get(group.clone()).unwrap_or_default();
-        let mut push = |start: usize, end: usize, entity: &'k str| {
-            let (start, end) = view.original(start, end);
-            // The value as it was written is found by the automaton already.
-            if !out.iter().any(|hit| hit.start == start && hit.end == end) {
-                out.push(Hit { start, end, entity });
-            }
-        };
         let (Some(first), Some(last)) = (groups.first(), groups.last()) else {
-            return;
+            return hits;
         };
-        let whole: Vec<u8> = groups.iter().flat_map(digits_of).copied().collect();
-        // A leading `+` (a country code's) is part of the number.
-        let plus = first.start > 0 && bytes.get(first.start - 1) == Some(&b'+');
-        let start = if plus { first.start - 1 } else { first.start };
-        let code = if plus { 0..=COUNTRY_CODE_DIGITS } else { 0..=0 };
-        for skipped in code {
-            if let Some(entity) = whole.get(skipped..).and_then(|d| self.number(d)) {
-                push(start, last.end, entity);
-                return;
+        let total: usize = groups.iter().map(|g| g.len()).sum();
+        if apart && total <= self.longest_number + COUNTRY_CODE_DIGITS {
+            let whole: Vec<u8> = groups.iter().flat_map(digits_of).copied().collect();
+            // A leading `+` (a country code's) is part of the number.
+            let plus = first.start > 0 && bytes.get(first.start - 1) == Some(&b'+');
+            let start = if plus { first.start - 1 } else { first.start };
+            let code = if plus { 0..=COUNTRY_CODE_DIGITS } else { 0..=0 };
+            for skipped in code {
+                let Some(national) = whole.get(skipped..) else {
+                    continue;
+                };
+                // After a country code, a number whose national form begins with a trunk `0`
+                // (`+44 20 7946 0958` for `020 7946 0958`) is written without it.
+                let trunk = (skipped > 0).then(|| [b"0".as_slice(), national].concat());
+                let found = self
+                    .number(national)
+                    .or_else(|| trunk.as_deref().and_then(|d| self.number(d)));
+                if let Some(entity) = found {
+                    hits.push((start, last.end, entity));
+                    return hits;
+                }
             }
         }
+        // Whole groups that make a value on their own; one that ends the run only when nothing
+        // continues it.
         let mut i = 0;
         while i + 1 < groups.len() {
             let mut digits = Vec::new();
@@ -309,7 +349,10 @@ impl KnownValues {
                 if digits.len() > self.longest_number {
                     break;
                 }
-                if let Some(entity) = self.number(&digits) {
+                if let Some(entity) = self
+                    .number(&digits)
+                    .filter(|_| apart || j + 1 < groups.len())
+                {
                     matched = Some((j, entity));
                     break;
                 }
@@ -317,13 +360,14 @@ impl KnownValues {
             match matched {
                 Some((j, entity)) => {
                     if let (Some(from), Some(to)) = (groups.get(i), groups.get(j)) {
-                        push(from.start, to.end, entity);
+                        hits.push((from.start, to.end, entity));
                     }
                     i = j + 1;
                 }
                 None => i += 1,
             }
         }
+        hits
     }
 
     /// The entity of the value written as a number whose digits are `digits`.
@@ -469,14 +513,22 @@ mod tests {
         assert_eq!(
             found(
                 &grouped,
-                "+14155550172, +1 415 555 0172, 0044 415 555 0172 and 4155550172 4155550173"
+                "+14155550172, +1 415 555 0172, 0044 415 555 0172 and 4155550172 4155550173 \
+                 or 415 555 0172 24h"
             ),
             [
                 ("+14155550172".into(), "PHONE_NUMBER".into()),
                 ("+1 415 555 0172".into(), "PHONE_NUMBER".into()),
                 ("415 555 0172".into(), "PHONE_NUMBER".into()),
                 ("4155550172".into(), "PHONE_NUMBER".into()),
+                ("415 555 0172".into(), "PHONE_NUMBER".into()),
             ]
+        );
+        // A national number with a trunk `0`, after its country code.
+        let london = KnownValues::new([("020 7946 0958", "PHONE_NUMBER")]).unwrap();
+        assert_eq!(
+            found(&london, "tracking +44 20 7946 0958"),
+            [("+44 20 7946 0958".into(), "PHONE_NUMBER".into())]
         );
         // Letters of other scripts, or folded from them, keep a value of ASCII apart.
         assert_eq!(found(&known, "電話は4155550172です").len(), 1);

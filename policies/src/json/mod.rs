@@ -61,10 +61,11 @@ pub struct JsonMasked {
     /// them by their exact text elsewhere ([`KnownValues`]). Kept in memory only.
     pub values: FoundValues,
     /// The originals of the values found with the words around them, whatever their action:
-    /// those of a type the detectors may need context for ([`Scanner::found_by_context`]; not
-    /// names, places and organisations) and those found only after their key. A name or id
-    /// the request carries as given may not repeat one of them: read alone, it would not be
-    /// found there. Kept in memory only.
+    /// those of a type the detectors may need context for ([`Scanner::found_by_context`]) and
+    /// those found only after their key; not names, places and organisations (a name that is
+    /// also a word, `Claude`, would refuse every model named after it). A name or id the
+    /// request carries as given may not repeat one of them: read alone, it would not be found
+    /// there. Kept in memory only.
     pub by_context: FoundValues,
 }
 
@@ -225,7 +226,7 @@ impl<'a> JsonMasker<'a> {
         for span in allowed {
             pass.found.by_context.insert(&span.token, &span.entity);
         }
-        for (value, entity) in &by_context {
+        for (value, entity) in by_context.iter().filter(|(_, entity)| !name(entity)) {
             pass.found.by_context.insert(value, entity);
         }
         let masked: Vec<(&str, &str)> = by_context

@@ -15,8 +15,8 @@
 use atdp_detect::Scanner;
 
 use atdp_policies::{
-    AccessPolicy, Action, Forwarding, FoundValues, KnownValues, MaskPolicy, Verdict,
-    decode_json_escapes,
+    AccessPolicy, Action, Destination, Forwarding, FoundValues, KnownValues, MaskPolicy, Policy,
+    Verdict, decode_json_escapes,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -61,25 +61,45 @@ pub fn check_names(
     )
 }
 
-/// Refuses a request whose names or ids (those of [`check_names`]) repeat a value that masking
-/// found in its text with the words around it (`found`: [`crate::stages::mask::Outbound`]'s
-/// `by_context`, a phone number after "mobile:"), of a type the policy masks for storage or
-/// for this upstream: read alone, the name would not show it, and it would be routed,
-/// forwarded and stored as given. A value is matched as masking matches a known value (in any
-/// spelling, on token boundaries). A failure to build the matcher refuses the call.
-pub fn check_names_against(
+/// The values that masking found in a request's text with the words around them (`found`:
+/// [`crate::stages::mask::Outbound`]'s `by_context`, a phone number after "mobile:"), of a type
+/// `policy` masks for storage or for an upstream of `trust`, to match its names against
+/// ([`check_names_against`]). A shaped value is matched glued to other text as well
+/// (`user4155550172`: ids are written so). Built on the heavy-work pool for a large body: a
+/// body can hold many such values. A failure to build it refuses the call.
+pub fn context_matcher(
+    policy: &Policy,
+    trust: Trust,
     found: &FoundValues,
-    masked: [&MaskPolicy; 2],
+) -> Result<KnownValues, Refusal> {
+    let masked = [
+        policy.masking.policy(Destination::Storage),
+        policy
+            .masking
+            .policy(crate::stages::mask::destination(trust)),
+    ];
+    let kept = |entity: &str| masked.iter().any(|p| p.action(entity) != Action::Allow);
+    let values = found
+        .iter()
+        .filter(|(_, entity)| kept(entity))
+        .map(|(value, entity)| (value, entity, KnownValues::gluable(value, entity)));
+    KnownValues::with_glued(values).map_err(|error| {
+        tracing::error!(error = %error, "The values found by their context cannot be matched; the request is refused.");
+        Refusal::MaskingFailed
+    })
+}
+
+/// Refuses a request whose names or ids (those of [`check_names`]) repeat a value of `known`
+/// ([`context_matcher`]): read alone, such a name shows nothing, and it would be routed,
+/// forwarded and stored as given. A value is matched as masking matches a known value (in any
+/// spelling). Names, places and organisations are not among them (a name that is also a
+/// word, `Claude`, would refuse every model named after it).
+pub fn check_names_against(
+    known: &KnownValues,
     request: &RequestView,
     named: &Named,
     forwarded: &[(HeaderName, HeaderValue)],
 ) -> Result<(), Refusal> {
-    let kept = |entity: &str| masked.iter().any(|p| p.action(entity) != Action::Allow);
-    let values = found.iter().filter(|(_, entity)| kept(entity));
-    let known = KnownValues::new(values).map_err(|error| {
-        tracing::error!(error = %error, "The values found by their context cannot be matched; the request is refused.");
-        Refusal::MaskingFailed
-    })?;
     if known.is_empty() {
         return Ok(());
     }

@@ -37,6 +37,9 @@ pub const SHADOW_SOURCE: &str = "shadow";
 /// The tag that says a step's token ids were not stored, and its value.
 pub const TOKEN_IDS_TAG: (&str, &str) = ("token_ids", "dropped");
 
+/// The tag that says none of a step's text was stored, because it could not be masked.
+pub const TEXT_TAG: (&str, &str) = ("text", "dropped");
+
 pub use atdp_schema::now_micros;
 
 /// What is known about a call when it starts.
@@ -168,11 +171,13 @@ pub fn mark_for_training(
 /// 1. the request's fields (`request_messages`, `tools`, `params`, `extra_json`), with every
 ///    value that was masked in what went upstream (`sent_masked`) masked by its exact text too,
 ///    so what the policy kept from the provider is never stored in the clear;
-/// 2. the reply (`response_message`), with those values and every value pass 1 masked masked
-///    by their exact text wherever the reply repeats them: the originals restored into the
-///    reply, or a value found in the request by its context (a phone number after "mobile", a
-///    name after a cue) that the model repeats without that context, are masked in the stored
-///    reply without being detected a second time.
+/// 2. the reply (`response_message`, and what the upstream reports of itself), with those
+///    values and every value pass 1 masked masked by their exact text wherever the reply
+///    repeats them: the originals restored into the reply, or a value found in the request by
+///    its context (a phone number after "mobile", a name after a cue) that the model repeats
+///    without that context, are masked in the stored reply without being detected a second
+///    time. A shaped value is found even glued to other text (`x<EMAIL_…>x` restored as
+///    `xjane@example.comx`); a name, or a value of letters alone, only as a word of its own.
 ///
 /// Token ids carry text too: when anything in the reply is masked, they and their log-probs are
 /// dropped and the step is tagged [`TOKEN_IDS_TAG`].
@@ -184,13 +189,13 @@ pub fn mask_step(
     sent_masked: &FoundValues,
 ) -> atdp_policies::Result<Vec<VaultItem>> {
     let encode = |e: serde_json::Error| atdp_policies::Error::Mask(format!("step encoding: {e}"));
-    let fields = |named: [(&str, serde_json::Result<Value>); 4]| {
+    let fields = |named: Vec<(&str, serde_json::Result<Value>)>| {
         named
             .into_iter()
             .map(|(name, value)| Ok((name.to_owned(), value.map_err(encode)?)))
             .collect::<atdp_policies::Result<Map<String, Value>>>()
     };
-    let mut request = Value::Object(fields([
+    let mut request = Value::Object(fields(vec![
         (
             "request_messages",
             serde_json::to_value(&step.request_messages),
@@ -199,14 +204,18 @@ pub fn mask_step(
         ("params", serde_json::to_value(&step.params)),
         ("extra_json", serde_json::to_value(&step.extra_json)),
     ])?);
-    let mut reply = Value::Object(
-        [(
-            "response_message".to_owned(),
-            serde_json::to_value(&step.response_message).map_err(encode)?,
-        )]
-        .into_iter()
-        .collect(),
-    );
+    // What the upstream reports of itself is its text too: a reply's `model` is restored
+    // like any other string of it.
+    let mut reply = Value::Object(fields(vec![
+        (
+            "response_message",
+            serde_json::to_value(&step.response_message),
+        ),
+        ("model_served", serde_json::to_value(&step.model_served)),
+        ("policy_version", serde_json::to_value(&step.policy_version)),
+        ("finish_reason", serde_json::to_value(&step.finish_reason)),
+        ("error", serde_json::to_value(&step.error)),
+    ])?);
     let sent = KnownValues::new(sent_masked.iter())?;
     let masker = JsonMasker {
         scanner,
@@ -216,7 +225,15 @@ pub fn mask_step(
         known: (!sent.is_empty()).then_some(&sent),
     };
     let masked_request = masker.mask(&mut request)?;
-    let known = KnownValues::new(sent_masked.iter().chain(masked_request.values.iter()))?;
+    // A model writes a placeholder glued to other text as readily as apart, and the proxy
+    // restores it there: a shaped value (with a digit or a sign) is found glued too. A name,
+    // or a value of letters alone, only as a word of its own (`Stan` is not in `understand`).
+    let known = KnownValues::with_glued(
+        sent_masked
+            .iter()
+            .chain(masked_request.values.iter())
+            .map(|(value, entity)| (value, entity, KnownValues::gluable(value, entity))),
+    )?;
     let masked_reply = JsonMasker {
         known: (!known.is_empty()).then_some(&known),
         ..masker
@@ -239,6 +256,14 @@ pub fn mask_step(
     let params = serde_json::from_value(field("params")).map_err(encode)?;
     let response_message = serde_json::from_value(field("response_message")).map_err(encode)?;
     let extra_json = serde_json::from_value(field("extra_json")).map_err(encode)?;
+    let model_served = serde_json::from_value(field("model_served")).map_err(encode)?;
+    let finish_reason = serde_json::from_value(field("finish_reason")).map_err(encode)?;
+    let error = serde_json::from_value(field("error")).map_err(encode)?;
+    let policy_version = serde_json::from_value(field("policy_version")).map_err(encode)?;
+    step.policy_version = policy_version;
+    step.model_served = model_served;
+    step.finish_reason = finish_reason;
+    step.error = error;
     step.request_messages = request_messages;
     step.tools = tools;
     step.params = params;
@@ -275,8 +300,10 @@ pub fn mask_step(
 }
 
 /// Masks the step for storage (`start.sent_masked`: the values masked in what went upstream),
-/// marks it for training, and hands it, with its vault entries, to the lake writer. A masking
-/// failure stores nothing and is counted; it never reaches the client, which already has its
+/// marks it for training, and hands it, with its vault entries, to the lake writer. A step
+/// whose text cannot be masked (a reply nested too deep to check, which a model can write on
+/// purpose) is stored without any of its text ([`without_text`]), so that the call stays in
+/// the lake; the failure is counted and never reaches the client, which already has its
 /// response.
 pub fn store_step(
     writer: &LakeWriter,
@@ -297,8 +324,9 @@ pub fn store_step(
         Ok(vault) => vault,
         Err(error) => {
             metrics.record_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(step_id = %step.step_id, error = %error, "Masking the step for storage failed; it is not recorded.");
-            return;
+            tracing::error!(step_id = %step.step_id, error = %error, "Masking the step for storage failed; it is recorded without its text.");
+            without_text(&mut step);
+            Vec::new()
         }
     };
     mark_for_training(
@@ -307,6 +335,9 @@ pub fn store_step(
         start.upstream_trust,
         start.consent,
     );
+    if step.tags.contains_key(TEXT_TAG.0) {
+        step.training_eligible = Some(false);
+    }
     if step.tags.contains_key(SHADOW_TAG) {
         // A reply nobody received is never trained on. When the policy and consent would
         // have let it be, `shadow` says that this is the only reason (reward functions read
@@ -362,6 +393,26 @@ pub fn masked_request(
         "pii": serde_json::to_value(&step.pii).map_err(encode)?,
     });
     Ok((fields, vault_entries(&start.tenant_id, vault)))
+}
+
+/// Leaves out every field of `step` that carries text of the conversation or of the
+/// upstream (what it reports of itself included), and tags it [`TEXT_TAG`]: what stays are
+/// its ids, times, the names checked when the call was admitted, its status and counts.
+fn without_text(step: &mut Step) {
+    step.request_messages.clear();
+    step.tools.clear();
+    step.params = None;
+    step.extra_json = None;
+    step.response_message = None;
+    step.model_served = None;
+    step.policy_version = None;
+    step.finish_reason = None;
+    step.error = None;
+    step.completion_token_ids = None;
+    step.completion_logprobs = None;
+    step.pii.clear();
+    step.tags
+        .insert(TEXT_TAG.0.to_owned(), TEXT_TAG.1.to_owned());
 }
 
 /// The `pii_vault` rows for `items`.
@@ -583,6 +634,24 @@ mod tests {
         step
     }
 
+    /// The values masking `text` on the way out masked.
+    fn sent_masked(
+        scanner: &Scanner,
+        policy: &MaskPolicy,
+        keys: &KeyRing,
+        text: &str,
+    ) -> FoundValues {
+        let mut sent = serde_json::json!({ "m": text });
+        let masker = JsonMasker {
+            scanner,
+            policy,
+            tenant: "acme",
+            keys,
+            known: None,
+        };
+        masker.mask(&mut sent).unwrap().values
+    }
+
     fn stored_text(step: &Step) -> String {
         serde_json::to_string(&(&step.request_messages, &step.response_message)).unwrap()
     }
@@ -619,27 +688,57 @@ mod tests {
     }
 
     #[test]
+    fn a_restored_value_glued_to_other_text_is_masked_in_storage() {
+        let mut keys = KeyRing::default();
+        keys.generate("acme");
+        let scanner = Scanner::new(None).unwrap();
+        let policy = MaskPolicy::all(Action::Tokenize);
+        let sent = sent_masked(
+            &scanner,
+            &policy,
+            &keys,
+            "I am Jane Doe, mail jane.doe@example.com, card 4111 1111 1111 1111, \
+             mobile 415-555-0172",
+        );
+        // The model wrote each placeholder glued to letters, digits or `_`; the proxy
+        // restored the originals there.
+        let reply = "Saved: xjane.doe@example.comx 14111 1111 1111 11119 \
+            ref_415-555-0172_ok, for Jane Doe";
+        let mut step = step_with("Hello.", reply);
+        mask_step(&mut step, &scanner, &policy, &keys, &sent).unwrap();
+        let stored = stored_text(&step);
+        for value in ["jane.doe@", "Jane Doe", "1111 1111", "555-0172"] {
+            assert!(!stored.contains(value), "{value}: {stored}");
+        }
+        // A name is masked only as a word of its own: the model writes its letters in other
+        // words, and the step's own fields (`role`, `tool_calls`) hold them too.
+        let sent = sent_masked(&scanner, &policy, &keys, "Ask Stan. Then ask Cal.");
+        let names: Vec<(&str, &str)> = sent.iter().collect();
+        assert!(
+            names.iter().any(|(v, _)| *v == "Stan" || *v == "Cal"),
+            "{names:?}"
+        );
+        let mut step = step_with("Hello.", "I understand the standard; Stan will call.");
+        mask_step(&mut step, &scanner, &policy, &keys, &sent).unwrap();
+        let stored = stored_text(&step);
+        assert!(stored.contains("I understand the standard"), "{stored}");
+        assert!(stored.contains("\"role\":\"assistant\""), "{stored}");
+        assert!(!stored.contains("Stan will"), "{stored}");
+    }
+
+    #[test]
     fn every_value_masked_on_the_way_out_is_masked_in_storage() {
         let mut keys = KeyRing::default();
         keys.generate("acme");
         let scanner = Scanner::new(None).unwrap();
         let policy = MaskPolicy::all(Action::Tokenize);
         // What the upstream's masking found (its context words made the number a phone).
-        let mut sent = serde_json::json!({"m": "mobile 0612345678"});
-        let outbound = JsonMasker {
-            scanner: &scanner,
-            policy: &policy,
-            tenant: "acme",
-            keys: &keys,
-            known: None,
-        }
-        .mask(&mut sent)
-        .unwrap();
-        assert_eq!(outbound.values.len(), 1);
+        let sent = sent_masked(&scanner, &policy, &keys, "mobile 0612345678");
+        assert_eq!(sent.len(), 1);
         // Stored without that context: the request and the reply restored from the upstream's
         // placeholder.
         let mut step = step_with("Ring me: 0612345678", "I will ring 0612345678 at six.");
-        mask_step(&mut step, &scanner, &policy, &keys, &outbound.values).unwrap();
+        mask_step(&mut step, &scanner, &policy, &keys, &sent).unwrap();
         let stored = stored_text(&step);
         assert!(!stored.contains("1234 5678"), "{stored}");
         assert_eq!(

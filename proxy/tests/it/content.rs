@@ -372,6 +372,55 @@ fn a_value_the_model_repeats_out_of_context_is_stored_masked() {
 }
 
 #[test]
+fn a_reply_too_deep_to_mask_is_recorded_without_its_text() {
+    // The model's tool call nests its arguments deeper than masking checks (the reply holds
+    // the request's text two levels further down): the call is recorded, with none of its
+    // text, and never trained on.
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let depth = 156;
+    let nested = format!(
+        "{}\"jane@example.com\"{}",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let body = json!({"model": "gpt-4.1-mini", "messages": [
+            {"role": "user", "content": format!("[[tool]] {nested}")}],
+        "tools": [{"type": "function", "function": {"name": "lookup",
+            "parameters": {"type": "object"}}}]});
+    let response = post(
+        proxy.port,
+        "/v1/chat/completions",
+        DEMO_KEY,
+        &[],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(response.status, 200, "{}", text(&response));
+    let arguments =
+        response.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+    assert!(
+        arguments.contains("jane@example.com"),
+        "the client reads its reply"
+    );
+    let data = proxy.stop();
+    let lake = read_lake(data.path());
+    assert_eq!(lake.steps.len(), 1);
+    let step = &lake.steps[0];
+    assert_eq!(step.tags.get("text").map(String::as_str), Some("dropped"));
+    assert!(step.request_messages.is_empty() && step.response_message.is_none());
+    assert_eq!(step.training_eligible, Some(false));
+    let stored = format!(
+        "{}{}",
+        serde_json::to_string(&lake.steps).unwrap(),
+        serde_json::to_string(&lake.audit).unwrap()
+    );
+    assert!(!stored.contains("jane@"), "{stored}");
+}
+
+#[test]
 fn a_value_found_by_its_context_is_masked_where_another_message_repeats_it_alone() {
     let upstream = Upstream::start();
     // `CUST-004211` is a customer id only near "customer"; the last message repeats it alone.

@@ -572,6 +572,11 @@ fn names_ids_and_headers_that_carry_personal_data_are_refused_and_nothing_is_sto
             vec![("x-atdp-trajectory-id", "t-4155550172")],
         ),
         (
+            "header x-atdp-session-id",
+            chat(json!({"messages": [{"role": "user", "content": "my mobile: 415-555-0172"}]})),
+            vec![("x-atdp-session-id", "user415-555-0172x")],
+        ),
+        (
             "tools[0]",
             chat(json!({
                 "messages": [{"role": "user", "content": "call me, mobile: 4155550172"}],

@@ -61,6 +61,40 @@ fn vllm_token_ids() {
 }
 
 #[test]
+fn token_ids_that_cover_text_the_record_does_not_hold_are_not_kept() {
+    // vLLM's reasoning parser moves the reasoning out of `content`; its ids stay in
+    // `token_ids`, which would carry it into the lake unread by masking.
+    let body = json!({"model": "m", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": "Done.",
+            "reasoning_content": "The user's email is jane@example.com", "tool_calls": []},
+        "finish_reason": "stop", "token_ids": [84, 104, 101],
+        "logprobs": {"content": [{"token": "token_id:84", "logprob": -0.5}]}}]});
+    let view = parse_response(ApiKind::OpenAiChat, &body);
+    assert_eq!(view.message.unwrap().content.as_deref(), Some("Done."));
+    assert_eq!((view.token_ids, view.logprobs), (None, None));
+    let chunk = |delta: serde_json::Value| {
+        let chunk = json!({"object": "chat.completion.chunk", "model": "m", "choices": [{
+            "index": 0, "delta": delta, "token_ids": [1], "finish_reason": null}]});
+        format!("data: {chunk}\n\n")
+    };
+    let stream = chunk(json!({"role": "assistant", "reasoning_content": "jane@example.com"}))
+        + &chunk(json!({"content": "Done.", "reasoning_content": null}))
+        + "data: [DONE]\n\n";
+    let view = super::fixtures::assemble(ApiKind::OpenAiChat, stream.as_bytes());
+    assert_eq!(view.token_ids, None);
+    // A refusal beside content: the record holds the content only.
+    let both = json!({"model": "m", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": "ok", "refusal": "jane@example.com"},
+        "finish_reason": "stop", "token_ids": [1, 2]}]});
+    assert_eq!(parse_response(ApiKind::OpenAiChat, &both).token_ids, None);
+    // Members that hold nothing do not count.
+    let plain = chunk(json!({"role": "assistant", "content": "ok", "reasoning_content": null}))
+        + "data: [DONE]\n\n";
+    let view = super::fixtures::assemble(ApiKind::OpenAiChat, plain.as_bytes());
+    assert_eq!(view.token_ids, Some(vec![1]));
+}
+
+#[test]
 fn openai_responses_document() {
     let body = json!({
         "id": "resp_1", "object": "response", "status": "completed", "model": "gpt-4.1",
