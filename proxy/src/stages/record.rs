@@ -171,13 +171,14 @@ pub fn mark_for_training(
 /// 1. the request's fields (`request_messages`, `tools`, `params`, `extra_json`), with every
 ///    value that was masked in what went upstream (`sent_masked`) masked by its exact text too,
 ///    so what the policy kept from the provider is never stored in the clear;
-/// 2. the reply (`response_message`, and what the upstream reports of itself), with those
-///    values and every value pass 1 masked masked by their exact text wherever the reply
+/// 2. the reply (`response_message`), with those values and every value pass 1 masked masked by their exact text wherever the reply
 ///    repeats them: the originals restored into the reply, or a value found in the request by
 ///    its context (a phone number after "mobile", a name after a cue) that the model repeats
 ///    without that context, are masked in the stored reply without being detected a second
 ///    time. A shaped value is found even glued to other text (`x<EMAIL_…>x` restored as
 ///    `xjane@example.comx`); a name, or a value of letters alone, only as a word of its own.
+///    What the upstream reports of itself (model, policy version, finish reason, error) is
+///    left out where it holds one of those values.
 ///
 /// Token ids carry text too: when anything in the reply is masked, they and their log-probs are
 /// dropped and the step is tagged [`TOKEN_IDS_TAG`].
@@ -204,18 +205,10 @@ pub fn mask_step(
         ("params", serde_json::to_value(&step.params)),
         ("extra_json", serde_json::to_value(&step.extra_json)),
     ])?);
-    // What the upstream reports of itself is its text too: a reply's `model` is restored
-    // like any other string of it.
-    let mut reply = Value::Object(fields(vec![
-        (
-            "response_message",
-            serde_json::to_value(&step.response_message),
-        ),
-        ("model_served", serde_json::to_value(&step.model_served)),
-        ("policy_version", serde_json::to_value(&step.policy_version)),
-        ("finish_reason", serde_json::to_value(&step.finish_reason)),
-        ("error", serde_json::to_value(&step.error)),
-    ])?);
+    let mut reply = Value::Object(fields(vec![(
+        "response_message",
+        serde_json::to_value(&step.response_message),
+    )])?);
     let sent = KnownValues::new(sent_masked.iter())?;
     let masker = JsonMasker {
         scanner,
@@ -256,14 +249,21 @@ pub fn mask_step(
     let params = serde_json::from_value(field("params")).map_err(encode)?;
     let response_message = serde_json::from_value(field("response_message")).map_err(encode)?;
     let extra_json = serde_json::from_value(field("extra_json")).map_err(encode)?;
-    let model_served = serde_json::from_value(field("model_served")).map_err(encode)?;
-    let finish_reason = serde_json::from_value(field("finish_reason")).map_err(encode)?;
-    let error = serde_json::from_value(field("error")).map_err(encode)?;
-    let policy_version = serde_json::from_value(field("policy_version")).map_err(encode)?;
-    step.policy_version = policy_version;
-    step.model_served = model_served;
-    step.finish_reason = finish_reason;
-    step.error = error;
+    // What the upstream reports of itself is restored like any string of its reply (a
+    // reply's `model`), but it is a name, not text to mask (the detectors would read
+    // `claude-…` as a person): one that holds a value of the call is left out.
+    for reported in [
+        &mut step.model_served,
+        &mut step.policy_version,
+        &mut step.finish_reason,
+        &mut step.error,
+    ] {
+        if let Some(text) = reported.as_deref()
+            && known.first_in(text)?.is_some()
+        {
+            *reported = None;
+        }
+    }
     step.request_messages = request_messages;
     step.tools = tools;
     step.params = params;
@@ -705,11 +705,20 @@ mod tests {
         let reply = "Saved: xjane.doe@example.comx 14111 1111 1111 11119 \
             ref_415-555-0172_ok, for Jane Doe";
         let mut step = step_with("Hello.", reply);
+        // The reply's `model` names a value of the call; a model name is kept as given.
+        step.model_served = Some("m-xjane.doe@example.com".into());
+        step.finish_reason = Some("stop".into());
         mask_step(&mut step, &scanner, &policy, &keys, &sent).unwrap();
         let stored = stored_text(&step);
         for value in ["jane.doe@", "Jane Doe", "1111 1111", "555-0172"] {
             assert!(!stored.contains(value), "{value}: {stored}");
         }
+        assert_eq!(step.model_served, None);
+        assert_eq!(step.finish_reason.as_deref(), Some("stop"));
+        let mut named = step_with("Hello.", "Done.");
+        named.model_served = Some("claude-sonnet-4-5".into());
+        mask_step(&mut named, &scanner, &policy, &keys, &sent).unwrap();
+        assert_eq!(named.model_served.as_deref(), Some("claude-sonnet-4-5"));
         // A name is masked only as a word of its own: the model writes its letters in other
         // words, and the step's own fields (`role`, `tool_calls`) hold them too.
         let sent = sent_masked(&scanner, &policy, &keys, "Ask Stan. Then ask Cal.");
