@@ -592,10 +592,7 @@ mod tests {
 
     #[test]
     fn a_masked_replys_token_ids_are_not_stored_and_the_step_says_so() {
-        let mut keys = KeyRing::default();
-        keys.generate("acme");
-        let scanner = Scanner::new(None).unwrap();
-        let policy = MaskPolicy::all(Action::Tokenize);
+        let (keys, scanner, policy) = tokenizing();
         let none = FoundValues::default();
         let mut masked = step_with_reply("Mail jane@example.com");
         mask_step(&mut masked, &scanner, &policy, &keys, &none).unwrap();
@@ -634,6 +631,15 @@ mod tests {
         step
     }
 
+    /// Keys of the tenant `acme`, the built-in detectors, and a policy that tokenizes every
+    /// entity type.
+    fn tokenizing() -> (KeyRing, Scanner, MaskPolicy) {
+        let mut keys = KeyRing::default();
+        keys.generate("acme");
+        let scanner = Scanner::new(None).unwrap();
+        (keys, scanner, MaskPolicy::all(Action::Tokenize))
+    }
+
     /// The values masking `text` on the way out masked.
     fn sent_masked(
         scanner: &Scanner,
@@ -658,10 +664,7 @@ mod tests {
 
     #[test]
     fn a_value_found_in_the_request_by_its_context_is_masked_where_the_reply_repeats_it() {
-        let mut keys = KeyRing::default();
-        keys.generate("acme");
-        let scanner = Scanner::new(None).unwrap();
-        let policy = MaskPolicy::all(Action::Tokenize);
+        let (keys, scanner, policy) = tokenizing();
         // "mobile" is what makes the number a phone number; the reply repeats it without.
         let mut step = step_with(
             "My mobile is 0612345678, call after six.",
@@ -689,10 +692,7 @@ mod tests {
 
     #[test]
     fn a_restored_value_glued_to_other_text_is_masked_in_storage() {
-        let mut keys = KeyRing::default();
-        keys.generate("acme");
-        let scanner = Scanner::new(None).unwrap();
-        let policy = MaskPolicy::all(Action::Tokenize);
+        let (keys, scanner, policy) = tokenizing();
         let sent = sent_masked(
             &scanner,
             &policy,
@@ -737,10 +737,7 @@ mod tests {
 
     #[test]
     fn every_value_masked_on_the_way_out_is_masked_in_storage() {
-        let mut keys = KeyRing::default();
-        keys.generate("acme");
-        let scanner = Scanner::new(None).unwrap();
-        let policy = MaskPolicy::all(Action::Tokenize);
+        let (keys, scanner, policy) = tokenizing();
         // What the upstream's masking found (its context words made the number a phone).
         let sent = sent_masked(&scanner, &policy, &keys, "mobile 0612345678");
         assert_eq!(sent.len(), 1);
