@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::auditor::{self, Auditor};
 use crate::error::{Error, Result};
-use crate::lineage::{TrainedAdapter, trained_on};
+use crate::lineage::{Reach, TrainedAdapter, reached, trained_on};
 use crate::trail::{Trail, event, redact};
 
 /// What an erasure did.
@@ -82,13 +82,15 @@ pub async fn erase(
     let file = KeyFile::new(keys_path);
     let keys = file.load()?;
     // Every spelling of the value has the canonical spelling's token; values recorded
-    // before tokens were canonical have the token of their exact spelling.
+    // before tokens were canonical have the token of their exact spelling. Where the policy
+    // stores a type as a keyed hash, the spans carry that hash instead.
     let tokens = match subject {
         Some(value) => {
             let mut tokens = Vec::new();
             for entity in entity_types(&policy.masking) {
                 tokens.push(keys.token(tenant, &entity, value)?);
                 tokens.push(keys.token_of_spelling(tenant, &entity, value)?);
+                tokens.push(keys.keyed_hash(tenant, &entity, value)?);
             }
             tokens.sort();
             tokens.dedup();
@@ -96,14 +98,30 @@ pub async fn erase(
         }
         None => Vec::new(),
     };
+    // The trajectories it reaches, found now and recorded with it: a step that later leaves
+    // the lake (expiry) takes its spans along, and training must still leave its trajectory
+    // out. A lookup that fails does not stop the erasure; readers then match the tokens.
+    let reach = match subject {
+        Some(value) => Reach::Subject {
+            tokens: &tokens,
+            value,
+        },
+        None => Reach::Tenant,
+    };
+    let reached = reached(lake, tenant, reach).await;
     // Recorded (and committed) before anything is erased: an erasure that cannot be
-    // recorded is not done. The subject's tokens (never the value) say what is erased.
+    // recorded is not done. The subject's tokens and trajectories (never the value) say what
+    // is erased.
     let scope = if subject.is_some() {
         "subject"
     } else {
         "tenant"
     };
-    record.detail_json = Some(serde_json::json!({ "scope": scope, "tokens": tokens }).to_string());
+    let mut detail = serde_json::json!({ "scope": scope, "tokens": tokens });
+    if let (Some(_), Ok(trajectories)) = (subject, &reached) {
+        detail["trajectories"] = serde_json::json!(trajectories);
+    }
+    record.detail_json = Some(detail.to_string());
     let recorded = trail.record_committed(record).await?;
     let mut report = EraseReport {
         tenant: tenant.to_owned(),
@@ -130,9 +148,14 @@ pub async fn erase(
             .map(|erased| report.keys_erased = erased)
             .map_err(Error::from),
     };
-    // Which adapters learned from it: the steps keep their spans, so this works after the
-    // deletion too. A failed lookup does not undo or stop the erasure; the outcome says so.
-    let lineage = trained_on(lake, tenant, subject.map(|_| tokens.as_slice())).await;
+    // Which adapters learned from it. A failed lookup does not undo or stop the erasure; the
+    // outcome says so.
+    let lineage = match &reached {
+        Ok(trajectories) => trained_on(lake, tenant, trajectories).await,
+        Err(error) => Err(Error::Query(format!(
+            "the trajectories the erasure reached: {error}"
+        ))),
+    };
     let lineage_error = lineage.as_ref().err().map(ToString::to_string);
     report.trained_adapters = lineage.ok();
     // The outcome follows as its own event, linked to the first by its subject.

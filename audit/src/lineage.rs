@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use arrow::array::{Array, AsArray};
 use atdp_lake::{Catalog, Lake};
 
 use atdp_schema::Table;
@@ -36,29 +37,85 @@ pub struct TrainedAdapter {
     pub trajectories: Option<usize>,
 }
 
-/// The trajectories of `tenant` whose steps hold one of `tokens` (every trajectory of the
-/// tenant when `tokens` is `None`).
-async fn trajectories(
-    lake: &Lake,
-    tenant: &str,
-    tokens: Option<&[String]>,
-) -> Result<BTreeSet<String>> {
+/// Whom an erasure reaches in the steps: a subject, by the forms its value takes in stored
+/// spans, or the whole tenant.
+#[derive(Debug, Clone, Copy)]
+pub enum Reach<'a> {
+    /// Every trajectory of the tenant.
+    Tenant,
+    /// The trajectories with a span that carries one of `tokens` (placeholders and keyed
+    /// hashes of the value), or, where the policy allowed its type in the clear, the value
+    /// itself (`value`, in any spelling of the same canonical form).
+    Subject {
+        /// The value's placeholders and keyed hashes.
+        tokens: &'a [String],
+        /// The value.
+        value: &'a str,
+    },
+}
+
+/// The trajectories of `tenant` that `reach` reaches among its steps now in the lake.
+pub async fn reached(lake: &Lake, tenant: &str, reach: Reach<'_>) -> Result<BTreeSet<String>> {
     let catalog = Catalog::open(lake, &Default::default()).await?;
     let steps = catalog
         .frame(Table::Steps)
         .await?
         .filter(col("tenant_id").eq(lit(tenant.to_owned())))
         .map_err(Error::query)?;
-    let Some(tokens) = tokens else {
+    let Reach::Subject { tokens, value } = reach else {
         return strings(steps, "trajectory_id").await;
     };
     let wanted: BTreeSet<String> = tokens.iter().cloned().collect();
-    let hits = steps
+    let spans = steps
         .select(vec![col("trajectory_id"), col("pii")])
         .and_then(|f| f.unnest_columns(&["pii"]))
-        .and_then(|f| f.filter(in_list_expr(get_field(col("pii"), "token"), &wanted)))
         .map_err(Error::query)?;
-    strings(hits, "trajectory_id").await
+    let hits = spans
+        .clone()
+        .filter(in_list_expr(get_field(col("pii"), "token"), &wanted))
+        .map_err(Error::query)?;
+    let mut out = strings(hits, "trajectory_id").await?;
+    // A value of a type stored in the clear is its own span token: compared by its canonical
+    // spelling for the span's type, so `CUST 004211` reaches `cust-004211` where the type's
+    // canonical form says they are one.
+    let allowed = spans
+        .filter(get_field(col("pii"), "action").eq(lit("allow")))
+        .and_then(|f| {
+            f.select(vec![
+                col("trajectory_id"),
+                get_field(col("pii"), "entity").alias("entity"),
+                get_field(col("pii"), "token").alias("token"),
+            ])
+        })
+        .map_err(Error::query)?
+        .collect()
+        .await
+        .map_err(Error::query)?;
+    for batch in allowed {
+        let text = |i: usize| {
+            arrow::compute::cast(batch.column(i), &arrow::datatypes::DataType::Utf8)
+                .map_err(|e| Error::Query(e.to_string()))
+        };
+        let (ids, entities, found) = (text(0)?, text(1)?, text(2)?);
+        let (ids, entities, found) = (
+            ids.as_string::<i32>(),
+            entities.as_string::<i32>(),
+            found.as_string::<i32>(),
+        );
+        for row in 0..batch.num_rows() {
+            if !(ids.is_valid(row) && entities.is_valid(row) && found.is_valid(row)) {
+                continue;
+            }
+            let entity = entities.value(row);
+            let stored = found.value(row);
+            if stored == value
+                || atdp_detect::canonical(entity, stored) == atdp_detect::canonical(entity, value)
+            {
+                out.insert(ids.value(row).to_owned());
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn in_list_expr(
@@ -112,15 +169,14 @@ fn version_of(path: &str, name: &str) -> Option<(String, u32)> {
     Some((policy.to_owned(), version.strip_prefix('v')?.parse().ok()?))
 }
 
-/// The adapter versions under the lake's `adapters/` that learned from `tenant`'s subject
-/// with `tokens` (from any of the tenant's trajectories when `tokens` is `None`: a tenant
-/// erasure), sorted by policy and version.
+/// The adapter versions under the lake's `adapters/` that learned from one of `subject`'s
+/// trajectories of `tenant` (those an erasure reached, [`reached`]), sorted by policy and
+/// version.
 pub async fn trained_on(
     lake: &Lake,
     tenant: &str,
-    tokens: Option<&[String]>,
+    subject: &BTreeSet<String>,
 ) -> Result<Vec<TrainedAdapter>> {
-    let subject = trajectories(lake, tenant, tokens).await?;
     let Some((store, listed)) = registry_files(lake).await? else {
         return Ok(Vec::new());
     };

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use atdp_policies::{KeyFile, Policy, SealedValue};
-use atdp_schema::{Table, vault_from_batch};
+use atdp_policies::{KeyFile, KeyRing, Policy, SealedValue};
+use atdp_schema::{Table, VaultEntry, vault_from_batch};
 use deltalake::datafusion::prelude::{col, lit};
 use serde::Serialize;
 
@@ -145,16 +145,75 @@ async fn open(
         vault_from_batch,
     )
     .await?;
-    let entry = entries.into_iter().next().ok_or_else(erased)?;
+    if entries.is_empty() {
+        return Err(erased());
+    }
     let keys = KeyFile::new(keys_path).load()?;
-    keys.open(
-        tenant,
-        entity,
-        &SealedValue {
-            key_id: entry.key_id,
-            nonce: entry.nonce,
-            ciphertext: entry.ciphertext,
-        },
-    )
-    .map_err(|_| erased())
+    open_any(&keys, tenant, entity, entries).ok_or_else(erased)
+}
+
+/// The value of the first of `entries` that opens. A token can have several vault rows (the
+/// same value sealed again under a later key); one whose key is gone (its tenant's keys were
+/// erased and generated again) must not hide one that opens.
+fn open_any(
+    keys: &KeyRing,
+    tenant: &str,
+    entity: &str,
+    entries: Vec<VaultEntry>,
+) -> Option<String> {
+    entries.into_iter().find_map(|entry| {
+        keys.open(
+            tenant,
+            entity,
+            &SealedValue {
+                key_id: entry.key_id,
+                nonce: entry.nonce,
+                ciphertext: entry.ciphertext,
+            },
+        )
+        .ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(tenant: &str, sealed: SealedValue) -> VaultEntry {
+        VaultEntry {
+            tenant_id: tenant.to_owned(),
+            token: "<EMAIL_ADDRESS_0123456789ab>".to_owned(),
+            entity: "EMAIL_ADDRESS".to_owned(),
+            key_id: sealed.key_id,
+            nonce: sealed.nonce,
+            ciphertext: sealed.ciphertext,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_vault_row_whose_key_is_gone_does_not_hide_one_that_opens() {
+        let mut old = KeyRing::default();
+        old.generate("demo");
+        let stale = old
+            .seal("demo", "EMAIL_ADDRESS", "old@example.com")
+            .unwrap();
+        let mut keys = KeyRing::default();
+        keys.generate("demo");
+        keys.rotate("demo").unwrap();
+        let fresh = keys
+            .seal("demo", "EMAIL_ADDRESS", "jane@example.com")
+            .unwrap();
+        assert_eq!(stale.key_id, "k1");
+        assert_eq!(fresh.key_id, "k2");
+        let entries = vec![entry("demo", stale.clone()), entry("demo", fresh)];
+        assert_eq!(
+            open_any(&keys, "demo", "EMAIL_ADDRESS", entries).as_deref(),
+            Some("jane@example.com")
+        );
+        assert_eq!(
+            open_any(&keys, "demo", "EMAIL_ADDRESS", vec![entry("demo", stale)]),
+            None
+        );
+    }
 }

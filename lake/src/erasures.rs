@@ -5,8 +5,11 @@
 //! event (recorded before anything is erased, so an erasure that failed half-way excludes as
 //! well):
 //!
-//! - a subject erasure names the subject's tokens: a trajectory with a step whose `pii` spans
-//!   carry one of them is left out whole, whichever of its steps the read selects;
+//! - a subject erasure names the subject's tokens (placeholders and keyed hashes) and the
+//!   trajectories it reached when it ran (a span carrying one of them, or the value itself
+//!   where its type is stored in the clear): those trajectories, and any with a step whose
+//!   `pii` spans carry one of the tokens, are left out whole, whichever of their steps the
+//!   read selects, and even after the steps that carried the subject left the lake (expiry);
 //! - a tenant erasure shreds the tenant's keys: a trajectory with a step that started before
 //!   it is left out whole.
 //!
@@ -30,6 +33,8 @@ use atdp_schema::Table;
 pub struct Erasures {
     /// The tokens of erased subjects.
     pub tokens: BTreeSet<String>,
+    /// The trajectories the subject erasures reached when they ran.
+    pub trajectories: BTreeSet<String>,
     /// When the tenant's keys were last erased (µs since epoch, UTC), if ever.
     pub tenant_erased_at: Option<i64>,
 }
@@ -40,12 +45,14 @@ struct Detail {
     scope: String,
     #[serde(default)]
     tokens: Vec<String>,
+    #[serde(default)]
+    trajectories: Vec<String>,
 }
 
 impl Erasures {
     /// Whether no erasure reached anything.
     pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty() && self.tenant_erased_at.is_none()
+        self.tokens.is_empty() && self.trajectories.is_empty() && self.tenant_erased_at.is_none()
     }
 }
 
@@ -120,6 +127,7 @@ impl LakeReader {
                         erasures.tenant_erased_at.max(Some(event.occurred_at));
                 } else {
                     erasures.tokens.extend(detail.tokens);
+                    erasures.trajectories.extend(detail.trajectories);
                 }
             }
         }
@@ -134,8 +142,8 @@ impl LakeReader {
         steps_version: Option<u64>,
     ) -> Result<BTreeSet<String>> {
         let erasures = self.erasures(tenant).await?;
-        let mut reached = BTreeSet::new();
-        if erasures.is_empty() {
+        let mut reached = erasures.trajectories.clone();
+        if erasures.tokens.is_empty() && erasures.tenant_erased_at.is_none() {
             return Ok(reached);
         }
         let error = query_error(Table::Steps);

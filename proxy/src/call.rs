@@ -266,6 +266,7 @@ async fn record_decision(
             error: Some(why.clone()),
             response: None,
             policy_version: None,
+            restored_glued: Vec::new(),
         };
         state.record_step(start, request, end).await;
         return Err(Refusal::PolicyDenied { why });
@@ -311,6 +312,7 @@ async fn dispatch(
                     error: Some(refusal.message()),
                     response: None,
                     policy_version: None,
+                    restored_glued: Vec::new(),
                 };
                 state.record_step(start.clone(), request.clone(), end).await;
             }

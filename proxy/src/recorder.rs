@@ -291,6 +291,7 @@ mod tests {
                 ..Default::default()
             }),
             policy_version: None,
+            restored_glued: Vec::new(),
         };
         Job::Step(Box::new((start, request, end)))
     }

@@ -201,7 +201,8 @@ impl Sink for State {
     fn perform(&self, job: Job) {
         match job {
             Job::Step(step) => {
-                let (start, request, end) = *step;
+                let (start, request, mut end) = *step;
+                let restored_glued = std::mem::take(&mut end.restored_glued);
                 let step = build_step(&start, &request, end);
                 let (_, policy) = self.policy.current();
                 store_step(
@@ -211,6 +212,7 @@ impl Sink for State {
                     &self.metrics,
                     step,
                     &start,
+                    &restored_glued,
                 );
             }
             Job::Audit(event) => {

@@ -1,13 +1,16 @@
 //! Restoring a streamed reply against a call with many placeholders: the cost of telling,
 //! fragment by fragment, whether held text may still become a placeholder.
 //!
-//! `cargo run --release -p atdp-wire --example bench-restore -- [--values 40000] [--fragments 4000]`
+//! `cargo run --release -p atdp-wire --example bench-restore -- [--values 40000] [--fragments 4000] [--choices 0]`
 //!
 //! The call masked `--values` distinct e-mail addresses (so its vault holds that many
 //! placeholders); the reply is an OpenAI chat stream of `--fragments` content deltas, each
 //! holding a `<` (`a < b`, an HTML tag, a placeholder cut across two deltas) and every tenth a
-//! whole placeholder. Prints one JSON line: the vault's size, the fragments, the time to
-//! restore the stream, and that time per fragment.
+//! whole placeholder. With `--choices N` the reply is instead one chunk that opens `N` choices,
+//! each ending in a cut placeholder that is held back, then one chunk ending each choice (the
+//! held text written before it): the cost of many open fields. Prints one JSON line: the
+//! vault's size, the fragments (or choices), the time to restore the stream, and that time per
+//! fragment (or choice).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,7 +38,12 @@ fn chunk(text: &str) -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let values = arg("--values", 40_000);
-    let fragments = arg("--fragments", 4_000);
+    let choices = arg("--choices", 0);
+    let fragments = if choices > 0 {
+        choices
+    } else {
+        arg("--fragments", 4_000)
+    };
     let tenant = "acme";
     let mut keys = KeyRing::default();
     keys.generate(tenant);
@@ -56,7 +64,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let mut stream = String::new();
-    for i in 0..fragments {
+    if choices > 0 {
+        stream = many_choices(&tokens, choices);
+    }
+    for i in 0..fragments * usize::from(choices == 0) {
         let token = &tokens[i % tokens.len().max(1)];
         let text = match i % 10 {
             0 => format!("write to {token} today"),
@@ -86,6 +97,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{}",
         serde_json::json!({
             "values": values,
+            "choices": choices,
             "fragments": fragments,
             "bytes_in": stream.len(),
             "bytes_out": out,
@@ -94,4 +106,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
     );
     Ok(())
+}
+
+/// One chunk opening `choices` choices, each holding the first half of a placeholder, then a
+/// chunk ending each choice.
+fn many_choices(tokens: &[String], choices: usize) -> String {
+    let opening: Vec<serde_json::Value> = (0..choices)
+        .map(|i| {
+            let token = &tokens[i % tokens.len().max(1)];
+            let text = format!("choice {i}: {}", &token[..token.len() / 2]);
+            serde_json::json!({"index": i, "delta": {"content": text}, "finish_reason": null})
+        })
+        .collect();
+    let data = serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": opening
+    });
+    let mut stream = format!("data: {data}\n\n");
+    for i in 0..choices {
+        let data = serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": i, "delta": {}, "finish_reason": "stop"}]
+        });
+        stream.push_str(&format!("data: {data}\n\n"));
+    }
+    stream
 }

@@ -51,7 +51,7 @@ impl std::fmt::Debug for SseRestorer {
             .field("api", &self.api)
             .field("tenant", &self.tenant)
             .field("vault_entries", &self.vault.len())
-            .field("open_fields", &self.state.fields.len())
+            .field("open_fields", &self.state.fields.open.len())
             .finish_non_exhaustive()
     }
 }
@@ -60,12 +60,95 @@ impl std::fmt::Debug for SseRestorer {
 #[derive(Debug)]
 struct State {
     api: ApiKind,
-    fields: BTreeMap<FieldKey, FieldStream>,
+    fields: Fields,
     /// OpenAI chat: the last chunk read, the model for chunks written at `[DONE]`.
     last_chunk: Option<Value>,
     /// The stream's line end and whether it names its events, for events written at the
     /// end.
     frame: Frame,
+}
+
+/// The open text fields, by the choice, output item or block they belong to first, so that
+/// the fields of one group are a range; and how many of them hold text back. A stream may
+/// open thousands of choices or blocks and end them one by one: ending a group, and asking
+/// whether anything is held, cost no more than the fields involved.
+#[derive(Debug, Default)]
+struct Fields {
+    open: BTreeMap<(u64, FieldKey), FieldStream>,
+    holding: usize,
+}
+
+/// Which open fields an event ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ending {
+    /// Every field.
+    All,
+    /// The fields of one choice, output item or block.
+    Group(u64),
+    /// One field.
+    Field(FieldKey),
+}
+
+impl Fields {
+    /// Takes `fragment` of the field `key`; with `ends`, the field ends with it. Returns the
+    /// restored text now safe to emit.
+    fn push(
+        &mut self,
+        key: FieldKey,
+        fragment: &str,
+        ends: bool,
+        originals: Originals<'_>,
+    ) -> Result<String, WireError> {
+        let slot = (key.group(), key);
+        let mode = slot.1.mode();
+        let field = self
+            .open
+            .entry(slot.clone())
+            .or_insert_with(|| FieldStream::new(mode));
+        let was_holding = field.is_holding();
+        let mut restored = field.push(fragment, originals)?;
+        let holding = if ends {
+            restored.push_str(&field.finish(originals)?);
+            self.open.remove(&slot);
+            false
+        } else {
+            field.is_holding()
+        };
+        match (was_holding, holding) {
+            (false, true) => self.holding += 1,
+            (true, false) => self.holding = self.holding.saturating_sub(1),
+            _ => {}
+        }
+        Ok(restored)
+    }
+
+    /// Removes the fields `ending` names, in key order (grouped by choice, item or block).
+    fn take(&mut self, ending: &Ending) -> Vec<(FieldKey, FieldStream)> {
+        let keys: Vec<(u64, FieldKey)> = match ending {
+            Ending::All => self.open.keys().cloned().collect(),
+            Ending::Group(group) => self
+                .open
+                .range((*group, FieldKey::LEAST)..)
+                .take_while(|((g, _), _)| g == group)
+                .map(|(slot, _)| slot.clone())
+                .collect(),
+            Ending::Field(key) => vec![(key.group(), key.clone())],
+        };
+        let mut taken = Vec::with_capacity(keys.len());
+        for slot in keys {
+            if let Some(field) = self.open.remove(&slot) {
+                if field.is_holding() {
+                    self.holding = self.holding.saturating_sub(1);
+                }
+                taken.push((slot.1, field));
+            }
+        }
+        taken
+    }
+
+    fn holding(&self) -> bool {
+        self.holding > 0
+    }
 }
 
 /// How written events look: their line end, and whether they carry an `event:` line.
@@ -93,7 +176,7 @@ impl SseRestorer {
             splitter: Splitter::default(),
             state: State {
                 api,
-                fields: BTreeMap::new(),
+                fields: Fields::default(),
                 last_chunk: None,
                 frame: Frame {
                     eol: b"\n",
@@ -142,7 +225,7 @@ impl SseRestorer {
             terminate(&mut out, self.state.frame.eol);
             let frame = self.state.frame;
             self.state
-                .flush(|_| true, None, originals, frame, &mut out)?;
+                .flush(&Ending::All, None, originals, frame, &mut out)?;
         }
         Ok(Bytes::from(out))
     }
@@ -155,7 +238,7 @@ impl SseRestorer {
 
 impl State {
     fn holding(&self) -> bool {
-        self.fields.values().any(FieldStream::is_holding)
+        self.fields.holding()
     }
 
     /// Writes one block, restored, to `out`, preceded by any held text the block's event
@@ -176,7 +259,7 @@ impl State {
         };
         self.frame = frame;
         if event.is_done() {
-            self.flush(|_| true, None, originals, frame, out)?;
+            self.flush(&Ending::All, None, originals, frame, out)?;
             out.extend_from_slice(&block.bytes);
             return Ok(());
         }
@@ -215,16 +298,7 @@ impl State {
         let Some(Value::String(text)) = slot else {
             return Ok(false);
         };
-        let mode = key.mode();
-        let field = self
-            .fields
-            .entry(key.clone())
-            .or_insert_with(|| FieldStream::new(mode));
-        let mut restored = field.push(text, originals)?;
-        if ends {
-            restored.push_str(&field.finish(originals)?);
-            self.fields.remove(&key);
-        }
+        let restored = self.fields.push(key, text, ends, originals)?;
         if restored == *text {
             return Ok(false);
         }
@@ -232,24 +306,21 @@ impl State {
         Ok(true)
     }
 
-    /// Ends the fields `select` picks and writes what they held as delta events, modelled
+    /// Ends the fields `ending` names and writes what they held as delta events, modelled
     /// on `current` (the event being processed) where there is one.
     fn flush(
         &mut self,
-        select: impl Fn(&FieldKey) -> bool,
+        ending: &Ending,
         current: Option<&Value>,
         originals: Originals<'_>,
         frame: Frame,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let keys: Vec<FieldKey> = self.fields.keys().filter(|k| select(k)).cloned().collect();
         let mut held: Vec<(FieldKey, String)> = Vec::new();
-        for key in keys {
-            if let Some(mut field) = self.fields.remove(&key) {
-                let text = field.finish(originals)?;
-                if !text.is_empty() {
-                    held.push((key, text));
-                }
+        for (key, mut field) in self.fields.take(ending) {
+            let text = field.finish(originals)?;
+            if !text.is_empty() {
+                held.push((key, text));
             }
         }
         if held.is_empty() {
@@ -257,14 +328,11 @@ impl State {
         }
         match self.api {
             ApiKind::OpenAiChat => {
-                let template = current.or(self.last_chunk.as_ref());
-                let mut choices: Vec<u64> = held.iter().map(|(k, _)| k.group()).collect();
-                choices.sort_unstable();
-                choices.dedup();
-                for choice in choices {
-                    let of_choice: Vec<&(FieldKey, String)> =
-                        held.iter().filter(|(k, _)| k.group() == choice).collect();
-                    let chunk = chat_flush_chunk(template, choice, &of_choice);
+                // One chunk per choice; `held` is in order of choice.
+                let template = current.or(self.last_chunk.as_ref()).map(chunk_template);
+                for of_choice in held.chunk_by(|a, b| a.0.group() == b.0.group()) {
+                    let choice = of_choice[0].0.group();
+                    let chunk = chat_flush_chunk(template.as_ref(), choice, of_choice);
                     write_event(out, None, &chunk.to_string(), frame.eol);
                 }
             }
@@ -286,6 +354,21 @@ impl State {
             }
         }
         Ok(())
+    }
+}
+
+/// The members of a chat chunk that a chunk of held text repeats: all but its choices, which
+/// can be many.
+fn chunk_template(chunk: &Value) -> Value {
+    match chunk {
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .filter(|(name, _)| name.as_str() != "choices")
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+        ),
+        _ => Value::Null,
     }
 }
 

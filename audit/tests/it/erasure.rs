@@ -368,3 +368,71 @@ async fn rotation_keeps_old_values_revealable_and_is_audited() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_erasure_reaches_values_stored_hashed_or_in_the_clear() {
+    let f = fixture().await;
+    let trail = f.trail("wal-erase-forms").await;
+    let officer = f.auditor(DEMO_AUDITOR);
+    let keys = atdp_policies::KeyRing::load(&f.keys).unwrap();
+    // Where the storage policy hashes a type, the span carries the keyed hash; where it
+    // allows one in the clear, the value itself, as it was spelled.
+    let span = |entity: &str, token: String, action: &str| atdp_schema::PiiSpan {
+        field: "request_messages[0].content".into(),
+        entity: entity.into(),
+        token,
+        action: action.into(),
+    };
+    let mut hashed = step("demo", "support", "t-hashed", None, 0);
+    hashed.pii = vec![span(
+        "EMAIL_ADDRESS",
+        keys.keyed_hash("demo", "EMAIL_ADDRESS", EMAIL).unwrap(),
+        "hash",
+    )];
+    let mut clear = step("demo", "support", "t-clear", None, 0);
+    clear.pii = vec![span("CREDIT_CARD", "4111-1111-1111-1111".into(), "allow")];
+    let mut unrelated = step("demo", "support", "t-unrelated", None, 0);
+    unrelated.pii = vec![span("CREDIT_CARD", "5500 0000 0000 0004".into(), "allow")];
+    f.append("wal-forms", vec![hashed, clear, unrelated], vec![], vec![])
+        .await;
+
+    let reader = atdp_lake::LakeReader::new(f.lake.clone());
+    let erased = |reader: atdp_lake::LakeReader| async move {
+        reader.erased_trajectories("demo", None).await.unwrap()
+    };
+    assert!(erased(reader.clone()).await.is_empty());
+    for subject in [EMAIL, CARD] {
+        atdp_audit::erase(
+            &f.lake,
+            &f.policy,
+            &f.keys,
+            &trail,
+            &officer,
+            "demo",
+            Some(subject),
+            "Erasure request #5120 (GDPR art. 17)",
+        )
+        .await
+        .unwrap();
+    }
+    let reached = erased(reader).await;
+    for trajectory in ["t-hashed", "t-clear"] {
+        assert!(reached.contains(trajectory), "{trajectory}: {reached:?}");
+    }
+    assert!(!reached.contains("t-unrelated"), "{reached:?}");
+    trail.close().await.unwrap();
+    // The erasure records what it reached, never the value: a step that later leaves the
+    // lake (expiry) takes its spans along, and its trajectory stays left out.
+    let details = f.audit_details("kind = 'erase'").await;
+    let recorded: Vec<String> = details
+        .iter()
+        .flat_map(|d| d["trajectories"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    for trajectory in ["t-hashed", "t-clear"] {
+        assert!(recorded.iter().any(|t| t == trajectory), "{details:?}");
+    }
+    let text = serde_json::to_string(&details).unwrap();
+    assert!(!text.contains(EMAIL) && !text.contains(CARD), "{text}");
+    assert!(!text.contains("4111-1111-1111-1111"), "{text}");
+}

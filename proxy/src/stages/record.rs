@@ -87,6 +87,9 @@ pub struct StepEnd {
     pub response: Option<ResponseView>,
     /// The version of the adapter that served, from the upstream's `x-atdp-policy-version`.
     pub policy_version: Option<String>,
+    /// The originals that the reply had restored glued to other text (where the model wrote
+    /// `report_<PERSON_…>.pdf`), with their entity: found there in storage however they read.
+    pub restored_glued: Vec<(String, String)>,
 }
 
 /// The step, unmasked (it only lives in memory until [`mask_step`]).
@@ -188,6 +191,7 @@ pub fn mask_step(
     policy: &MaskPolicy,
     keys: &KeyRing,
     sent_masked: &FoundValues,
+    restored_glued: &[(String, String)],
 ) -> atdp_policies::Result<Vec<VaultItem>> {
     let encode = |e: serde_json::Error| atdp_policies::Error::Mask(format!("step encoding: {e}"));
     let fields = |named: Vec<(&str, serde_json::Result<Value>)>| {
@@ -220,18 +224,22 @@ pub fn mask_step(
     let masked_request = masker.mask(&mut request)?;
     // A model writes a placeholder glued to other text as readily as apart, and the proxy
     // restores it there: a shaped value (with a digit or a sign) is found glued too. A name,
-    // or a value of letters alone, only as a word of its own (`Stan` is not in `understand`).
+    // or a value of letters alone, only as a word of its own (`Stan` is not in `understand`,
+    // nor in the step's own `assistant`).
     let known = KnownValues::with_glued(
         sent_masked
             .iter()
             .chain(masked_request.values.iter())
             .map(|(value, entity)| (value, entity, KnownValues::gluable(value, entity))),
     )?;
-    let masked_reply = JsonMasker {
+    let mut masked_reply = JsonMasker {
         known: (!known.is_empty()).then_some(&known),
         ..masker
     }
     .mask(&mut reply)?;
+    if !restored_glued.is_empty() {
+        mask_restored_glued(&mut reply, &masker, restored_glued, &mut masked_reply)?;
+    }
     let (Value::Object(mut request), Value::Object(mut reply)) = (request, reply) else {
         return Err(atdp_policies::Error::Mask(
             "masked fields are not an object".into(),
@@ -312,6 +320,7 @@ pub fn store_step(
     metrics: &Metrics,
     step: Step,
     start: &StepStart,
+    restored_glued: &[(String, String)],
 ) {
     let mut step = step;
     let vault = match mask_step(
@@ -320,6 +329,7 @@ pub fn store_step(
         &policy.masking.storage,
         keys,
         &start.sent_masked,
+        restored_glued,
     ) {
         Ok(vault) => vault,
         Err(error) => {
@@ -360,6 +370,78 @@ pub fn store_step(
     }
 }
 
+/// Masks the names (and values of letters alone) that the reply had restored glued to other
+/// text (`report_<PERSON_…>.pdf`) wherever its text and tool-call arguments hold them, glued
+/// or not; only there: the reply's role and the step's field names are no text of the model.
+/// Adds what it masked to `masked`.
+fn mask_restored_glued(
+    reply: &mut Value,
+    masker: &JsonMasker<'_>,
+    restored_glued: &[(String, String)],
+    masked: &mut atdp_policies::JsonMasked,
+) -> atdp_policies::Result<()> {
+    let known = KnownValues::with_glued(
+        restored_glued
+            .iter()
+            .map(|(value, entity)| (value.as_str(), entity.as_str(), true)),
+    )?;
+    let Some(message) = reply
+        .get_mut("response_message")
+        .and_then(Value::as_object_mut)
+    else {
+        return Ok(());
+    };
+    // The texts, with where each sits, as the items of an array (which has no keys to mask).
+    let mut places = vec!["response_message.content".to_owned()];
+    let mut texts = vec![
+        message
+            .get_mut("content")
+            .map(Value::take)
+            .unwrap_or(Value::Null),
+    ];
+    let calls = message.get_mut("tool_calls").and_then(Value::as_array_mut);
+    for (i, call) in calls.iter().flat_map(|calls| calls.iter()).enumerate() {
+        places.push(format!("response_message.tool_calls[{i}].arguments"));
+        texts.push(call.get("arguments").cloned().unwrap_or(Value::Null));
+    }
+    let mut texts = Value::Array(texts);
+    let found = JsonMasker {
+        known: Some(&known),
+        ..*masker
+    }
+    .mask(&mut texts)?;
+    let Value::Array(texts) = texts else {
+        return Err(atdp_policies::Error::Mask(
+            "masked texts are not an array".into(),
+        ));
+    };
+    let mut texts = texts.into_iter();
+    if let Some(content) = texts.next() {
+        message.insert("content".to_owned(), content);
+    }
+    let calls = message.get_mut("tool_calls").and_then(Value::as_array_mut);
+    for (call, arguments) in calls.into_iter().flat_map(|c| c.iter_mut()).zip(texts) {
+        if let Some(call) = call.as_object_mut() {
+            call.insert("arguments".to_owned(), arguments);
+        }
+    }
+    for (path, span) in found.spans {
+        // `[i]…`: the i-th text.
+        let place = path
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once(']'))
+            .and_then(|(i, rest)| Some((places.get(i.parse::<usize>().ok()?)?, rest)));
+        let Some((place, rest)) = place else {
+            return Err(atdp_policies::Error::Mask(format!(
+                "a span outside the texts: {path}"
+            )));
+        };
+        masked.spans.push((format!("{place}{rest}"), span));
+    }
+    masked.vault.extend(found.vault);
+    Ok(())
+}
+
 /// The request of a call as stored, for the strict audit trail: the step so far (no reply)
 /// masked for storage, its text fields as a JSON object, and the vault entries its
 /// placeholders need.
@@ -374,6 +456,7 @@ pub fn masked_request(
         error: None,
         response: None,
         policy_version: None,
+        restored_glued: Vec::new(),
     };
     let mut step = build_step(start, request, end);
     let vault = mask_step(
@@ -382,6 +465,7 @@ pub fn masked_request(
         &policy.masking.storage,
         keys,
         &start.sent_masked,
+        &[],
     )?;
     let encode =
         |e: serde_json::Error| atdp_policies::Error::Mask(format!("request encoding: {e}"));
@@ -520,6 +604,7 @@ mod tests {
                 error: None,
                 response: Some(response),
                 policy_version: None,
+                restored_glued: Vec::new(),
             },
         );
         let vault = mask_step(
@@ -528,6 +613,7 @@ mod tests {
             &MaskPolicy::all(Action::Tokenize),
             &keys,
             &FoundValues::default(),
+            &[],
         )
         .unwrap();
         let text = serde_json::to_string(&step).unwrap();
@@ -586,6 +672,7 @@ mod tests {
             error: None,
             response: Some(response),
             policy_version: None,
+            restored_glued: Vec::new(),
         };
         build_step(&start, &RequestView::default(), end)
     }
@@ -595,7 +682,7 @@ mod tests {
         let (keys, scanner, policy) = tokenizing();
         let none = FoundValues::default();
         let mut masked = step_with_reply("Mail jane@example.com");
-        mask_step(&mut masked, &scanner, &policy, &keys, &none).unwrap();
+        mask_step(&mut masked, &scanner, &policy, &keys, &none, &[]).unwrap();
         assert_eq!(masked.completion_token_ids, None);
         assert_eq!(masked.completion_logprobs, None);
         assert_eq!(
@@ -604,7 +691,7 @@ mod tests {
         );
 
         let mut clean = step_with_reply("All done.");
-        mask_step(&mut clean, &scanner, &policy, &keys, &none).unwrap();
+        mask_step(&mut clean, &scanner, &policy, &keys, &none, &[]).unwrap();
         assert_eq!(clean.completion_token_ids, Some(vec![1, 2, 3]));
         assert!(clean.tags.is_empty());
 
@@ -616,6 +703,7 @@ mod tests {
             &MaskPolicy::all(Action::Allow),
             &keys,
             &none,
+            &[],
         )
         .unwrap();
         assert_eq!(allowed.completion_token_ids, Some(vec![1, 2, 3]));
@@ -670,7 +758,15 @@ mod tests {
             "My mobile is 0612345678, call after six.",
             "Noted: 0612345678. Anything else?",
         );
-        mask_step(&mut step, &scanner, &policy, &keys, &FoundValues::default()).unwrap();
+        mask_step(
+            &mut step,
+            &scanner,
+            &policy,
+            &keys,
+            &FoundValues::default(),
+            &[],
+        )
+        .unwrap();
         let stored = stored_text(&step);
         assert!(!stored.contains("1234 5678"), "{stored}");
         let tokens: Vec<&str> = step.pii.iter().map(|p| p.token.as_str()).collect();
@@ -685,6 +781,7 @@ mod tests {
             &policy,
             &keys,
             &FoundValues::default(),
+            &[],
         )
         .unwrap();
         assert!(stored_text(&alone).contains("0612345678"));
@@ -708,7 +805,7 @@ mod tests {
         // The reply's `model` names a value of the call; a model name is kept as given.
         step.model_served = Some("m-xjane.doe@example.com".into());
         step.finish_reason = Some("stop".into());
-        mask_step(&mut step, &scanner, &policy, &keys, &sent).unwrap();
+        mask_step(&mut step, &scanner, &policy, &keys, &sent, &[]).unwrap();
         let stored = stored_text(&step);
         for value in ["jane.doe@", "Jane Doe", "1111 1111", "555-0172"] {
             assert!(!stored.contains(value), "{value}: {stored}");
@@ -717,7 +814,7 @@ mod tests {
         assert_eq!(step.finish_reason.as_deref(), Some("stop"));
         let mut named = step_with("Hello.", "Done.");
         named.model_served = Some("claude-sonnet-4-5".into());
-        mask_step(&mut named, &scanner, &policy, &keys, &sent).unwrap();
+        mask_step(&mut named, &scanner, &policy, &keys, &sent, &[]).unwrap();
         assert_eq!(named.model_served.as_deref(), Some("claude-sonnet-4-5"));
         // A name is masked only as a word of its own: the model writes its letters in other
         // words, and the step's own fields (`role`, `tool_calls`) hold them too.
@@ -728,11 +825,20 @@ mod tests {
             "{names:?}"
         );
         let mut step = step_with("Hello.", "I understand the standard; Stan will call.");
-        mask_step(&mut step, &scanner, &policy, &keys, &sent).unwrap();
+        mask_step(&mut step, &scanner, &policy, &keys, &sent, &[]).unwrap();
         let stored = stored_text(&step);
         assert!(stored.contains("I understand the standard"), "{stored}");
         assert!(stored.contains("\"role\":\"assistant\""), "{stored}");
         assert!(!stored.contains("Stan will"), "{stored}");
+        // Where the reply had a name restored glued (`report_<PERSON_…>.pdf`), it is found
+        // glued too; elsewhere in that reply its letters are then masked inside other words.
+        let glued = vec![("Stan".to_owned(), "PERSON".to_owned())];
+        let mut step = step_with("Hello.", "Saved report_Stan.pdf; I understand.");
+        mask_step(&mut step, &scanner, &policy, &keys, &sent, &glued).unwrap();
+        let stored = stored_text(&step);
+        assert!(!stored.contains("Stan"), "{stored}");
+        assert!(stored.contains("report_<PERSON_"), "{stored}");
+        assert!(stored.contains("\"role\":\"assistant\""), "{stored}");
     }
 
     #[test]
@@ -744,7 +850,7 @@ mod tests {
         // Stored without that context: the request and the reply restored from the upstream's
         // placeholder.
         let mut step = step_with("Ring me: 0612345678", "I will ring 0612345678 at six.");
-        mask_step(&mut step, &scanner, &policy, &keys, &sent).unwrap();
+        mask_step(&mut step, &scanner, &policy, &keys, &sent, &[]).unwrap();
         let stored = stored_text(&step);
         assert!(!stored.contains("1234 5678"), "{stored}");
         assert_eq!(

@@ -6,7 +6,7 @@
 //! record only once it has been written ([`Pump::sent`]), so parsing its events does not
 //! hold that chunk back, and a chunk whose write failed is not recorded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -67,6 +67,13 @@ pub struct Pump {
     /// Why the proxy itself cut the reply (a placeholder that would not restore, a reply
     /// too large to rewrite).
     proxy_failure: Option<&'static str>,
+    /// A restored stream as the upstream wrote it (placeholders where the model wrote them),
+    /// assembled to tell which placeholders the model glued to other text.
+    raw: Option<Box<(SseParser, StreamAssembler)>>,
+    /// Bytes of the stream fed to `raw`.
+    raw_kept: usize,
+    /// The originals the reply had restored glued to other text, with their entity.
+    glued: Vec<(String, String)>,
 }
 
 /// The reply header by which an internal upstream names the version that is to answer a
@@ -135,6 +142,9 @@ impl Pump {
             shadow_allowed: false,
             shadow: None,
             proxy_failure: None,
+            raw: None,
+            raw_kept: 0,
+            glued: Vec::new(),
         }
     }
 
@@ -183,6 +193,7 @@ impl Pump {
             // Not JSON (an upstream error page): nothing to rewrite.
             return Ok(Bytes::from(self.json.clone()));
         };
+        self.glued = glued_originals(&document, &self.restore, &self.keys, &self.tenant);
         if restore_json(&mut document, &self.tenant, &self.restore, &self.keys).is_err() {
             return Err(self.fail(RESTORE_FAILED));
         }
@@ -204,6 +215,15 @@ impl Pump {
     /// A streamed chunk: restored and stripped, with the end of the stream when `end`; the
     /// restored bytes wait in `unsent` for the record.
     fn stream_chunk(&mut self, bytes: Bytes, end: bool) -> Result<Bytes> {
+        if let Some(raw) = self.raw.as_mut()
+            && self.raw_kept + bytes.len() <= MAX_RECORDED_STREAM
+        {
+            self.raw_kept += bytes.len();
+            let (parser, assembler) = &mut **raw;
+            for event in parser.push(&bytes) {
+                assembler.push_event(&event);
+            }
+        }
         let restored = match self.restorer.as_mut() {
             Some(restorer) => {
                 let Ok(out) = restorer.push(&bytes) else {
@@ -283,6 +303,8 @@ impl Pump {
                                 self.keys.clone(),
                             )
                         });
+                        self.raw = restoring
+                            .then(|| Box::new((SseParser::new(), StreamAssembler::new(self.api))));
                         self.stripper = self.added.any().then(|| SseStripper::new(self.added));
                     } else {
                         self.hold_json = true;
@@ -337,6 +359,12 @@ impl Pump {
                 .ok()
                 .map(|document| parse_response(self.api, &document))
         };
+        if let Some(raw) = self.raw.take() {
+            let (_, assembler) = *raw;
+            if let Ok(message) = serde_json::to_value(assembler.finish().message) {
+                self.glued = glued_originals(&message, &self.restore, &self.keys, &self.tenant);
+            }
+        }
         let complete = response.as_ref().is_some_and(|r| r.complete);
         let started = (200..300).contains(&self.status);
         let (status, error) = match (self.proxy_failure, failure) {
@@ -381,8 +409,70 @@ impl Pump {
             error,
             response: if started { response } else { None },
             policy_version: self.policy_version.clone(),
+            restored_glued: std::mem::take(&mut self.glued),
         }
     }
+}
+
+/// The originals of the placeholders of `restore` that the strings of `reply` (as the
+/// upstream wrote it) hold glued to a letter, a digit, `_` or another placeholder
+/// (`report_<PERSON_…>.pdf`), with their entity, once each. Restored there, a name is no word
+/// of its own, and the record must still find it (`record::mask_step`). A placeholder that
+/// does not open is left out: restoring it fails the reply anyway.
+fn glued_originals(
+    reply: &serde_json::Value,
+    restore: &HashMap<String, VaultItem>,
+    keys: &KeyRing,
+    tenant: &str,
+) -> Vec<(String, String)> {
+    let glues =
+        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '<' | '>'));
+    // A placeholder is no longer than the longest of the call's: the search for its end
+    // stops there, so a text of many `<` costs time linear in its length.
+    let longest = restore.keys().map(String::len).max().unwrap_or(0);
+    let mut tokens: HashSet<&str> = HashSet::new();
+    let mut pending = vec![reply];
+    while let Some(value) = pending.pop() {
+        match value {
+            serde_json::Value::String(text) => {
+                let bytes = text.as_bytes();
+                for (open, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'<') {
+                    let window = bytes.get(open..bytes.len().min(open + longest));
+                    let Some(close) = window
+                        .and_then(|w| w.iter().position(|b| *b == b'>'))
+                        .map(|at| open + at)
+                    else {
+                        continue;
+                    };
+                    // `<` and `>` are ASCII: both ends are character boundaries.
+                    let (Some(token), Some(before), Some(after)) = (
+                        text.get(open..=close),
+                        text.get(..open),
+                        text.get(close + 1..),
+                    ) else {
+                        continue;
+                    };
+                    if restore.contains_key(token)
+                        && (glues(before.chars().next_back()) || glues(after.chars().next()))
+                    {
+                        tokens.insert(token);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => pending.extend(items),
+            serde_json::Value::Object(members) => pending.extend(members.values()),
+            _ => {}
+        }
+    }
+    let mut found: Vec<(String, String)> = Vec::new();
+    for token in tokens {
+        if let Some(item) = restore.get(token)
+            && let Ok(original) = keys.open(tenant, &item.entity, &item.sealed)
+        {
+            found.push((original, item.entity.clone()));
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -472,6 +562,83 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A pump for a call that sent `value` (of `entity`) masked: its placeholder, and the pump.
+    fn restoring(entity: &str, value: &str) -> (String, Pump) {
+        let mut keys = KeyRing::default();
+        keys.generate("demo");
+        let token = keys.token("demo", entity, value).unwrap();
+        let item = VaultItem {
+            token: token.clone(),
+            entity: entity.to_owned(),
+            sealed: keys.seal("demo", entity, value).unwrap(),
+        };
+        let mut pump = pump();
+        pump.restore = Arc::new(HashMap::from([(token.clone(), item)]));
+        pump.keys = Arc::new(keys);
+        (token, pump)
+    }
+
+    fn json_reply(pump: &mut Pump, content: &str) -> (Vec<u8>, StepEnd) {
+        let header = ResponseHeader::build(200, None).unwrap();
+        pump.filter(HttpTask::Header(Box::new(header), false))
+            .unwrap();
+        let body = serde_json::json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}]
+        });
+        let task = pump
+            .filter(HttpTask::Body(Some(Bytes::from(body.to_string())), true))
+            .unwrap();
+        let Some(HttpTask::Body(Some(out), _)) = task else {
+            panic!("the reply came out as another task");
+        };
+        pump.sent();
+        (out.to_vec(), pump.finish(None))
+    }
+
+    #[test]
+    fn the_originals_a_reply_has_restored_glued_to_other_text_are_noted_for_the_record() {
+        let glued = vec![("Jane".to_owned(), "PERSON".to_owned())];
+        // Whole replies: glued to `_`, to letters, to another placeholder; and apart.
+        for (written, noted) in [
+            ("report_{}.pdf", true),
+            ("x{}", true),
+            ("{}{}", true),
+            ("see {} now", false),
+            ("({})", false),
+        ] {
+            let (token, mut pump) = restoring("PERSON", "Jane");
+            let content = written.replace("{}", &token);
+            let (out, end) = json_reply(&mut pump, &content);
+            let out = String::from_utf8(out).unwrap();
+            assert!(out.contains("Jane") && !out.contains(&token), "{out}");
+            let expected = if noted { glued.clone() } else { Vec::new() };
+            assert_eq!(end.restored_glued, expected, "{written}");
+        }
+        // A stream, the placeholder cut across two deltas.
+        let (token, mut pump) = restoring("PERSON", "Jane");
+        let (head, tail) = token.split_at(5);
+        let chunk = |text: &str, finish: Option<&str>| {
+            let data = serde_json::json!({"choices": [{"index": 0, "delta": {"content": text},
+                                                       "finish_reason": finish}]});
+            Bytes::from(format!("data: {data}\n\n"))
+        };
+        let first = chunk(&format!("report_{head}"), None);
+        let last = [
+            chunk(&format!("{tail}.pdf"), Some("stop")),
+            Bytes::from_static(b"data: [DONE]\n\n"),
+        ]
+        .concat();
+        let first: &'static [u8] = Box::leak(first.to_vec().into_boxed_slice());
+        let last: &'static [u8] = Box::leak(last.into_boxed_slice());
+        let out = stream(&mut pump, &[(first, true), (last, true)]);
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("Jane") && !out.contains(tail), "{out}");
+        let end = pump.finish(None);
+        assert_eq!(text(&end).as_deref(), Some("report_Jane.pdf"));
+        assert_eq!(end.restored_glued, glued);
     }
 
     fn text(end: &StepEnd) -> Option<String> {

@@ -218,10 +218,12 @@ def _exclusions(table: Any, where: str, marked: bool, now: int, unmarked: str) -
 @dataclass
 class Erasures:
     """What the allowed erasures of one tenant reached (``atdp-audit erase``, read from its
-    ``erase`` audit events): the erased subjects' tokens, and when the tenant's keys were
-    last erased (µs since the epoch), if ever."""
+    ``erase`` audit events): the erased subjects' tokens, the trajectories the subject
+    erasures reached when they ran, and when the tenant's keys were last erased (µs since
+    the epoch), if ever."""
 
     tokens: set[str] = field(default_factory=set)
+    trajectories: set[str] = field(default_factory=set)
     tenant_erased_at: int | None = None
 
 
@@ -259,6 +261,9 @@ class Lake:
             try:
                 detail = json.loads(event["detail_json"])
                 scope, tokens = detail["scope"], detail.get("tokens") or []
+                trajectories = detail.get("trajectories") or []
+                if not all(isinstance(t, str) for t in [*tokens, *trajectories]):
+                    raise TypeError("tokens and trajectories are lists of strings")
             except (TypeError, ValueError, KeyError) as e:
                 raise ValueError(
                     f"erasure {event['event_id']} has no readable scope and tokens, so what it erased is unknown"
@@ -268,15 +273,17 @@ class Lake:
                 erasures.tenant_erased_at = max(at, erasures.tenant_erased_at or at)
             else:
                 erasures.tokens.update(tokens)
+                erasures.trajectories.update(trajectories)
         return erasures
 
     def _erased_trajectories(self, tenant: str, steps_table: Any) -> set[str]:
         """The trajectories of ``tenant`` its allowed erasures reached, among all its steps in
-        ``steps_table`` (not only those a read selects): those with a step that carries an
-        erased subject's token, and those with a step that started before the tenant's keys
-        were erased. Training leaves them out, whole, as the Rust trainer does."""
+        ``steps_table`` (not only those a read selects): those a subject erasure recorded as
+        reached when it ran, those with a step that carries an erased subject's token, and
+        those with a step that started before the tenant's keys were erased. Training leaves
+        them out, whole, as the Rust trainer does."""
         erasures = self._erased(tenant)
-        reached: set[str] = set()
+        reached: set[str] = set(erasures.trajectories)
         tenant_is = f"tenant_id = {_literal(tenant)}"
         if erasures.tenant_erased_at is not None:
             data = _query(

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Frame, State, restore_whole};
+use super::{Ending, Frame, State, restore_whole};
 use crate::WireError;
 use crate::restore::{Originals, TextMode};
 
@@ -29,6 +29,9 @@ pub(super) enum FieldKey {
 }
 
 impl FieldKey {
+    /// The least key of all (the first variant, with the least index).
+    pub(super) const LEAST: FieldKey = FieldKey::ChatContent { choice: 0 };
+
     /// The kind of text the field carries: tool-call arguments are JSON text.
     pub(super) fn mode(&self) -> TextMode {
         match self {
@@ -98,8 +101,7 @@ impl State {
         // Fields of an ending choice that this chunk does not carry: their held text goes
         // in a chunk of its own, before this one.
         for number in ended {
-            let ended_here = |key: &FieldKey| key.group() == number;
-            self.flush(ended_here, Some(chunk), originals, frame, out)?;
+            self.flush(&Ending::Group(number), Some(chunk), originals, frame, out)?;
         }
         self.last_chunk = Some(chunk.clone());
         Ok(changed)
@@ -140,17 +142,17 @@ impl State {
                 return self.rewrite(event.get_mut("delta"), arguments_key, false, originals);
             }
             "response.output_text.done" => {
-                self.flush(|k| *k == text_key, Some(event), originals, frame, out)?;
+                self.flush(&Ending::Field(text_key), Some(event), originals, frame, out)?;
             }
             "response.function_call_arguments.done" => {
-                self.flush(|k| *k == arguments_key, Some(event), originals, frame, out)?;
+                let ending = Ending::Field(arguments_key);
+                self.flush(&ending, Some(event), originals, frame, out)?;
             }
             "response.content_part.done" | "response.output_item.done" => {
-                let of_item = |k: &FieldKey| k.group() == output;
-                self.flush(of_item, Some(event), originals, frame, out)?;
+                self.flush(&Ending::Group(output), Some(event), originals, frame, out)?;
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
-                self.flush(|_| true, Some(event), originals, frame, out)?;
+                self.flush(&Ending::All, Some(event), originals, frame, out)?;
             }
             _ => {}
         }
@@ -189,12 +191,11 @@ impl State {
                 }
             }
             "content_block_stop" => {
-                let of_block = |k: &FieldKey| k.group() == block;
-                self.flush(of_block, None, originals, frame, out)?;
+                self.flush(&Ending::Group(block), None, originals, frame, out)?;
                 Ok(false)
             }
             "message_delta" | "message_stop" => {
-                self.flush(|_| true, None, originals, frame, out)?;
+                self.flush(&Ending::All, None, originals, frame, out)?;
                 Ok(false)
             }
             "ping" => Ok(false),
@@ -216,7 +217,7 @@ fn is_thinking(block: Option<&Value>) -> bool {
 pub(super) fn chat_flush_chunk(
     template: Option<&Value>,
     choice: u64,
-    held: &[&(FieldKey, String)],
+    held: &[(FieldKey, String)],
 ) -> Value {
     let mut chunk = match template {
         Some(Value::Object(fields)) => fields.clone(),

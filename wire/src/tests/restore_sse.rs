@@ -420,3 +420,71 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn held_text_of_many_choices_is_flushed_choice_by_choice() {
+    let (vault, token) = Vault::email();
+    let prefix = &token[..15];
+    let head = json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,
+                      "model":"gpt-4.1-mini"});
+    let chunk = |choices: Vec<Value>| {
+        let mut chunk = head.clone();
+        chunk["choices"] = Value::Array(choices);
+        sse(None, &chunk)
+    };
+    let opening: Vec<Value> = (0..1000)
+        .map(|i| {
+            let mut delta = json!({"content": format!("c{i} {prefix}")});
+            if i == 1 {
+                delta["tool_calls"] =
+                    json!([{"index": 0, "function": {"arguments": format!("{{\"to\":\"{prefix}")}}]);
+            }
+            json!({"index": i, "delta": delta, "finish_reason": null})
+        })
+        .collect();
+    let mut stream = chunk(opening);
+    // Choices 2 and 0 end in one chunk that carries no text; the rest at `[DONE]`.
+    stream += &chunk(vec![
+        json!({"index": 2, "delta": {}, "finish_reason": "stop"}),
+        json!({"index": 0, "delta": {}, "finish_reason": "stop"}),
+    ]);
+    stream += "data: [DONE]\n\n";
+    let out = vault.restore(ApiKind::OpenAiChat, stream.as_bytes(), &[]);
+    let chunks: Vec<Value> = events(&out).into_iter().map(|(_, data)| data).collect();
+    // The opening chunk, the held text of choices 2 and 0 before the chunk ending them, that
+    // chunk, then one chunk for each of the 998 other choices.
+    assert_eq!(chunks.len(), 1 + 2 + 1 + 998);
+    let only_choice = |chunk: &Value| {
+        let choices = chunk["choices"].as_array().unwrap();
+        assert_eq!(choices.len(), 1, "{chunk}");
+        assert_eq!(chunk["model"], "gpt-4.1-mini");
+        choices[0].clone()
+    };
+    assert_eq!(only_choice(&chunks[1])["index"], 2);
+    assert_eq!(only_choice(&chunks[2])["index"], 0);
+    assert_eq!(chunks[3]["choices"][0]["finish_reason"], "stop");
+    let mut content = vec![String::new(); 1000];
+    let mut arguments = String::new();
+    for chunk in &chunks {
+        for choice in chunk["choices"].as_array().unwrap() {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            if let Some(text) = choice["delta"]["content"].as_str() {
+                content[i] += text;
+            }
+            if let Some(text) = choice.pointer("/delta/tool_calls/0/function/arguments") {
+                arguments += text.as_str().unwrap();
+            }
+        }
+    }
+    for (i, text) in content.iter().enumerate() {
+        assert_eq!(*text, format!("c{i} {prefix}"));
+    }
+    assert_eq!(arguments, format!("{{\"to\":\"{prefix}"));
+    // Choice 1's content and arguments come out in one chunk, at `[DONE]`.
+    let of_one = chunks[4..]
+        .iter()
+        .find(|c| c["choices"][0]["index"] == 1)
+        .unwrap();
+    assert_eq!(of_one["choices"][0]["delta"]["content"], prefix);
+    assert!(of_one["choices"][0]["delta"]["tool_calls"].is_array());
+}
