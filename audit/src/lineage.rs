@@ -2,7 +2,8 @@
 //! from a subject's trajectories.
 //!
 //! The subject's trajectories are those of the tenant's steps whose `pii` spans carry one of
-//! the subject's tokens (the spans stay after an erasure, so this works after one too). Each
+//! the subject's tokens or keyed hashes, or the value itself where its type is stored in the
+//! clear ([`reached`]); an erasure finds them before it erases and records them. Each
 //! adapter version's `manifest.json` (`adapters/<policy>/v<N>/`, written by `atdp-train`)
 //! lists the trajectories its examples came from (`lineage.trajectories`, by tenant); a
 //! version learned from the subject when the two lists meet. A version without a lineage
