@@ -368,15 +368,9 @@ impl Fleet {
             });
         };
         let current = serving.current();
-        let number = parse_pin(pin).ok_or_else(|| {
-            ApiError::invalid(
-                format!(
-                    "`model` pins a version as `<policy>@v<N>` or `<policy>@base`, not `@{}`",
-                    shown(pin)
-                ),
-                Some("model"),
-            )
-        })?;
+        // A malformed pin gets the answer of an unknown model: a different one for a policy
+        // that is served would tell which are.
+        let number = parse_pin(pin).ok_or_else(|| unknown(model))?;
         if current.version.number == number {
             return Ok(Route {
                 serving,

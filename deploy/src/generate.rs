@@ -342,6 +342,14 @@ pub(crate) async fn stream(
 }
 
 impl TokenStream {
+    /// Lets the sequence run to its end with nobody reading it, on a task of its own. The
+    /// engine of mistral.rs 0.8.1 fails every sequence of its batch when it cannot send to
+    /// one of them, so the stream of a client that left is read to its end (at most its
+    /// `max_tokens`) instead of dropped.
+    pub(crate) fn abandon(mut self) {
+        tokio::spawn(async move { while self.next().await.is_some() {} });
+    }
+
     /// Decodes the ids seen so far (up to `max_tokens`) that are not decoded yet.
     fn feed(&mut self, ids: &[u32]) -> String {
         let mut text = String::new();

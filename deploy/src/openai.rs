@@ -275,6 +275,12 @@ fn message(raw: RawMessage) -> Result<Message, ApiError> {
     })
 }
 
+/// The most stop sequences a request may set, and the longest.
+const MAX_STOP_SEQUENCES: usize = 64;
+const MAX_STOP_BYTES: usize = 1024;
+/// The largest `grammar` or `response_format`, as JSON text.
+const MAX_GRAMMAR_BYTES: usize = 256 << 10;
+
 /// The decoding constraint of a request: OpenAI's `response_format` (`json_object`,
 /// `json_schema`) or mistral.rs's `grammar` extension (`{"type": "regex" | "lark" |
 /// "json_schema", "value": ...}`), enforced token by token by mistral.rs (llguidance).
@@ -397,6 +403,44 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             "`stop` sequences must not be empty",
             Some("stop"),
         ));
+    }
+    // Stop sequences and grammars are matched and compiled on the engine's thread, where
+    // every request of the policy waits for them.
+    if stop.len() > MAX_STOP_SEQUENCES || stop.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::invalid(
+            format!(
+                "`stop` holds at most {MAX_STOP_SEQUENCES} sequences of at most {MAX_STOP_BYTES} bytes"
+            ),
+            Some("stop"),
+        ));
+    }
+    for (name, value) in [
+        ("grammar", raw.grammar.as_ref()),
+        ("response_format", raw.response_format.as_ref()),
+    ] {
+        if value.is_some_and(|v| v.to_string().len() > MAX_GRAMMAR_BYTES) {
+            return Err(ApiError::invalid(
+                format!("`{name}` may take at most {MAX_GRAMMAR_BYTES} bytes"),
+                Some(name),
+            ));
+        }
+    }
+    if raw.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+        return Err(ApiError::invalid(
+            "`top_p` must be over 0 and at most 1",
+            Some("top_p"),
+        ));
+    }
+    for (name, penalty) in [
+        ("frequency_penalty", raw.frequency_penalty),
+        ("presence_penalty", raw.presence_penalty),
+    ] {
+        if penalty.is_some_and(|p| !(-2.0..=2.0).contains(&p)) {
+            return Err(ApiError::invalid(
+                format!("`{name}` must be -2 to 2"),
+                Some(name),
+            ));
+        }
     }
     let temperature = raw.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {

@@ -233,7 +233,10 @@ impl Registry {
         Ok(versions)
     }
 
-    /// What `_published.json` says of `version`.
+    /// What `_published.json` says of `version`. It names only the adapter's own files
+    /// ([`ADAPTER_FILES`], the required ones among them): a name is joined to the cache
+    /// directory when the version is fetched, so one with a separator or `..` (written into
+    /// storage by hand) would reach outside it.
     pub async fn published(&self, version: u32) -> Result<Published> {
         let bytes = self
             .read(&format!("v{version}/{PUBLISHED}"))
@@ -244,8 +247,28 @@ impl Registry {
                     self.policy
                 ))
             })?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::json(format!("v{version}/{PUBLISHED}"), e))
+        let published: Published = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::json(format!("v{version}/{PUBLISHED}"), e))?;
+        let refuse = |message: String| Error::Adapter {
+            version: format!("v{version}"),
+            message,
+        };
+        if let Some(name) = published
+            .files
+            .keys()
+            .find(|name| !ADAPTER_FILES.contains(&name.as_str()))
+        {
+            return Err(refuse(format!(
+                "{PUBLISHED} lists {name:?}, which is not a file of an adapter"
+            )));
+        }
+        if let Some(name) = REQUIRED
+            .iter()
+            .find(|name| !published.files.contains_key(**name))
+        {
+            return Err(refuse(format!("{PUBLISHED} does not list {name}")));
+        }
+        Ok(published)
     }
 
     /// Uploads the adapter in `dir` (the trainer's output directory) as the next version.

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -38,6 +39,8 @@ pub const SHADOW_HEADER: &str = "x-atdp-shadow";
 
 /// The largest request body read.
 const MAX_BODY: usize = 16 << 20;
+/// A body from which size on it is parsed on the blocking pool.
+const LARGE_BODY: usize = 64 << 10;
 
 /// The API's routes over the policies of `fleet`.
 pub fn router(fleet: Arc<Fleet>) -> Router {
@@ -47,6 +50,8 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/health", get(health))
         .route("/atdp/status", get(status))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(fleet)
 }
 
@@ -64,6 +69,19 @@ async fn not_found() -> Response {
         kind: "invalid_request_error",
         message: "unknown path: atdp-serve answers POST /v1/chat/completions and GET /v1/models"
             .into(),
+        param: None,
+        code: None,
+    };
+    error_response(&error, None)
+}
+
+async fn method_not_allowed() -> Response {
+    let error = ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        kind: "invalid_request_error",
+        message:
+            "method not allowed: atdp-serve answers POST /v1/chat/completions and GET /v1/models"
+                .into(),
         param: None,
         code: None,
     };
@@ -97,7 +115,25 @@ async fn models(State(fleet): State<Arc<Fleet>>) -> Response {
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
-async fn chat(State(fleet): State<Arc<Fleet>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat(
+    State(fleet): State<Arc<Fleet>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    // A body over the limit is refused by the reader, before it is all read.
+    let Ok(body) = body else {
+        let error = ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "invalid_request_error",
+            message: format!(
+                "the request body is over {} MiB, or could not be read",
+                MAX_BODY >> 20
+            ),
+            param: None,
+            code: None,
+        };
+        return error_response(&error, None);
+    };
     if body.len() > MAX_BODY {
         let error = ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -108,9 +144,18 @@ async fn chat(State(fleet): State<Arc<Fleet>>, headers: HeaderMap, body: Bytes) 
         };
         return error_response(&error, None);
     }
-    let request = match openai::parse(&body) {
-        Ok(r) => r,
-        Err(e) => return error_response(&e, None),
+    // A large body is parsed off the runtime's threads, as its prompt is prepared below.
+    let parsed = if body.len() < LARGE_BODY {
+        Ok(openai::parse(&body))
+    } else {
+        tokio::task::spawn_blocking(move || openai::parse(&body)).await
+    };
+    let request = match parsed {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return error_response(&e, None),
+        Err(_) => {
+            return error_response(&ApiError::server("reading the request failed"), None);
+        }
     };
     // The engine is taken once; only the fresh load that replaces it, dead, runs it again.
     let copy = headers.contains_key(COPY_HEADER);
@@ -119,9 +164,23 @@ async fn chat(State(fleet): State<Arc<Fleet>>, headers: HeaderMap, body: Bytes) 
         Err(e) => return error_response(&e, None),
     };
     let version = engine.version.to_string();
-    let job = match request.job(&engine.format, engine.context) {
-        Ok(job) => job,
-        Err(e) => return error_response(&e, Some(&version)),
+    // Rendering the prompt and tokenizing it take time in the size of the request: off the
+    // runtime's few threads, so that one large request holds up no other.
+    let (format, context) = (engine.format.clone(), engine.context);
+    let prepared = tokio::task::spawn_blocking(move || {
+        let job = request.job(&format, context);
+        (request, job)
+    })
+    .await;
+    let (request, job) = match prepared {
+        Ok((request, Ok(job))) => (request, job),
+        Ok((_, Err(e))) => return error_response(&e, Some(&version)),
+        Err(_) => {
+            return error_response(
+                &ApiError::server("preparing the prompt failed"),
+                Some(&version),
+            );
+        }
     };
     let shape = Shape {
         id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
@@ -183,6 +242,10 @@ fn parser(tools: Option<&Tools>) -> ReplyParser {
     tools.map_or_else(|| ReplyParser::new(Vec::new(), 0), Tools::parser)
 }
 
+/// How long a streamed chunk may wait for the client to take it (the channel to the client's
+/// connection is full) before the client is let go: the engine's sequences wait meanwhile.
+const CLIENT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn sse(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
@@ -215,9 +278,16 @@ fn stream(
                             Ok(step) => {
                                 started = true;
                                 for chunk in writer.step(step) {
-                                    if tx.send(sse(&chunk)).await.is_err() {
-                                        // The client left; dropping the stream cancels the
-                                        // sequence.
+                                    // A client that left, or stopped reading, is let go; its
+                                    // sequence runs out unread rather than failing the others
+                                    // of its batch, and waiting on it would hold the engine.
+                                    let sent = tokio::time::timeout(
+                                        CLIENT_WRITE_TIMEOUT,
+                                        tx.send(sse(&chunk)),
+                                    )
+                                    .await;
+                                    if !matches!(sent, Ok(Ok(()))) {
+                                        tokens.abandon();
                                         return;
                                     }
                                 }

@@ -114,11 +114,39 @@ impl Watcher {
                 Ok(Some(report))
             }
             Err(e) => {
-                *refused = Some(want);
+                // A version that cannot be read now (the store, the network) is tried again
+                // at the next poll; one refused on its merits, not until the log changes.
+                let transient = matches!(
+                    e,
+                    Error::Store(_) | Error::Lake(_) | Error::Io { .. } | Error::Registry(_)
+                );
+                if !transient {
+                    *refused = Some(want);
+                }
                 let name = want.map_or_else(|| "base".to_owned(), |n| format!("v{n}"));
                 let message = format!("{name}: {e}");
-                tracing::error!(version = %name, error = %e, "Refused the promoted version; the served one stays.");
+                tracing::error!(version = %name, error = %e, "Refused the promoted version; the served one stays unless it is retired.");
                 serving.refused(message);
+                // A retired version never serves on: when the one the log names in its
+                // place cannot be loaded, the base model takes over until it can.
+                if let Some(number) = current
+                    && state.retired.contains(&number)
+                    && want.is_some()
+                {
+                    let started = Instant::now();
+                    match self.prepare(None).await {
+                        Ok(engine) => {
+                            let load_ms = started.elapsed().as_millis() as u64;
+                            let report = serving.swap(engine, load_ms, self.drain).await;
+                            tracing::warn!(from = %report.from, to = %report.to,
+                                "The served version is retired and its successor cannot be loaded; serving the base model.");
+                            return Ok(Some(report));
+                        }
+                        Err(base) => {
+                            tracing::error!(error = %base, "The served version is retired, and neither its successor nor the base model can be loaded.");
+                        }
+                    }
+                }
                 Err(e)
             }
         }

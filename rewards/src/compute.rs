@@ -8,6 +8,7 @@ use atdp_lake::Catalog;
 
 use atdp_schema::{Step, Table, steps_from_batch};
 use deltalake::datafusion::common::ScalarValue;
+use deltalake::datafusion::common::tree_node::TreeNode;
 use deltalake::datafusion::execution::context::SQLOptions;
 use deltalake::datafusion::execution::session_state::SessionStateBuilder;
 use deltalake::datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit};
@@ -56,9 +57,11 @@ pub async fn compute(
     match &function.body {
         Body::Expression(expression) => {
             let steps = select::unit_steps(catalog, selection, units, Pull::Parallel).await?;
-            // A subquery here does not resolve the lake's tables (planning fails), so an
-            // expression reads its own row only.
+            // An expression reads its own row only: a subquery does not resolve the lake's
+            // tables (planning fails), and an aggregate or window function, which would read
+            // the other rows in scope (another tenant's among them), is refused.
             let value = steps.parse_sql_expr(expression)?;
+            own_row_only(&value)?;
             let frame = steps.select(vec![
                 col("tenant_id"),
                 col("trajectory_id"),
@@ -90,6 +93,30 @@ pub async fn compute(
         },
     }
     Ok(total)
+}
+
+/// Refuses an expression that reads other rows than its own: an aggregate or window
+/// function, or a subquery.
+fn own_row_only(expression: &Expr) -> Result<()> {
+    let reads_other_rows = expression.exists(|e| {
+        Ok(matches!(
+            e,
+            Expr::AggregateFunction(_)
+                | Expr::WindowFunction(_)
+                | Expr::ScalarSubquery(_)
+                | Expr::InSubquery(_)
+                | Expr::Exists(_)
+                | Expr::OuterReferenceColumn(..)
+        ))
+    })?;
+    if reads_other_rows {
+        return Err(Error::Query(
+            "an expression reads the one row of its step: aggregate and window functions \
+             and subqueries belong in a `query`"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `catalog` with `steps` restricted to what reward functions read (what may be trained on,
@@ -140,9 +167,11 @@ async fn unit_tenants(units: &DataFrame) -> Result<Vec<String>> {
     Ok(tenants)
 }
 
-/// A session in which every table (`steps`, `rewards`, `audit`, `pii_vault`) holds only
-/// `tenant`'s rows, over the catalog's table versions and object stores: a reward query run
-/// in it cannot read, join or aggregate another tenant's data, whatever it says.
+/// A session in which the tables a reward reads (`steps`, `rewards`) hold only `tenant`'s
+/// rows, over the catalog's table versions and object stores: a reward query run in it
+/// cannot read, join or aggregate another tenant's data, whatever it says. `audit` and
+/// `pii_vault` are not there: the audit trail holds what the strict mode recorded of calls
+/// that may not be trained on (consent withdrawn, expired), and the vault holds originals.
 async fn tenant_session(catalog: &Catalog, tenant: &str) -> Result<SessionContext> {
     let state = catalog.session().state();
     let session = SessionContext::new_with_state(
@@ -152,7 +181,7 @@ async fn tenant_session(catalog: &Catalog, tenant: &str) -> Result<SessionContex
             .with_default_features()
             .build(),
     );
-    for table in Table::ALL {
+    for table in [Table::Steps, Table::Rewards] {
         let rows = catalog
             .frame(table)
             .await?

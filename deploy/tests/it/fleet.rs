@@ -89,11 +89,53 @@ async fn two_policies_in_one_process_swap_on_their_own_under_load() {
         (status, &body["error"]["code"]),
         (404, &json!("model_not_found"))
     );
-    for bad in ["support@latest", "support@v01", "support@"] {
+    // A malformed pin of a served policy is answered as one of a policy that is not served.
+    for bad in ["support@latest", "support@v01", "support@", "support@v0"] {
         let (status, body) = post(&client, server.addr, &asking(bad, false)).await;
-        assert_eq!(status, 400, "{bad}: {body}");
-        assert_eq!(body["error"]["param"], "model");
+        let unserved = bad.replace("support", "nosuchpolicy");
+        let (other, other_body) = post(&client, server.addr, &asking(&unserved, false)).await;
+        assert_eq!((status, other), (404, 404), "{bad}: {body}");
+        assert_eq!(body["error"]["code"], other_body["error"]["code"], "{bad}");
     }
+    // Values outside OpenAI's ranges, and constraints too large to compile on the engine's
+    // thread, are 400s naming the parameter.
+    let stops: Vec<String> = (0..1000).map(|i| format!("stop{i}")).collect();
+    for (param, value) in [
+        ("top_p", json!(5)),
+        ("top_p", json!(0)),
+        ("frequency_penalty", json!(1e300)),
+        ("presence_penalty", json!(-3)),
+        ("stop", json!(stops)),
+        (
+            "grammar",
+            json!({"type": "regex", "value": "a".repeat(300_000)}),
+        ),
+    ] {
+        let mut body = asking("support", false);
+        body[param] = value;
+        let (status, answer) = post(&client, server.addr, &body).await;
+        assert_eq!(status, 400, "{param}: {answer}");
+        assert_eq!(answer["error"]["param"], param, "{answer}");
+    }
+    // A body over the limit, and a method the path does not answer: errors in OpenAI's form.
+    let huge = client
+        .post(format!("http://{}/v1/chat/completions", server.addr))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 17 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(huge.status(), 413);
+    let answer: serde_json::Value = huge.json().await.unwrap();
+    assert_eq!(answer["error"]["type"], "invalid_request_error");
+    let get = client
+        .get(format!("http://{}/v1/chat/completions", server.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    let answer: serde_json::Value = get.json().await.unwrap();
+    assert_eq!(answer["error"]["type"], "invalid_request_error");
 
     // Load on both policies, streamed and whole, while support alone moves to v2.
     let stop = Arc::new(AtomicBool::new(false));

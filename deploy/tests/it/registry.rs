@@ -133,6 +133,49 @@ async fn fetch_checks_files_against_the_publication() {
 }
 
 #[tokio::test]
+async fn a_publication_naming_other_files_than_an_adapters_is_refused_before_any_is_written() {
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    registry.publish(adapter_dir().path(), "ana").await.unwrap();
+    let version = lake.path().join("adapters/agent/v1");
+    let record = version.join("_published.json");
+    let original: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let outside = lake.path().join("outside");
+    let escaping = format!("/../../../../../../../../..{}", outside.display());
+    let weights = original["files"]["adapter_model.safetensors"].clone();
+    for name in [
+        escaping.as_str(),
+        "../v2/adapter_model.safetensors",
+        "notes.txt",
+    ] {
+        let mut tampered = original.clone();
+        tampered["files"][name] = weights.clone();
+        std::fs::write(&record, serde_json::to_vec(&tampered).unwrap()).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let err = registry.fetch(1, cache.path()).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("which is not a file of an adapter"),
+            "{name}: {err}"
+        );
+        assert!(!outside.exists(), "{name}");
+    }
+    // A publication without the adapter's weights is refused too.
+    let mut missing = original.clone();
+    missing["files"]
+        .as_object_mut()
+        .unwrap()
+        .remove("adapter_model.safetensors");
+    std::fs::write(&record, serde_json::to_vec(&missing).unwrap()).unwrap();
+    assert!(matches!(
+        registry.published(1).await,
+        Err(Error::Adapter { .. })
+    ));
+}
+
+#[tokio::test]
 async fn racing_promoters_cannot_both_take_a_log_position() {
     let lake = tempfile::tempdir().unwrap();
     let location = lake.path().to_str().unwrap().to_owned();

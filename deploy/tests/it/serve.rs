@@ -9,9 +9,10 @@ use std::time::Duration;
 use atdp_deploy::{Adapter, BaseModel, Engine, EngineOptions, Registry, Version};
 use atdp_trainer::{Adapter as Weights, LoadOptions, Model, load_adapter, token_log_probs};
 use candle_core::{Device, Tensor};
+use serde_json::json;
 
 use crate::util::{
-    Answer, DEMO_KEY, chat, random_adapter, read_steps, recorded_steps, request, start,
+    Answer, DEMO_KEY, chat, post, random_adapter, read_steps, recorded_steps, request, start,
     start_proxy, tiny_base, wait_for,
 };
 
@@ -709,4 +710,92 @@ async fn a_version_in_shadow_answers_copies_through_the_proxy_that_are_recorded_
     let status = wait_for(&server.serving, |s| !s.canary_shadow).await;
     assert_eq!(status.canary.as_deref(), Some("agent@v2"));
     assert_eq!(status.swaps, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_streaming_client_that_leaves_fails_no_request_beside_it() {
+    use futures::StreamExt;
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    random_adapter(base.path(), &work.path().join("a1"), 0.3, 1);
+    registry
+        .publish(&work.path().join("a1"), "test")
+        .await
+        .unwrap();
+    registry.promote(1, "test", "first", None).await.unwrap();
+    let server = start(registry, base.path()).await;
+    let client = reqwest::Client::new();
+    // Replies held to their length by a grammar, so that none ends early.
+    let forced = |stream: bool, tokens: usize| {
+        let mut body = request(PROMPT, stream, tokens);
+        body["grammar"] = json!({"type": "regex", "value": format!("[a-z]{{{}}}", tokens - 1)});
+        body
+    };
+    let others: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, addr, body) = (client.clone(), server.addr, forced(false, 1800));
+            tokio::spawn(async move { post(&client, addr, &body).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A streamed request joins their batch; then its client goes away.
+    let leaving = client
+        .post(format!("http://{}/v1/chat/completions", server.addr))
+        .json(&forced(true, 1000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(leaving.status(), 200);
+    let mut leaving = leaving.bytes_stream();
+    assert!(leaving.next().await.is_some());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(leaving);
+    for other in others {
+        let (status, body) = other.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let after = chat(&client, server.addr, &request(PROMPT, false, 4)).await;
+    assert_eq!(after.version(), Some("agent@v1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retired_version_stops_serving_even_when_its_successor_cannot_be_loaded() {
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for n in 1..=2 {
+        let dir = work.path().join(format!("a{n}"));
+        random_adapter(base.path(), &dir, 0.3, u64::from(n));
+        registry.publish(&dir, "test").await.unwrap();
+        registry.promote(n, "test", "next", None).await.unwrap();
+    }
+    let server = start(registry.clone(), base.path()).await;
+    assert_eq!(server.serving.status().serving, "agent@v2");
+    // v1, which a retirement of v2 falls back to, is damaged in storage.
+    std::fs::write(
+        lake.path()
+            .join("adapters/agent/v1/adapter_model.safetensors"),
+        b"damaged",
+    )
+    .unwrap();
+    registry
+        .retire(2, "test", "trained on erased data", None)
+        .await
+        .unwrap();
+    let status = wait_for(&server.serving, |s| s.serving != "agent@v2").await;
+    assert_eq!(status.serving, "agent@base", "{status:?}");
+    let client = reqwest::Client::new();
+    let mut pinned = request(PROMPT, false, 4);
+    pinned["model"] = "agent@v2".into();
+    let (code, body) = post(&client, server.addr, &pinned).await;
+    assert_eq!(code, 404, "{body}");
+    let answer = chat(&client, server.addr, &request(PROMPT, false, 4)).await;
+    assert_eq!(answer.version(), Some("agent@base"));
 }

@@ -195,6 +195,51 @@ async fn an_expression_may_not_read_other_rows_through_a_subquery() {
 }
 
 #[tokio::test]
+async fn an_expression_may_not_read_other_rows_through_a_window_or_an_aggregate() {
+    let f = twins().await;
+    // The twins share trajectory ids across tenants: a window over a trajectory would read
+    // the other tenant's rows.
+    for (name, expression) in [
+        (
+            "longest",
+            "CAST(max(length(finish_reason)) OVER (PARTITION BY trajectory_id) AS DOUBLE)",
+        ),
+        (
+            "rank",
+            "CAST(row_number() OVER (ORDER BY step_id) AS DOUBLE)",
+        ),
+        ("count", "CAST(count(*) AS DOUBLE)"),
+    ] {
+        let function = f.spec(
+            name,
+            &format!("name = \"{name}\"\nkind = \"sql\"\nexpression = \"{expression}\"\n"),
+        );
+        let error = f.run(&function, &Selection::default()).await.unwrap_err();
+        assert!(
+            error.to_string().contains("aggregate and window functions"),
+            "{name}: {error}"
+        );
+        assert!(written(&f, &function).await.is_empty(), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_query_reads_no_audit_trail_and_no_vault() {
+    let f = twins().await;
+    for table in ["audit", "pii_vault"] {
+        let function = f.spec(
+            table,
+            &format!(
+                "name = \"peek\"\nkind = \"sql\"\nquery = \"SELECT s.trajectory_id, s.step_id, 1.0 AS value FROM steps s CROSS JOIN {table} t\"\n"
+            ),
+        );
+        let error = f.run(&function, &Selection::default()).await.unwrap_err();
+        assert!(error.to_string().contains(table), "{table}: {error}");
+        assert!(written(&f, &function).await.is_empty(), "{table}");
+    }
+}
+
+#[tokio::test]
 async fn a_step_program_labels_each_tenant_in_its_own_batches() {
     let f = twins().await;
     let script = f.file(
