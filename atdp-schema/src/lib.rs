@@ -8,10 +8,13 @@
 //! - `batch`: the hand-written Arrow schema of each table ([`arrow_schema`]) and the records
 //!   moved in and out of `RecordBatch`es.
 //! - `chain`: the audit trail's hash chain ([`event_hash`], [`verify_chain`]).
+//! - [`shown`]: recorded text as tools print it for people, inert on a terminal and in a
+//!   spreadsheet.
 
 mod batch;
 mod chain;
 mod record;
+pub mod shown;
 
 pub use batch::{
     ConversionError, PARTITION_COLUMNS, arrow_schema, audit_from_batch, audit_to_batch,

@@ -69,17 +69,18 @@ async fn listed(lake: &Lake, policy: &str, keep_unknown: bool) -> Result<Vec<(u3
 /// How many of the trajectories `version` learned from (its manifest's lineage) an allowed
 /// erasure of their tenant has reached since: an adapter trained while an erasure ran read
 /// them before they were left out, and the erasure's own list (made when it ran) does not
-/// name a version published after it. 0 for a version without a lineage.
+/// name a version published after it. `None` for a version without a lineage (published
+/// without a manifest, or with one that lists no trajectories): unknown.
 pub async fn erased_since_training(
     lake: &Lake,
     registry: &Registry,
     version: u32,
-) -> Result<usize> {
+) -> Result<Option<usize>> {
     let Some(manifest) = registry.manifest(version).await? else {
-        return Ok(0);
+        return Ok(None);
     };
     let Some(by_tenant) = manifest["lineage"]["trajectories"].as_object() else {
-        return Ok(0);
+        return Ok(None);
     };
     let reader = LakeReader::new(lake.clone());
     let mut met = 0;
@@ -96,7 +97,26 @@ pub async fn erased_since_training(
             .filter(|id| erased.contains(*id))
             .count();
     }
-    Ok(met)
+    Ok(Some(met))
+}
+
+/// How many allowed erasures, of any tenant, the lake recorded before `published_at`
+/// (RFC 3339; all of them when it does not read).
+async fn erasures_before(lake: &Lake, published_at: &str) -> Result<usize> {
+    let before = chrono::DateTime::parse_from_rfc3339(published_at)
+        .map(|t| t.timestamp_micros())
+        .unwrap_or(i64::MAX);
+    let events = LakeReader::new(lake.clone())
+        .audit(&Filter::default())
+        .await
+        .map_err(|e| Error::Loop(format!("cannot read the audit trail: {e}")))?;
+    Ok(events
+        .rows
+        .iter()
+        .filter(|e| {
+            e.kind == "erase" && e.decision.as_deref() == Some("allow") && e.occurred_at < before
+        })
+        .count())
 }
 
 /// Refuses, in the gate's report, a candidate that learned from data erased since its
@@ -107,7 +127,26 @@ pub async fn refuse_if_erased(
     version: u32,
     report: &mut crate::GateReport,
 ) -> Result<()> {
-    let met = erased_since_training(lake, registry, version).await?;
+    let Some(met) = erased_since_training(lake, registry, version).await? else {
+        // Whether it learned from erased data is unknown: an erasure made after it was
+        // published lists it (and `retire-erased` retires it), but one made before does not,
+        // and it may have read the data before that erasure.
+        let published = registry.published(version).await?;
+        let erasures = erasures_before(lake, &published.published_at).await?;
+        if erasures > 0 {
+            report.promote = false;
+            report.checks.push(crate::Check {
+                name: "erased_data".into(),
+                passed: false,
+                value: erasures as f64,
+                bound: 0.0,
+                detail: format!(
+                    "its lineage is unknown (published without a manifest that lists the trajectories it learned from) and {erasures} erasures were made before it was published: it may have learned from erased data"
+                ),
+            });
+        }
+        return Ok(());
+    };
     if met > 0 {
         report.promote = false;
         report.checks.push(crate::Check {
@@ -289,7 +328,10 @@ mod tests {
         .unwrap();
         registry.publish(&adapter, "test").await.unwrap();
         let lake = Lake::new(&url, Default::default()).unwrap();
-        assert_eq!(erased_since_training(&lake, &registry, 1).await.unwrap(), 0);
+        assert_eq!(
+            erased_since_training(&lake, &registry, 1).await.unwrap(),
+            Some(0)
+        );
 
         // After the training read, acme erased the subject of its trajectory t1 (globex's t1
         // is another trajectory).
@@ -317,8 +359,11 @@ mod tests {
         writer.flush().await.unwrap();
         writer.shutdown(Duration::from_secs(10)).await.unwrap();
 
-        assert_eq!(erased_since_training(&lake, &registry, 1).await.unwrap(), 1);
-        let mut report = crate::GateReport {
+        assert_eq!(
+            erased_since_training(&lake, &registry, 1).await.unwrap(),
+            Some(1)
+        );
+        let report = || crate::GateReport {
             candidate: "support@v1".into(),
             current: "support@base".into(),
             promote: true,
@@ -330,11 +375,59 @@ mod tests {
             current_train: None,
             kl_to_base: None,
         };
-        refuse_if_erased(&lake, &registry, 1, &mut report)
+        let mut gated = report();
+        refuse_if_erased(&lake, &registry, 1, &mut gated)
             .await
             .unwrap();
-        assert!(!report.promote);
-        assert_eq!(report.checks[0].name, "erased_data");
-        assert!(report.reason().contains("erasure"), "{}", report.reason());
+        assert!(!gated.promote);
+        assert_eq!(gated.checks[0].name, "erased_data");
+        assert!(gated.reason().contains("erasure"), "{}", gated.reason());
+
+        // The same weights published without a manifest: what they learned from is unknown,
+        // and an erasure was made before they were published.
+        std::fs::remove_file(adapter.join("manifest.json")).unwrap();
+        registry.publish(&adapter, "test").await.unwrap();
+        assert_eq!(
+            erased_since_training(&lake, &registry, 2).await.unwrap(),
+            None
+        );
+        let mut gated = report();
+        refuse_if_erased(&lake, &registry, 2, &mut gated)
+            .await
+            .unwrap();
+        assert!(!gated.promote);
+        assert!(
+            gated.reason().contains("lineage is unknown"),
+            "{}",
+            gated.reason()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_candidate_of_unknown_lineage_passes_where_nothing_was_erased_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (registry, url) = crate::live::tests::published_registry(dir.path(), 0).await;
+        registry
+            .publish(&dir.path().join("adapter"), "test")
+            .await
+            .unwrap();
+        let lake = Lake::new(&url, Default::default()).unwrap();
+        let mut gated = crate::GateReport {
+            candidate: "support@v1".into(),
+            current: "support@base".into(),
+            promote: true,
+            checks: Vec::new(),
+            config: crate::GateConfig::default(),
+            candidate_heldout: crate::gate::tests::report(0.5, 3.0, 0.0),
+            current_heldout: crate::gate::tests::report(0.4, 3.0, 0.0),
+            candidate_train: None,
+            current_train: None,
+            kl_to_base: None,
+        };
+        refuse_if_erased(&lake, &registry, 1, &mut gated)
+            .await
+            .unwrap();
+        assert!(gated.promote, "{}", gated.reason());
+        assert!(gated.checks.is_empty());
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use atdp_detect::Scanner;
 
-use atdp_policies::{Action, Destination, MaskPolicy};
+use atdp_policies::{Action, Destination, MaskPolicy, Policy};
 use atdp_schema::Reward;
 use bytes::Bytes;
 use pingora::Result;
@@ -23,6 +23,7 @@ use pingora::proxy::Session;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::limits::HEAVY_BODY_BYTES;
 use crate::refusal::Refusal;
 use crate::respond::{refuse, respond};
 use crate::stages::admit::{self, authenticate};
@@ -71,6 +72,10 @@ enum Body {
     One(RewardIn),
 }
 
+/// The most tags a reward carries, and the longest value.
+const MAX_TAGS: usize = 32;
+const MAX_TAG_BYTES: usize = 256;
+
 fn bad(message: String) -> Refusal {
     Refusal::InvalidReward { message }
 }
@@ -98,9 +103,33 @@ fn check(index: usize, reward: &RewardIn) -> std::result::Result<(), Refusal> {
             "rewards[{index}].step_id must be 1 to 200 visible ASCII characters"
         )));
     }
-    if reward.name.is_empty() || reward.name.len() > 64 {
+    // Names are read by people and programs (`atdp-reward`, dashboards): no look-alikes,
+    // controls or spaces, the characters reward functions' names take.
+    let name_ok = |name: &str| {
+        !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    };
+    if !name_ok(&reward.name) {
         return Err(bad(format!(
-            "rewards[{index}].name must be 1 to 64 characters"
+            "rewards[{index}].name must be 1 to 64 letters, digits, `_`, `-` or `.`"
+        )));
+    }
+    if reward.reward_id.as_deref().is_some_and(|id| !id_ok(id)) {
+        return Err(bad(format!(
+            "rewards[{index}].reward_id must be 1 to 200 visible ASCII characters"
+        )));
+    }
+    if reward.tags.len() > MAX_TAGS
+        || reward
+            .tags
+            .iter()
+            .any(|(k, v)| k.is_empty() || k.len() > 64 || v.len() > MAX_TAG_BYTES)
+    {
+        return Err(bad(format!(
+            "rewards[{index}].tags holds at most {MAX_TAGS} labels: keys of 1 to 64 bytes, values of at most {MAX_TAG_BYTES}"
         )));
     }
     if !reward.value.is_finite() {
@@ -160,6 +189,33 @@ pub async fn handle(state: &Arc<State>, session: &mut Session) -> Result<()> {
     }
 }
 
+/// The rewards of a request body, each checked: its ids, name, value and tags, and that none
+/// carries a value the policy masks for storage.
+fn read_rewards(raw: &[u8], policy: &Policy) -> std::result::Result<Vec<RewardIn>, Refusal> {
+    let document = parse_json_body(raw).map_err(|e| bad(e.to_string()))?;
+    let body: Body = serde_json::from_value(document).map_err(|e| bad(format!(
+        "the body must be a reward {{\"trajectory_id\", \"name\", \"value\", …}} or {{\"rewards\": [...]}} ({})",
+        atdp_policies::json_error_kind(&e),
+    )))?;
+    let rewards = match body {
+        Body::Batch(batch) => batch.rewards,
+        Body::One(reward) => vec![reward],
+    };
+    if rewards.is_empty() || rewards.len() > MAX_BATCH {
+        return Err(bad(format!("send 1 to {MAX_BATCH} rewards per request")));
+    }
+    for (index, reward) in rewards.iter().enumerate() {
+        check(index, reward)?;
+        check_stored_as_given(
+            &policy.scanner,
+            policy.masking.policy(Destination::Storage),
+            index,
+            reward,
+        )?;
+    }
+    Ok(rewards)
+}
+
 async fn accept(
     state: &Arc<State>,
     session: &mut Session,
@@ -178,29 +234,15 @@ async fn accept(
         )
         .await?
     );
-    let document = check!(parse_json_body(&raw).map_err(|e| bad(e.to_string())));
-    let body: Body = check!(serde_json::from_value(document).map_err(|e| bad(format!(
-        "the body must be a reward {{\"trajectory_id\", \"name\", \"value\", …}} or {{\"rewards\": [...]}} ({})",
-        atdp_policies::json_error_kind(&e),
-    ))));
-    let rewards = match body {
-        Body::Batch(batch) => batch.rewards,
-        Body::One(reward) => vec![reward],
-    };
-    if rewards.is_empty() || rewards.len() > MAX_BATCH {
-        return Ok(Err(bad(format!(
-            "send 1 to {MAX_BATCH} rewards per request"
-        ))));
-    }
-    for (index, reward) in rewards.iter().enumerate() {
-        check!(check(index, reward));
-        check!(check_stored_as_given(
-            &policy.scanner,
-            policy.masking.policy(Destination::Storage),
-            index,
-            reward
-        ));
-    }
+    // A large body is read and checked (the detectors run over every id, name and tag) on
+    // the blocking pool, as a model call's is, so that it holds up no other tenant's calls.
+    let heavy = raw.len() >= HEAVY_BODY_BYTES;
+    let checking = Arc::clone(&policy);
+    let rewards = state
+        .heavy
+        .run_if(heavy, move || read_rewards(&raw, &checking))
+        .await;
+    let rewards = check!(rewards.unwrap_or(Err(Refusal::Internal)));
     let tenant = caller.identity.tenant.clone();
     for (index, reward) in rewards.iter().enumerate() {
         let Some(step_id) = &reward.step_id else {

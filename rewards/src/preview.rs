@@ -285,9 +285,10 @@ async fn example_steps(
     Ok(out)
 }
 
-/// `text` on one line, at most `TEXT_MAX` characters.
+/// `text` on one line, at most `TEXT_MAX` characters, inert on a terminal.
 fn truncate(text: &str) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = atdp_schema::shown::for_terminal(&flat).into_owned();
     if flat.chars().count() <= TEXT_MAX {
         flat
     } else {

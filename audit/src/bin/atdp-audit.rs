@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
 use atdp_audit::{
     Auditor, Catalog, ConsoleConfig, Hit, MAX_PAGE, Search, Searcher, Subject, Trail, event, row,
     seal,
 };
 use atdp_lake::cli::{LakeArgs, init_logging, run_async};
 use atdp_lake::{Lake, WriterConfig};
-use atdp_schema::Table;
+use atdp_schema::{Table, shown};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -340,15 +340,14 @@ fn print_batches(batches: &[RecordBatch], format: Format) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match format {
-        Format::Table => writeln!(
-            out,
-            "{}",
-            arrow::util::pretty::pretty_format_batches(batches)?
-        )?,
+        Format::Table => {
+            let table = arrow::util::pretty::pretty_format_batches(batches)?.to_string();
+            writeln!(out, "{}", shown::for_terminal(&table))?;
+        }
         Format::Csv => {
             let mut writer = arrow::csv::Writer::new(&mut out);
             for batch in batches {
-                writer.write(batch)?;
+                writer.write(&inert_cells(batch)?)?;
             }
         }
         Format::Json => {
@@ -361,11 +360,32 @@ fn print_batches(batches: &[RecordBatch], format: Format) -> Result<()> {
 }
 
 fn csv_field(value: &str) -> String {
+    let value = shown::for_spreadsheet(value);
     if value.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", value.replace('"', "\"\""))
     } else {
-        value.to_owned()
+        value.into_owned()
     }
+}
+
+/// `batch` with every text cell inert in a spreadsheet ([`shown::for_spreadsheet`]).
+fn inert_cells(batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|column| -> Result<arrow::array::ArrayRef> {
+            if column.data_type() != &arrow::datatypes::DataType::Utf8 {
+                return Ok(column.clone());
+            }
+            let text = column.as_string::<i32>();
+            let inert: arrow::array::StringArray = text
+                .iter()
+                .map(|v| v.map(|v| shown::for_spreadsheet(v).into_owned()))
+                .collect();
+            Ok(std::sync::Arc::new(inert))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 fn print_hits(hits: &[Hit], format: Format) -> Result<()> {
@@ -415,7 +435,11 @@ fn print_hits(hits: &[Hit], format: Format) -> Result<()> {
         Format::Table => {
             writeln!(out, "{}", header.join("\t"))?;
             for hit in hits {
-                writeln!(out, "{}", columns(hit).join("\t"))?;
+                let row: Vec<String> = columns(hit)
+                    .iter()
+                    .map(|c| shown::for_terminal(&c.replace(['\t', '\n', '\r'], " ")).into_owned())
+                    .collect();
+                writeln!(out, "{}", row.join("\t"))?;
             }
         }
     }

@@ -158,3 +158,39 @@ fn rewards_are_admitted_like_calls() {
         String::from_utf8_lossy(&other.body)
     );
 }
+
+#[test]
+fn names_ids_and_tags_that_people_and_programs_misread_are_refused() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.port, &[]);
+    let base = json!({"trajectory_id": "t-1", "name": "helpful", "value": 1.0});
+    let tags: serde_json::Map<String, serde_json::Value> =
+        (0..33).map(|i| (format!("k{i}"), json!("v"))).collect();
+    for (field, value) in [
+        ("name", json!("task_success\u{200b}")),
+        ("name", json!("helpful\n\u{1b}[2J")),
+        ("name", json!("user rating")),
+        ("reward_id", json!("")),
+        ("reward_id", json!("r-1\u{202e}")),
+        ("reward_id", json!("r".repeat(201))),
+        ("tags", json!(tags)),
+        ("tags", json!({"note": "x".repeat(257)})),
+    ] {
+        let mut reward = base.clone();
+        reward[field] = value;
+        let refused = post(proxy.port, "/v1/atdp/rewards", DEMO_KEY, &reward);
+        assert_eq!(
+            refused.status,
+            400,
+            "{field}: {}",
+            String::from_utf8_lossy(&refused.body)
+        );
+        assert_eq!(refused.json()["error"]["code"], "invalid_reward");
+    }
+    let mut fine = base.clone();
+    fine["name"] = json!("task_success.v2-b");
+    fine["reward_id"] = json!("ticket-4711-resolved");
+    fine["tags"] = json!({"by": "reviewer"});
+    let ok = post(proxy.port, "/v1/atdp/rewards", DEMO_KEY, &fine);
+    assert_eq!(ok.status, 200, "{}", String::from_utf8_lossy(&ok.body));
+}
