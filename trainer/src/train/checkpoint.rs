@@ -32,6 +32,29 @@ pub(crate) struct LoopState {
     pub seed: u64,
     /// Number of examples (a resume over other data is refused).
     pub examples: usize,
+    /// The examples' digest ([`data_digest`]): a resume over other data is refused, so
+    /// that the manifest's lineage names every trajectory the weights learned from. Absent
+    /// in a checkpoint that predates it, which is then not resumed.
+    #[serde(default)]
+    pub data: Option<String>,
+}
+
+/// A digest of `examples`: each one's tenant, trajectory, step and tokens, in order.
+pub(crate) fn data_digest(examples: &[crate::Example]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for e in examples {
+        for id in [&e.tenant_id, &e.trajectory_id, &e.step_id] {
+            hash.update((id.len() as u64).to_le_bytes());
+            hash.update(id.as_bytes());
+        }
+        hash.update((e.tokens.len() as u64).to_le_bytes());
+        for t in &e.tokens {
+            hash.update(t.to_le_bytes());
+        }
+        hash.update((e.prompt_len as u64).to_le_bytes());
+    }
+    hex::encode(hash.finalize())
 }
 
 fn dir(out: &Path) -> PathBuf {

@@ -148,7 +148,17 @@ fn train(
     let mut opt = AdamW::new(lora.vars(), config.adamw.clone())?;
     let mut running_baseline = None;
     let mut start = 0;
+    let digest = checkpoint::data_digest(&examples);
     if let Some(state) = checkpoint::load(&config.out_dir, &lora, &mut opt)? {
+        if state.data.as_deref() != Some(digest.as_str()) && state.examples == examples.len() {
+            return Err(Error::invalid(
+                "checkpoint",
+                format!(
+                    "{} was written by a run over other examples (other tenants, trajectories, steps or tokens); its weights learned from data this run's manifest would not name: remove it or use another output directory",
+                    config.out_dir.join(CHECKPOINT_DIR).display(),
+                ),
+            ));
+        }
         if state.seed != config.seed || state.examples != examples.len() {
             return Err(Error::invalid(
                 "checkpoint",
@@ -236,6 +246,7 @@ fn train(
             running_baseline,
             seed: config.seed,
             examples: examples.len(),
+            data: Some(digest.clone()),
         };
         if config.checkpoint_every > 0 && step % config.checkpoint_every == 0 {
             checkpoint::save(&config.out_dir, &lora, &opt, &state)?;
@@ -275,6 +286,7 @@ fn train(
             running_baseline,
             seed: config.seed,
             examples: examples.len(),
+            data: Some(digest.clone()),
         },
     )?;
     let manifest = Manifest::build(

@@ -646,3 +646,30 @@ fn trajectories_an_erasure_reached_are_never_read_and_the_manifest_counts_them()
         BTreeMap::from([("erased".to_owned(), 4)])
     );
 }
+
+#[test]
+fn a_checkpoint_of_other_data_is_not_resumed() {
+    let setup = Setup::new();
+    write_lake(&setup.lake(), good_and_bad(3));
+    let config = setup.config("swapped", SMALL);
+    let stop = TrainOptions {
+        stop_after: Some(2),
+        ..TrainOptions::default()
+    };
+    atdp_trainer::run(&config, &stop, &mut no_progress()).unwrap();
+    // The lake now holds as many examples, of other text: the weights so far learned from
+    // trajectories this run would not name in its lineage.
+    let mut other = good_and_bad(3);
+    for record in &mut other {
+        if let atdp_schema::Record::Step(step) = record
+            && let Some(message) = step.response_message.as_mut()
+        {
+            message.content = Some("Something else entirely.".into());
+        }
+    }
+    std::fs::remove_dir_all(setup.lake()).unwrap();
+    write_lake(&setup.lake(), other);
+    let err = atdp_trainer::run(&config, &TrainOptions::default(), &mut no_progress()).unwrap_err();
+    assert!(err.to_string().contains("other examples"), "{err}");
+    assert!(!adapter_written(&setup.out("swapped")));
+}
