@@ -91,6 +91,7 @@ pub async fn erase(
                 tokens.push(keys.token(tenant, &entity, value)?);
                 tokens.push(keys.token_of_spelling(tenant, &entity, value)?);
                 tokens.push(keys.keyed_hash(tenant, &entity, value)?);
+                tokens.push(keys.keyed_hash_of_spelling(tenant, &entity, value)?);
             }
             tokens.sort();
             tokens.dedup();
@@ -100,7 +101,9 @@ pub async fn erase(
     };
     // The trajectories it reaches, found now and recorded with it: a step that later leaves
     // the lake (expiry) takes its spans along, and training must still leave its trajectory
-    // out. A lookup that fails does not stop the erasure; readers then match the tokens.
+    // out. For a subject, a lookup that fails stops the erasure before anything is recorded
+    // or erased (a value stored in the clear has no token for readers to match): run it
+    // again. A tenant erasure goes on (training leaves out every step before it).
     let reach = match subject {
         Some(value) => Reach::Subject {
             tokens: &tokens,
@@ -109,6 +112,11 @@ pub async fn erase(
         None => Reach::Tenant,
     };
     let reached = reached(lake, tenant, reach).await;
+    if let (Some(_), Err(error)) = (subject, &reached) {
+        return Err(Error::Query(format!(
+            "the trajectories the erasure reaches could not be looked up, so nothing was erased: {error}"
+        )));
+    }
     // Recorded (and committed) before anything is erased: an erasure that cannot be
     // recorded is not done. The subject's tokens and trajectories (never the value) say what
     // is erased.

@@ -324,6 +324,9 @@ impl std::fmt::Debug for TokenStream {
     }
 }
 
+/// The most sequences of departed clients left to run out at once.
+const MAX_RUNNING_OUT: usize = 32;
+
 /// Starts streaming one completion.
 pub(crate) async fn stream(
     engine: &Engine,
@@ -346,8 +349,18 @@ impl TokenStream {
     /// engine of mistral.rs 0.8.1 fails every sequence of its batch when it cannot send to
     /// one of them, so the stream of a client that left is read to its end (at most its
     /// `max_tokens`) instead of dropped.
+    /// At most [`MAX_RUNNING_OUT`] such sequences run at once; past them a stream is dropped,
+    /// which cancels it (and may fail its batch), so that clients that open and leave streams
+    /// in a loop cannot pile up work.
     pub(crate) fn abandon(mut self) {
-        tokio::spawn(async move { while self.next().await.is_some() {} });
+        static RUNNING_OUT: tokio::sync::Semaphore =
+            tokio::sync::Semaphore::const_new(MAX_RUNNING_OUT);
+        if let Ok(permit) = RUNNING_OUT.try_acquire() {
+            tokio::spawn(async move {
+                let _permit = permit;
+                while self.next().await.is_some() {}
+            });
+        }
     }
 
     /// Decodes the ids seen so far (up to `max_tokens`) that are not decoded yet.

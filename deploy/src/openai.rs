@@ -425,11 +425,8 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             ));
         }
     }
-    if raw.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
-        return Err(ApiError::invalid(
-            "`top_p` must be over 0 and at most 1",
-            Some("top_p"),
-        ));
+    if raw.top_p.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
+        return Err(ApiError::invalid("`top_p` must be 0 to 1", Some("top_p")));
     }
     for (name, penalty) in [
         ("frequency_penalty", raw.frequency_penalty),
@@ -456,7 +453,8 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     } else {
         let mut s = SamplingParams::neutral();
         s.temperature = Some(temperature);
-        s.top_p = raw.top_p;
+        // 0, which OpenAI accepts, keeps only the likeliest token: left to the temperature.
+        s.top_p = raw.top_p.filter(|p| *p > 0.0);
         s
     };
     sampling.stop_toks = (!stop.is_empty()).then(|| StopTokens::Seqs(stop.clone()));

@@ -233,10 +233,7 @@ impl Registry {
         Ok(versions)
     }
 
-    /// What `_published.json` says of `version`. It names only the adapter's own files
-    /// ([`ADAPTER_FILES`], the required ones among them): a name is joined to the cache
-    /// directory when the version is fetched, so one with a separator or `..` (written into
-    /// storage by hand) would reach outside it.
+    /// What `_published.json` says of `version`.
     pub async fn published(&self, version: u32) -> Result<Published> {
         let bytes = self
             .read(&format!("v{version}/{PUBLISHED}"))
@@ -247,8 +244,15 @@ impl Registry {
                     self.policy
                 ))
             })?;
-        let published: Published = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::json(format!("v{version}/{PUBLISHED}"), e))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::json(format!("v{version}/{PUBLISHED}"), e))
+    }
+
+    /// Refuses a publication record that names other files than the adapter's own
+    /// ([`ADAPTER_FILES`]), or lacks a required one: a name is joined to the cache directory
+    /// when the version is fetched, so one with a separator or `..` (written into storage by
+    /// hand) would reach outside it.
+    fn check_files(published: &Published, version: u32) -> Result<()> {
         let refuse = |message: String| Error::Adapter {
             version: format!("v{version}"),
             message,
@@ -268,7 +272,7 @@ impl Registry {
         {
             return Err(refuse(format!("{PUBLISHED} does not list {name}")));
         }
-        Ok(published)
+        Ok(())
     }
 
     /// Uploads the adapter in `dir` (the trainer's output directory) as the next version.
@@ -328,6 +332,7 @@ impl Registry {
     /// and checks every file against `_published.json`.
     pub async fn fetch(&self, version: u32, cache: &Path) -> Result<PathBuf> {
         let published = self.published(version).await?;
+        Self::check_files(&published, version)?;
         let dir = cache.join(&self.policy).join(format!("v{version}"));
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         for (name, (size, digest)) in &published.files {

@@ -199,9 +199,18 @@ async fn chat(
     let mut retried = false;
     loop {
         let ticket = engine.ticket();
-        let runs = (0..request.n).map(|_| generate::whole(&engine, &job));
+        // Each choice runs on a task of its own: a client that leaves drops this handler, and
+        // the engine of mistral.rs 0.8.1 fails every sequence of its batch when it cannot
+        // send to one of them; the task reads its sequence to the end regardless.
+        let runs = (0..request.n).map(|_| {
+            let (engine, job) = (engine.clone(), job.clone());
+            tokio::spawn(async move { generate::whole(&engine, &job).await })
+        });
         let results = futures::future::join_all(runs).await;
-        let error = match results.into_iter().collect::<Result<Vec<_>, _>>() {
+        let results = results.into_iter().map(|run| {
+            run.unwrap_or_else(|_| Err(ApiError::server("generating the reply failed")))
+        });
+        let error = match results.collect::<Result<Vec<_>, _>>() {
             Ok(choices) => {
                 serving.count(&engine, ticket, false);
                 let tools = request.tools;

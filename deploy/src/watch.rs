@@ -100,8 +100,17 @@ impl Watcher {
             return Ok(Some(report));
         }
         self.follow_canary(serving, state.canary).await;
-        if want == current || *refused == Some(want) {
+        let retired = current.is_some_and(|n| state.retired.contains(&n));
+        if want == current {
             return Ok(None);
+        }
+        if *refused == Some(want) {
+            // A retired version never serves on, even while the one in its place is refused.
+            return Ok(if retired && want.is_some() {
+                self.serve_base(serving).await
+            } else {
+                None
+            });
         }
         let started = Instant::now();
         match self.prepare(want).await {
@@ -116,10 +125,7 @@ impl Watcher {
             Err(e) => {
                 // A version that cannot be read now (the store, the network) is tried again
                 // at the next poll; one refused on its merits, not until the log changes.
-                let transient = matches!(
-                    e,
-                    Error::Store(_) | Error::Lake(_) | Error::Io { .. } | Error::Registry(_)
-                );
+                let transient = matches!(e, Error::Store(_) | Error::Lake(_) | Error::Io { .. });
                 if !transient {
                     *refused = Some(want);
                 }
@@ -129,25 +135,31 @@ impl Watcher {
                 serving.refused(message);
                 // A retired version never serves on: when the one the log names in its
                 // place cannot be loaded, the base model takes over until it can.
-                if let Some(number) = current
-                    && state.retired.contains(&number)
+                if retired
                     && want.is_some()
+                    && let Some(report) = self.serve_base(serving).await
                 {
-                    let started = Instant::now();
-                    match self.prepare(None).await {
-                        Ok(engine) => {
-                            let load_ms = started.elapsed().as_millis() as u64;
-                            let report = serving.swap(engine, load_ms, self.drain).await;
-                            tracing::warn!(from = %report.from, to = %report.to,
-                                "The served version is retired and its successor cannot be loaded; serving the base model.");
-                            return Ok(Some(report));
-                        }
-                        Err(base) => {
-                            tracing::error!(error = %base, "The served version is retired, and neither its successor nor the base model can be loaded.");
-                        }
-                    }
+                    return Ok(Some(report));
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// Swaps the base model in for a retired version whose successor cannot be loaded.
+    async fn serve_base(&self, serving: &Serving) -> Option<SwapReport> {
+        let started = Instant::now();
+        match self.prepare(None).await {
+            Ok(engine) => {
+                let load_ms = started.elapsed().as_millis() as u64;
+                let report = serving.swap(engine, load_ms, self.drain).await;
+                tracing::warn!(from = %report.from, to = %report.to,
+                    "The served version is retired and its successor cannot be loaded; serving the base model.");
+                Some(report)
+            }
+            Err(error) => {
+                tracing::error!(error = %error, "The served version is retired, and neither its successor nor the base model can be loaded.");
+                None
             }
         }
     }

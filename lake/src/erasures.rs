@@ -134,6 +134,30 @@ impl LakeReader {
         Ok(erasures)
     }
 
+    /// How many allowed erasures, of any tenant, the `audit` table holds from before `until`
+    /// (µs since epoch, UTC).
+    pub async fn erasures_before(&self, until: i64) -> Result<usize> {
+        let error = query_error(Table::Audit);
+        let filter = Filter {
+            until: Some(until),
+            ..Filter::default()
+        };
+        let Some((frame, _)) = self.frame(Table::Audit, &filter).await? else {
+            return Ok(0);
+        };
+        let count = frame
+            .filter(
+                col("kind")
+                    .eq(lit("erase"))
+                    .and(col("decision").eq(lit("allow"))),
+            )
+            .map_err(|e| error(&e))?
+            .count()
+            .await
+            .map_err(|e| error(&e))?;
+        Ok(count)
+    }
+
     /// The trajectories of `tenant` that its allowed erasures reached, among all its steps
     /// at `steps_version` (the latest when `None`).
     pub async fn erased_trajectories(

@@ -106,17 +106,10 @@ async fn erasures_before(lake: &Lake, published_at: &str) -> Result<usize> {
     let before = chrono::DateTime::parse_from_rfc3339(published_at)
         .map(|t| t.timestamp_micros())
         .unwrap_or(i64::MAX);
-    let events = LakeReader::new(lake.clone())
-        .audit(&Filter::default())
+    LakeReader::new(lake.clone())
+        .erasures_before(before)
         .await
-        .map_err(|e| Error::Loop(format!("cannot read the audit trail: {e}")))?;
-    Ok(events
-        .rows
-        .iter()
-        .filter(|e| {
-            e.kind == "erase" && e.decision.as_deref() == Some("allow") && e.occurred_at < before
-        })
-        .count())
+        .map_err(|e| Error::Loop(format!("cannot read the audit trail: {e}")))
 }
 
 /// Refuses, in the gate's report, a candidate that learned from data erased since its

@@ -47,7 +47,9 @@ pub use json::{
     FoundValues, JsonMasked, JsonMasker, KnownValues, MIN_KNOWN_CHARS, decode_json_escapes,
 };
 pub use keyfile::{EnsuredKeys, KeyFile, MissingKeys};
-pub use mask::{Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, unmask};
+pub use mask::{
+    Action, MaskPolicy, Masked, MaskedSpan, StreamUnmasker, VaultItem, mask, mask_ranges, unmask,
+};
 pub use store::{Policy, PolicyStore};
 pub use training::{
     CONSENT_HEADER, Consent, DEFAULT_SOURCE, Decision, HEADER_SOURCE, Marks, StepFacts,

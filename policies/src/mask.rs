@@ -149,7 +149,7 @@ pub fn mask(
 
 /// Masks the byte ranges of `text` given with their entity types (ordered, not overlapping),
 /// as [`mask`] masks a scanner's spans; the entity types need not be `'static`.
-pub(crate) fn mask_ranges<'e>(
+pub fn mask_ranges<'e>(
     text: &str,
     ranges: impl IntoIterator<Item = (Range<usize>, &'e str)>,
     policy: &MaskPolicy,

@@ -289,6 +289,18 @@ impl KeyRing {
         Ok(format!("<{entity}#{}>", &digest[..16]))
     }
 
+    /// The keyed hash of `value` spelled exactly as given, as hashes were computed before
+    /// they were computed from the canonical spelling: an erasure reaches those too.
+    pub fn keyed_hash_of_spelling(
+        &self,
+        tenant: &str,
+        entity: &str,
+        value: &str,
+    ) -> Result<String> {
+        let digest = self.digest(tenant, b"hash\0", entity, value)?;
+        Ok(format!("<{entity}#{}>", &digest[..16]))
+    }
+
     /// Encrypts `value` under the tenant's current key.
     pub fn seal(&self, tenant: &str, entity: &str, value: &str) -> Result<SealedValue> {
         let keys = self.tenant(tenant)?;

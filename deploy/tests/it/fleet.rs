@@ -102,7 +102,7 @@ async fn two_policies_in_one_process_swap_on_their_own_under_load() {
     let stops: Vec<String> = (0..1000).map(|i| format!("stop{i}")).collect();
     for (param, value) in [
         ("top_p", json!(5)),
-        ("top_p", json!(0)),
+        ("top_p", json!(-1)),
         ("frequency_penalty", json!(1e300)),
         ("presence_penalty", json!(-3)),
         ("stop", json!(stops)),

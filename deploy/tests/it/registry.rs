@@ -169,10 +169,13 @@ async fn a_publication_naming_other_files_than_an_adapters_is_refused_before_any
         .unwrap()
         .remove("adapter_model.safetensors");
     std::fs::write(&record, serde_json::to_vec(&missing).unwrap()).unwrap();
+    let cache = tempfile::tempdir().unwrap();
     assert!(matches!(
-        registry.published(1).await,
+        registry.fetch(1, cache.path()).await,
         Err(Error::Adapter { .. })
     ));
+    // Such a version can still be retired.
+    registry.retire(1, "ana", "tampered", None).await.unwrap();
 }
 
 #[tokio::test]

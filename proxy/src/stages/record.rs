@@ -238,7 +238,14 @@ pub fn mask_step(
     }
     .mask(&mut reply)?;
     if !restored_glued.is_empty() {
-        mask_restored_glued(&mut reply, &masker, restored_glued, &mut masked_reply)?;
+        mask_restored_glued(
+            &mut reply,
+            policy,
+            &step.tenant_id,
+            keys,
+            restored_glued,
+            &mut masked_reply,
+        )?;
     }
     let (Value::Object(mut request), Value::Object(mut reply)) = (request, reply) else {
         return Err(atdp_policies::Error::Mask(
@@ -372,74 +379,127 @@ pub fn store_step(
 
 /// Masks the names (and values of letters alone) that the reply had restored glued to other
 /// text (`report_<PERSON_…>.pdf`) wherever its text and tool-call arguments hold them, glued
-/// or not; only there: the reply's role and the step's field names are no text of the model.
-/// Adds what it masked to `masked`.
+/// or not, outside the placeholders already there; only there: the reply's role and the
+/// step's field names are no text of the model. Adds what it masked to `masked`.
 fn mask_restored_glued(
     reply: &mut Value,
-    masker: &JsonMasker<'_>,
+    storage: &MaskPolicy,
+    tenant: &str,
+    keys: &KeyRing,
     restored_glued: &[(String, String)],
     masked: &mut atdp_policies::JsonMasked,
 ) -> atdp_policies::Result<()> {
-    let known = KnownValues::with_glued(
-        restored_glued
-            .iter()
-            .map(|(value, entity)| (value.as_str(), entity.as_str(), true)),
-    )?;
     let Some(message) = reply
         .get_mut("response_message")
         .and_then(Value::as_object_mut)
     else {
         return Ok(());
     };
-    // The texts, with where each sits, as the items of an array (which has no keys to mask).
-    let mut places = vec!["response_message.content".to_owned()];
-    let mut texts = vec![
-        message
-            .get_mut("content")
-            .map(Value::take)
-            .unwrap_or(Value::Null),
-    ];
-    let calls = message.get_mut("tool_calls").and_then(Value::as_array_mut);
-    for (i, call) in calls.iter().flat_map(|calls| calls.iter()).enumerate() {
-        places.push(format!("response_message.tool_calls[{i}].arguments"));
-        texts.push(call.get("arguments").cloned().unwrap_or(Value::Null));
-    }
-    let mut texts = Value::Array(texts);
-    let found = JsonMasker {
-        known: Some(&known),
-        ..*masker
-    }
-    .mask(&mut texts)?;
-    let Value::Array(texts) = texts else {
-        return Err(atdp_policies::Error::Mask(
-            "masked texts are not an array".into(),
-        ));
+    let mut mask = |text: &mut String, place: String| -> atdp_policies::Result<()> {
+        let ranges = glued_ranges(text, restored_glued);
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let done = atdp_policies::mask_ranges(text, ranges, storage, tenant, keys)?;
+        masked
+            .spans
+            .extend(done.spans.into_iter().map(|span| (place.clone(), span)));
+        masked.vault.extend(done.vault);
+        *text = done.text;
+        Ok(())
     };
-    let mut texts = texts.into_iter();
-    if let Some(content) = texts.next() {
-        message.insert("content".to_owned(), content);
+    if let Some(Value::String(text)) = message.get_mut("content") {
+        mask(text, "response_message.content".to_owned())?;
     }
-    let calls = message.get_mut("tool_calls").and_then(Value::as_array_mut);
-    for (call, arguments) in calls.into_iter().flat_map(|c| c.iter_mut()).zip(texts) {
-        if let Some(call) = call.as_object_mut() {
-            call.insert("arguments".to_owned(), arguments);
+    if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
+        for (i, call) in calls.iter_mut().enumerate() {
+            if let Some(Value::String(text)) = call.get_mut("arguments") {
+                mask(text, format!("response_message.tool_calls[{i}].arguments"))?;
+            }
         }
     }
-    for (path, span) in found.spans {
-        // `[i]…`: the i-th text.
-        let place = path
-            .strip_prefix('[')
-            .and_then(|rest| rest.split_once(']'))
-            .and_then(|(i, rest)| Some((places.get(i.parse::<usize>().ok()?)?, rest)));
-        let Some((place, rest)) = place else {
-            return Err(atdp_policies::Error::Mask(format!(
-                "a span outside the texts: {path}"
-            )));
-        };
-        masked.spans.push((format!("{place}{rest}"), span));
-    }
-    masked.vault.extend(found.vault);
     Ok(())
+}
+
+/// Where `text` holds one of `values` (letter case aside), outside the placeholders in it
+/// (`<EMAIL_ADDRESS_…>`, `<PHONE_NUMBER#…>`, `[PERSON]`), ordered and not overlapping, the
+/// longest first where two start together.
+fn glued_ranges<'v>(
+    text: &str,
+    values: &'v [(String, String)],
+) -> Vec<(std::ops::Range<usize>, &'v str)> {
+    let protected = placeholders_in(text);
+    let lower = text.to_lowercase();
+    let mut found: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
+    for (value, entity) in values {
+        let needle = value.to_lowercase();
+        // Lower-casing keeps byte offsets only where it keeps lengths; else the exact spelling.
+        let (haystack, needle) = if lower.len() == text.len() && needle.len() == value.len() {
+            (lower.as_str(), needle.as_str())
+        } else {
+            (text, value.as_str())
+        };
+        if needle.is_empty() {
+            continue;
+        }
+        for (start, _) in haystack.match_indices(needle) {
+            let range = start..start + needle.len();
+            let inside = protected
+                .iter()
+                .any(|p| p.start < range.end && range.start < p.end);
+            if !inside && text.is_char_boundary(range.start) && text.is_char_boundary(range.end) {
+                found.push((range, entity.as_str()));
+            }
+        }
+    }
+    found.sort_by_key(|(range, _)| (range.start, std::cmp::Reverse(range.end)));
+    let mut kept: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
+    for (range, entity) in found {
+        if kept.last().is_none_or(|(last, _)| last.end <= range.start) {
+            kept.push((range, entity));
+        }
+    }
+    kept
+}
+
+/// The byte ranges of placeholder-shaped text in `text`: `<` or `[`, upper-case letters,
+/// digits and `_`, then optionally `_` or `#` and lower-case hex digits, then `>` or `]`.
+fn placeholders_in(text: &str) -> Vec<std::ops::Range<usize>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let close = match bytes[at] {
+            b'<' => b'>',
+            b'[' => b']',
+            _ => {
+                at += 1;
+                continue;
+            }
+        };
+        let mut end = at + 1;
+        while end < bytes.len()
+            && (bytes[end].is_ascii_uppercase()
+                || bytes[end].is_ascii_digit()
+                || bytes[end] == b'_')
+        {
+            end += 1;
+        }
+        let named = end > at + 1;
+        if named && end < bytes.len() && bytes[end] == b'#' {
+            end += 1;
+        }
+        while end < bytes.len() && matches!(bytes[end], b'0'..=b'9' | b'a'..=b'f') {
+            end += 1;
+        }
+        if named && end < bytes.len() && bytes[end] == close {
+            out.push(at..end + 1);
+            at = end + 1;
+        } else {
+            at += 1;
+        }
+    }
+    out
 }
 
 /// The request of a call as stored, for the strict audit trail: the step so far (no reply)
@@ -839,6 +899,16 @@ mod tests {
         assert!(!stored.contains("Stan"), "{stored}");
         assert!(stored.contains("report_<PERSON_"), "{stored}");
         assert!(stored.contains("\"role\":\"assistant\""), "{stored}");
+        // Placeholders already in the reply stay whole, whatever letters the name shares
+        // with them.
+        let glued = vec![("Tim".to_owned(), "PERSON".to_owned())];
+        let reply = "Saved report_Tim.pdf at <DATE_TIME_0123456789ab> for [PERSON_TIM]";
+        let mut step = step_with("Hello.", reply);
+        mask_step(&mut step, &scanner, &policy, &keys, &sent, &glued).unwrap();
+        let stored = stored_text(&step);
+        assert!(!stored.contains("report_Tim"), "{stored}");
+        assert!(stored.contains("<DATE_TIME_0123456789ab>"), "{stored}");
+        assert!(stored.contains("[PERSON_TIM]"), "{stored}");
     }
 
     #[test]

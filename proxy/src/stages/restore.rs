@@ -215,9 +215,11 @@ impl Pump {
     /// A streamed chunk: restored and stripped, with the end of the stream when `end`; the
     /// restored bytes wait in `unsent` for the record.
     fn stream_chunk(&mut self, bytes: Bytes, end: bool) -> Result<Bytes> {
-        if let Some(raw) = self.raw.as_mut()
-            && self.raw_kept + bytes.len() <= MAX_RECORDED_STREAM
-        {
+        if self.raw_kept + bytes.len() > MAX_RECORDED_STREAM {
+            // A gap would misread the stream: over the limit, it is read no further.
+            self.raw = None;
+        }
+        if let Some(raw) = self.raw.as_mut() {
             self.raw_kept += bytes.len();
             let (parser, assembler) = &mut **raw;
             for event in parser.push(&bytes) {
@@ -425,11 +427,29 @@ fn glued_originals(
     keys: &KeyRing,
     tenant: &str,
 ) -> Vec<(String, String)> {
-    let glues =
-        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '<' | '>'));
     // A placeholder is no longer than the longest of the call's: the search for its end
     // stops there, so a text of many `<` costs time linear in its length.
     let longest = restore.keys().map(String::len).max().unwrap_or(0);
+    let glues = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    // Another placeholder right before or after glues too (`<PERSON_…><PERSON_…>` restores as
+    // `JaneDoe`); a tag does not (`<b><PERSON_…></b>`).
+    let token_ends = |before: &str| {
+        let from = before.len().saturating_sub(longest);
+        before.ends_with('>')
+            && before.as_bytes()[from..]
+                .iter()
+                .rposition(|b| *b == b'<')
+                .and_then(|open| before.get(from + open..))
+                .is_some_and(|token| restore.contains_key(token))
+    };
+    let token_starts = |after: &str| {
+        after.starts_with('<')
+            && after.as_bytes()[..after.len().min(longest)]
+                .iter()
+                .position(|b| *b == b'>')
+                .and_then(|close| after.get(..=close))
+                .is_some_and(|token| restore.contains_key(token))
+    };
     let mut tokens: HashSet<&str> = HashSet::new();
     let mut pending = vec![reply];
     while let Some(value) = pending.pop() {
@@ -453,7 +473,10 @@ fn glued_originals(
                         continue;
                     };
                     if restore.contains_key(token)
-                        && (glues(before.chars().next_back()) || glues(after.chars().next()))
+                        && (glues(before.chars().next_back())
+                            || glues(after.chars().next())
+                            || token_ends(before)
+                            || token_starts(after))
                     {
                         tokens.insert(token);
                     }
@@ -608,6 +631,7 @@ mod tests {
             ("{}{}", true),
             ("see {} now", false),
             ("({})", false),
+            ("<b>{}</b>", false),
         ] {
             let (token, mut pump) = restoring("PERSON", "Jane");
             let content = written.replace("{}", &token);

@@ -154,7 +154,7 @@ fn train(
             return Err(Error::invalid(
                 "checkpoint",
                 format!(
-                    "{} was written by a run over other examples (other tenants, trajectories, steps or tokens); its weights learned from data this run's manifest would not name: remove it or use another output directory",
+                    "{} was written by a run over other examples (other tenants, trajectories, steps or tokens), or by a version of atdp-train that did not record them; its weights may have learned from data this run's manifest would not name: remove it or use another output directory",
                     config.out_dir.join(CHECKPOINT_DIR).display(),
                 ),
             ));
