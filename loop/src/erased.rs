@@ -308,6 +308,22 @@ mod tests {
         assert!(again.is_empty(), "{again:?}");
     }
 
+    /// A gate report that would promote the candidate.
+    fn gate_report() -> crate::GateReport {
+        crate::GateReport {
+            candidate: "support@v1".into(),
+            current: "support@base".into(),
+            promote: true,
+            checks: Vec::new(),
+            config: crate::GateConfig::default(),
+            candidate_heldout: crate::gate::tests::report(0.5, 3.0, 0.0),
+            current_heldout: crate::gate::tests::report(0.4, 3.0, 0.0),
+            candidate_train: None,
+            current_train: None,
+            kl_to_base: None,
+        }
+    }
+
     #[tokio::test]
     async fn a_candidate_that_learned_from_data_erased_since_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -356,19 +372,7 @@ mod tests {
             erased_since_training(&lake, &registry, 1).await.unwrap(),
             Some(1)
         );
-        let report = || crate::GateReport {
-            candidate: "support@v1".into(),
-            current: "support@base".into(),
-            promote: true,
-            checks: Vec::new(),
-            config: crate::GateConfig::default(),
-            candidate_heldout: crate::gate::tests::report(0.5, 3.0, 0.0),
-            current_heldout: crate::gate::tests::report(0.4, 3.0, 0.0),
-            candidate_train: None,
-            current_train: None,
-            kl_to_base: None,
-        };
-        let mut gated = report();
+        let mut gated = gate_report();
         refuse_if_erased(&lake, &registry, 1, &mut gated)
             .await
             .unwrap();
@@ -384,7 +388,7 @@ mod tests {
             erased_since_training(&lake, &registry, 2).await.unwrap(),
             None
         );
-        let mut gated = report();
+        let mut gated = gate_report();
         refuse_if_erased(&lake, &registry, 2, &mut gated)
             .await
             .unwrap();
@@ -405,18 +409,7 @@ mod tests {
             .await
             .unwrap();
         let lake = Lake::new(&url, Default::default()).unwrap();
-        let mut gated = crate::GateReport {
-            candidate: "support@v1".into(),
-            current: "support@base".into(),
-            promote: true,
-            checks: Vec::new(),
-            config: crate::GateConfig::default(),
-            candidate_heldout: crate::gate::tests::report(0.5, 3.0, 0.0),
-            current_heldout: crate::gate::tests::report(0.4, 3.0, 0.0),
-            candidate_train: None,
-            current_train: None,
-            kl_to_base: None,
-        };
+        let mut gated = gate_report();
         refuse_if_erased(&lake, &registry, 1, &mut gated)
             .await
             .unwrap();

@@ -197,6 +197,17 @@ pub fn step_returns(steps: &[Step], rewards: &[Reward], spec: &RewardSpec) -> Re
         }
     }
     out.unmatched_step_rewards = unmatched;
+    // Finite rewards can still add up past what a float holds (an API accepts any finite
+    // value): such a return would make every advantage of the batch NaN.
+    if let Some((key, _)) = out.by_step.iter().find(|(_, v)| !v.is_finite()) {
+        return Err(Error::invalid(
+            "rewards",
+            format!(
+                "the rewards of step {} of trajectory {} (tenant {}) add up to a number too large to train on; fix them at their source, or select a time range without them",
+                key.step_id, key.trajectory_id, key.tenant_id
+            ),
+        ));
+    }
     Ok(out)
 }
 
@@ -285,6 +296,16 @@ mod tests {
         assert_eq!(of(&returns, "C"), Some(2.0 + 1.0));
         assert_eq!(of(&returns, "D"), Some(1.0));
         assert_eq!(of(&returns, "A"), Some(1.0));
+    }
+
+    #[test]
+    fn rewards_that_add_up_past_a_float_are_refused() {
+        let rewards = [
+            reward(Some("C"), "ok", f64::MAX, 10),
+            reward(Some("C"), "rating", f64::MAX, 11),
+        ];
+        let error = step_returns(&retry_tree(), &rewards, &spec(1.0)).unwrap_err();
+        assert!(error.to_string().contains("too large"), "{error}");
     }
 
     #[test]

@@ -374,9 +374,15 @@ fn inert_cells(batch: &RecordBatch) -> Result<RecordBatch> {
         .columns()
         .iter()
         .map(|column| -> Result<arrow::array::ArrayRef> {
-            if column.data_type() != &arrow::datatypes::DataType::Utf8 {
-                return Ok(column.clone());
-            }
+            use arrow::datatypes::DataType;
+            // The lake's scans return strings as views; any string type is read as `Utf8`.
+            let column = match column.data_type() {
+                DataType::Utf8 => column.clone(),
+                DataType::Utf8View | DataType::LargeUtf8 => {
+                    arrow::compute::cast(column, &DataType::Utf8)?
+                }
+                _ => return Ok(column.clone()),
+            };
             let text = column.as_string::<i32>();
             let inert: arrow::array::StringArray = text
                 .iter()
@@ -385,7 +391,21 @@ fn inert_cells(batch: &RecordBatch) -> Result<RecordBatch> {
             Ok(std::sync::Arc::new(inert))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    let fields: Vec<arrow::datatypes::Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(&columns)
+        .map(|(field, column)| {
+            arrow::datatypes::Field::new(
+                field.name(),
+                column.data_type().clone(),
+                field.is_nullable(),
+            )
+        })
+        .collect();
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 fn print_hits(hits: &[Hit], format: Format) -> Result<()> {

@@ -81,6 +81,29 @@ async fn query_sql_export_and_an_independently_checked_bundle() {
     assert_eq!(counted.trim(), "tenant_id,n\ndemo,2\nother,1", "{counted}");
     let refused = cli(&f, "wal-q", &["sql", "DELETE FROM steps"]);
     assert_eq!(refused.status.code(), Some(2));
+    // Recorded text is printed inert: no spreadsheet formula in CSV (strings read from the
+    // lake come as views), no terminal escape in a table.
+    let cells = stdout(&cli(
+        &f,
+        "wal-q",
+        &[
+            "sql",
+            "SELECT arrow_cast('=HYPERLINK(1)', 'Utf8View') AS a, '+1' AS b, 'plain' AS c",
+            "--format",
+            "csv",
+        ],
+    ));
+    assert_eq!(cells.trim(), "a,b,c\n'=HYPERLINK(1),'+1,plain", "{cells}");
+    let table = stdout(&cli(
+        &f,
+        "wal-q",
+        &["sql", "SELECT chr(27) || '[2J' || chr(8238) AS t"],
+    ));
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{202e}'),
+        "{table}"
+    );
+    assert!(table.contains("\\u{1b}[2J\\u{202e}"), "{table}");
 
     // export, then check the bundle with a script that knows nothing of atdp.
     let bundle_path = f.dir.path().join("evidence.json");

@@ -531,17 +531,7 @@ async fn completions_are_held_inside_the_context() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_canary_takes_its_share_and_is_rejected_or_promoted_without_a_failed_request() {
-    let base = tempfile::tempdir().unwrap();
-    tiny_base(base.path(), None);
-    let lake = tempfile::tempdir().unwrap();
-    let registry =
-        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
-    let work = tempfile::tempdir().unwrap();
-    for n in 1..=3 {
-        let dir = work.path().join(format!("a{n}"));
-        random_adapter(base.path(), &dir, 0.3, n);
-        registry.publish(&dir, "test").await.unwrap();
-    }
+    let (base, _lake, registry) = published(3).await;
     registry.promote(1, "test", "first", None).await.unwrap();
     let server = start(registry.clone(), base.path()).await;
     let client = reqwest::Client::new();
@@ -715,17 +705,7 @@ async fn a_version_in_shadow_answers_copies_through_the_proxy_that_are_recorded_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_streaming_client_that_leaves_fails_no_request_beside_it() {
     use futures::StreamExt;
-    let base = tempfile::tempdir().unwrap();
-    tiny_base(base.path(), None);
-    let lake = tempfile::tempdir().unwrap();
-    let registry =
-        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
-    let work = tempfile::tempdir().unwrap();
-    random_adapter(base.path(), &work.path().join("a1"), 0.3, 1);
-    registry
-        .publish(&work.path().join("a1"), "test")
-        .await
-        .unwrap();
+    let (base, _lake, registry) = published(1).await;
     registry.promote(1, "test", "first", None).await.unwrap();
     let server = start(registry, base.path()).await;
     let client = reqwest::Client::new();
@@ -764,27 +744,25 @@ async fn a_streaming_client_that_leaves_fails_no_request_beside_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retired_version_stops_serving_even_when_its_successor_cannot_be_loaded() {
-    let base = tempfile::tempdir().unwrap();
-    tiny_base(base.path(), None);
-    let lake = tempfile::tempdir().unwrap();
-    let registry =
-        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
-    let work = tempfile::tempdir().unwrap();
-    for n in 1..=2 {
-        let dir = work.path().join(format!("a{n}"));
-        random_adapter(base.path(), &dir, 0.3, u64::from(n));
-        registry.publish(&dir, "test").await.unwrap();
-        registry.promote(n, "test", "next", None).await.unwrap();
-    }
+    let (base, lake, registry) = published(2).await;
+    registry.promote(1, "test", "first", None).await.unwrap();
+    registry.promote(2, "test", "next", None).await.unwrap();
     let server = start(registry.clone(), base.path()).await;
     assert_eq!(server.serving.status().serving, "agent@v2");
-    // v1, which a retirement of v2 falls back to, is damaged in storage.
+    // v3 is promoted but damaged in storage: refused, v2 stays. Then v2 is retired, while the
+    // log still names the refused v3.
+    let dir = lake.path().join("a3");
+    random_adapter(base.path(), &dir, 0.3, 3);
+    registry.publish(&dir, "test").await.unwrap();
     std::fs::write(
         lake.path()
-            .join("adapters/agent/v1/adapter_model.safetensors"),
+            .join("adapters/agent/v3/adapter_model.safetensors"),
         b"damaged",
     )
     .unwrap();
+    registry.promote(3, "test", "next", None).await.unwrap();
+    wait_for(&server.serving, |s| s.last_refusal.is_some()).await;
+    assert_eq!(server.serving.status().serving, "agent@v2");
     registry
         .retire(2, "test", "trained on erased data", None)
         .await
@@ -798,4 +776,20 @@ async fn a_retired_version_stops_serving_even_when_its_successor_cannot_be_loade
     assert_eq!(code, 404, "{body}");
     let answer = chat(&client, server.addr, &request(PROMPT, false, 4)).await;
     assert_eq!(answer.version(), Some("agent@base"));
+}
+
+/// A tiny base model, and a registry of policy `agent` on a fresh lake with `n` random
+/// adapters published (v1 to vN, none promoted).
+async fn published(n: u64) -> (tempfile::TempDir, tempfile::TempDir, Registry) {
+    let base = tempfile::tempdir().unwrap();
+    tiny_base(base.path(), None);
+    let lake = tempfile::tempdir().unwrap();
+    let registry =
+        Registry::open(lake.path().to_str().unwrap(), Default::default(), "agent").unwrap();
+    for version in 1..=n {
+        let dir = lake.path().join(format!("a{version}"));
+        random_adapter(base.path(), &dir, 0.3, version);
+        registry.publish(&dir, "test").await.unwrap();
+    }
+    (base, lake, registry)
 }
