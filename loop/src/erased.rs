@@ -120,36 +120,35 @@ pub async fn refuse_if_erased(
     version: u32,
     report: &mut crate::GateReport,
 ) -> Result<()> {
-    let Some(met) = erased_since_training(lake, registry, version).await? else {
+    let (count, detail) = match erased_since_training(lake, registry, version).await? {
+        Some(met) => (
+            met,
+            format!(
+                "learned from {met} trajectories that an erasure reached after its training read them"
+            ),
+        ),
         // Whether it learned from erased data is unknown: an erasure made after it was
         // published lists it (and `retire-erased` retires it), but one made before does not,
         // and it may have read the data before that erasure.
-        let published = registry.published(version).await?;
-        let erasures = erasures_before(lake, &published.published_at).await?;
-        if erasures > 0 {
-            report.promote = false;
-            report.checks.push(crate::Check {
-                name: "erased_data".into(),
-                passed: false,
-                value: erasures as f64,
-                bound: 0.0,
-                detail: format!(
+        None => {
+            let published = registry.published(version).await?;
+            let erasures = erasures_before(lake, &published.published_at).await?;
+            (
+                erasures,
+                format!(
                     "its lineage is unknown (published without a manifest that lists the trajectories it learned from) and {erasures} erasures were made before it was published: it may have learned from erased data"
                 ),
-            });
+            )
         }
-        return Ok(());
     };
-    if met > 0 {
+    if count > 0 {
         report.promote = false;
         report.checks.push(crate::Check {
             name: "erased_data".into(),
             passed: false,
-            value: met as f64,
+            value: count as f64,
             bound: 0.0,
-            detail: format!(
-                "learned from {met} trajectories that an erasure reached after its training read them"
-            ),
+            detail,
         });
     }
     Ok(())

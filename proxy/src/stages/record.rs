@@ -429,12 +429,18 @@ fn glued_ranges<'v>(
     values: &'v [(String, String)],
 ) -> Vec<(std::ops::Range<usize>, &'v str)> {
     let protected = placeholders_in(text);
+    // Lower-casing keeps every byte offset only where it keeps each character's length.
+    let same_offsets = |s: &str| {
+        s.chars()
+            .all(|c| c.to_lowercase().map(char::len_utf8).sum::<usize>() == c.len_utf8())
+    };
     let lower = text.to_lowercase();
+    let text_lowers = same_offsets(text);
     let mut found: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
     for (value, entity) in values {
         let needle = value.to_lowercase();
-        // Lower-casing keeps byte offsets only where it keeps lengths; else the exact spelling.
-        let (haystack, needle) = if lower.len() == text.len() && needle.len() == value.len() {
+        // Matched letter case aside where offsets stay, else as spelled.
+        let (haystack, needle) = if text_lowers && same_offsets(value) {
             (lower.as_str(), needle.as_str())
         } else {
             (text, value.as_str())
